@@ -1,0 +1,1 @@
+//! The wasm plugin runtime (placeholder until the admission issue lands).
