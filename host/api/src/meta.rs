@@ -1,0 +1,168 @@
+//! Object metadata rules on JSON objects: reading name/namespace/labels and
+//! the fields the server owns on create and update (uid, creationTimestamp,
+//! resourceVersion, generation, deletionTimestamp), as upstream's
+//! `BeforeCreate`/`BeforeUpdate` do.
+
+use rand::Rng;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+
+/// `metadata.name`, if set and non-empty.
+pub fn name(obj: &Value) -> Option<&str> {
+    str_field(obj, "name")
+}
+
+/// `metadata.namespace`, if set and non-empty.
+pub fn namespace(obj: &Value) -> Option<&str> {
+    str_field(obj, "namespace")
+}
+
+/// `metadata.<field>` as a non-empty string.
+pub fn str_field<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    obj.get("metadata")?.get(field)?.as_str().filter(|s| !s.is_empty())
+}
+
+/// `metadata.labels` (string values only).
+pub fn labels(obj: &Value) -> BTreeMap<String, String> {
+    obj.get("metadata")
+        .and_then(|m| m.get("labels"))
+        .and_then(Value::as_object)
+        .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+        .unwrap_or_default()
+}
+
+/// `metadata.finalizers`.
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    obj.get("metadata")
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+        .unwrap_or_default()
+}
+
+/// The `metadata` map, created if missing or not an object.
+pub fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.is_object() {
+        *obj = json!({});
+    }
+    let map = obj.as_object_mut().expect("object");
+    let meta = map.entry("metadata").or_insert_with(|| json!({}));
+    if !meta.is_object() {
+        *meta = json!({});
+    }
+    meta.as_object_mut().expect("object")
+}
+
+/// Sets `metadata.resourceVersion` to a storage revision.
+pub fn set_resource_version(obj: &mut Value, revision: u64) {
+    metadata_mut(obj).insert("resourceVersion".into(), Value::String(revision.to_string()));
+}
+
+/// Parses a resourceVersion string; empty means none.
+pub fn parse_resource_version(rv: &str) -> Result<Option<u64>, String> {
+    if rv.is_empty() {
+        return Ok(None);
+    }
+    rv.parse::<u64>()
+        .map(Some)
+        .map_err(|_| format!("invalid resource version: {rv:?}"))
+}
+
+/// RFC 3339 timestamp with second precision, as Kubernetes writes them.
+pub fn timestamp(now: chrono::DateTime<chrono::Utc>) -> String {
+    now.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// The suffix alphabet upstream's `SimpleNameGenerator` uses (no vowels, no
+/// look-alike characters).
+const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// `generateName` + 5 random characters, truncated as upstream does.
+pub fn generate_name(base: &str) -> String {
+    let base = if base.len() > 58 { &base[..58] } else { base };
+    let mut rng = rand::rng();
+    let suffix: String = (0..5)
+        .map(|_| NAME_ALPHABET[rng.random_range(0..NAME_ALPHABET.len())] as char)
+        .collect();
+    format!("{base}{suffix}")
+}
+
+/// Fields a client may not set on create: the server owns them.
+pub fn prepare_for_create(obj: &mut Value, now: chrono::DateTime<chrono::Utc>) {
+    let meta = metadata_mut(obj);
+    for f in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields"] {
+        meta.remove(f);
+    }
+    meta.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
+    meta.insert("creationTimestamp".into(), Value::String(timestamp(now)));
+    meta.insert("generation".into(), json!(1));
+}
+
+/// Everything but `metadata` and `status`: a change here bumps `generation`.
+fn spec_part(obj: &Value) -> Map<String, Value> {
+    obj.as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Carries server-owned fields from the stored object into an update and
+/// bumps `generation` when anything outside metadata/status changed.
+pub fn prepare_for_update(new: &mut Value, old: &Value) {
+    let changed = spec_part(new) != spec_part(old);
+    let old_meta = old.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
+    let meta = metadata_mut(new);
+    meta.remove("managedFields");
+    meta.remove("selfLink");
+    for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+        match old_meta.get(f) {
+            Some(v) => meta.insert(f.into(), v.clone()),
+            None => meta.remove(f),
+        };
+    }
+    let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+    meta.insert("generation".into(), json!(if changed { generation + 1 } else { generation }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_then_update_metadata() {
+        let now = chrono::Utc::now();
+        let mut obj = json!({"metadata": {"name": "a", "resourceVersion": "9", "uid": "client"}, "data": {"k": "1"}});
+        prepare_for_create(&mut obj, now);
+        assert_ne!(obj["metadata"]["uid"], "client");
+        assert!(obj["metadata"].get("resourceVersion").is_none());
+        assert_eq!(obj["metadata"]["generation"], 1);
+
+        let mut same = json!({"metadata": {"name": "a", "uid": "evil", "labels": {"x": "y"}}, "data": {"k": "1"}});
+        prepare_for_update(&mut same, &obj);
+        assert_eq!(same["metadata"]["uid"], obj["metadata"]["uid"]);
+        assert_eq!(same["metadata"]["generation"], 1, "label change keeps generation");
+        let mut changed = json!({"metadata": {"name": "a"}, "data": {"k": "2"}});
+        prepare_for_update(&mut changed, &same);
+        assert_eq!(changed["metadata"]["generation"], 2);
+    }
+
+    #[test]
+    fn generated_names() {
+        let n = generate_name("web-");
+        assert_eq!(n.len(), 9);
+        assert!(n.starts_with("web-"));
+        assert!(n[4..].bytes().all(|b| NAME_ALPHABET.contains(&b)));
+        assert_eq!(generate_name(&"x".repeat(70)).len(), 63);
+    }
+
+    #[test]
+    fn resource_versions() {
+        assert_eq!(parse_resource_version(""), Ok(None));
+        assert_eq!(parse_resource_version("42"), Ok(Some(42)));
+        assert!(parse_resource_version("abc").is_err());
+    }
+}

@@ -1,0 +1,199 @@
+//! Object validation: names (DNS-1123), labels, annotations, and the typed
+//! shape of built-in kinds (decoded through k8s-openapi's structs).
+
+use crate::error::{ApiError, Cause, Target};
+use crate::resource::ResourceInfo;
+use regex::Regex;
+use serde_json::Value;
+use std::sync::LazyLock;
+
+const DNS1123_LABEL: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
+static LABEL_RE: LazyLock<Regex> = LazyLock::new(|| Regex::new(&format!("^{DNS1123_LABEL}$")).unwrap());
+static SUBDOMAIN_RE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(&format!(r"^{DNS1123_LABEL}(\.{DNS1123_LABEL})*$")).unwrap());
+static QUALIFIED_RE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new("^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$").unwrap());
+
+/// Why `name` is not a DNS-1123 label (namespace names), if it is not one.
+pub fn dns1123_label_error(name: &str) -> Option<String> {
+    if name.len() > 63 {
+        return Some("must be no more than 63 characters".into());
+    }
+    (!LABEL_RE.is_match(name)).then(|| {
+        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')".into()
+    })
+}
+
+/// Why `name` is not a DNS-1123 subdomain (most object names), if it is not one.
+pub fn dns1123_subdomain_error(name: &str) -> Option<String> {
+    if name.len() > 253 {
+        return Some("must be no more than 253 characters".into());
+    }
+    (!SUBDOMAIN_RE.is_match(name)).then(|| {
+        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".into()
+    })
+}
+
+/// Why `name` cannot be a URL path segment (event names), if it cannot.
+pub fn path_segment_error(name: &str) -> Option<String> {
+    if name == "." || name == ".." {
+        return Some(format!("may not be '{name}'"));
+    }
+    name.contains(['/', '%']).then(|| "may not contain '/' or '%'".into())
+}
+
+/// Why `key` is not a valid label or annotation key (`[prefix/]name`), if not.
+pub fn label_key_error(key: &str) -> Option<String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix {
+        if p.is_empty() {
+            return Some("prefix part must be non-empty".into());
+        }
+        if let Some(e) = dns1123_subdomain_error(p) {
+            return Some(format!("prefix part {e}"));
+        }
+    }
+    if name.is_empty() || name.len() > 63 || !QUALIFIED_RE.is_match(name) {
+        return Some("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character, and be at most 63 characters".into());
+    }
+    None
+}
+
+/// Why `value` is not a valid label value, if not.
+pub fn label_value_error(value: &str) -> Option<String> {
+    if value.is_empty() {
+        return None;
+    }
+    (value.len() > 63 || !QUALIFIED_RE.is_match(value)).then(|| {
+        "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character, and be at most 63 characters".into()
+    })
+}
+
+/// Validates `name` for a resource: namespaces need DNS-1123 labels, events
+/// path segments, everything else DNS-1123 subdomains.
+pub fn name_error(info: &ResourceInfo, name: &str) -> Option<String> {
+    match info.plural.as_str() {
+        "namespaces" => dns1123_label_error(name),
+        "events" => path_segment_error(name),
+        _ => dns1123_subdomain_error(name),
+    }
+}
+
+/// Total size limit of `metadata.annotations`, as upstream.
+const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
+/// Validates metadata and, for built-in kinds, the typed shape of `obj`.
+pub fn validate_object(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+    let name = crate::meta::name(obj).unwrap_or_default();
+    let target = Target::new("", &info.kind, name);
+    let mut causes = Vec::new();
+    if name.is_empty() {
+        causes.push(Cause::required("metadata.name", "name or generateName is required"));
+    } else if let Some(e) = name_error(info, name) {
+        causes.push(Cause::invalid("metadata.name", name, &e));
+    }
+    let meta = obj.get("metadata");
+    if let Some(labels) = meta.and_then(|m| m.get("labels")).and_then(Value::as_object) {
+        for (k, v) in labels {
+            if let Some(e) = label_key_error(k) {
+                causes.push(Cause::invalid("metadata.labels", k, &e));
+            }
+            match v.as_str() {
+                Some(s) => {
+                    if let Some(e) = label_value_error(s) {
+                        causes.push(Cause::invalid(&format!("metadata.labels.{k}"), s, &e));
+                    }
+                }
+                None => causes.push(Cause::invalid(&format!("metadata.labels.{k}"), &v.to_string(), "must be a string")),
+            }
+        }
+    }
+    if let Some(ann) = meta.and_then(|m| m.get("annotations")).and_then(Value::as_object) {
+        let mut total = 0;
+        for (k, v) in ann {
+            total += k.len() + v.as_str().map_or(0, str::len);
+            if let Some(e) = label_key_error(&k.to_ascii_lowercase()) {
+                causes.push(Cause::invalid("metadata.annotations", k, &e));
+            }
+        }
+        if total > MAX_ANNOTATIONS_BYTES {
+            causes.push(Cause {
+                reason: "FieldValueTooLong".into(),
+                field: "metadata.annotations".into(),
+                message: format!("Too long: must have at most {MAX_ANNOTATIONS_BYTES} bytes"),
+            });
+        }
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::Invalid(target, causes));
+    }
+    typed_check(info, obj)
+}
+
+/// Decodes built-in kinds through their k8s-openapi types so that a wrongly
+/// typed field is a 400, as upstream's strict decoder makes it.
+fn typed_check(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+    use k8s_openapi::api::{coordination::v1 as coord, core::v1 as core};
+    fn check<T: serde::de::DeserializeOwned>(kind: &str, obj: &Value) -> Result<(), ApiError> {
+        serde_json::from_value::<T>(obj.clone())
+            .map(drop)
+            .map_err(|e| ApiError::BadRequest(format!("error decoding {kind}: {e}")))
+    }
+    match (info.group.as_str(), info.kind.as_str()) {
+        ("", "Namespace") => check::<core::Namespace>(&info.kind, obj),
+        ("", "ConfigMap") => check::<core::ConfigMap>(&info.kind, obj),
+        ("", "Secret") => check::<core::Secret>(&info.kind, obj),
+        ("", "ServiceAccount") => check::<core::ServiceAccount>(&info.kind, obj),
+        ("", "Event") => check::<core::Event>(&info.kind, obj),
+        ("coordination.k8s.io", "Lease") => check::<coord::Lease>(&info.kind, obj),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resource::Registry;
+    use serde_json::json;
+
+    #[test]
+    fn names() {
+        assert!(dns1123_subdomain_error("my-app.example.com").is_none());
+        assert!(dns1123_subdomain_error("My-App").is_some());
+        assert!(dns1123_subdomain_error("-a").is_some());
+        assert!(dns1123_subdomain_error(&"a".repeat(254)).is_some());
+        assert!(dns1123_label_error("a.b").is_some());
+        assert!(dns1123_label_error(&"a".repeat(64)).is_some());
+        assert!(path_segment_error("a.b:c").is_none());
+        assert!(path_segment_error("..").is_some());
+    }
+
+    #[test]
+    fn label_keys_and_values() {
+        assert!(label_key_error("app.kubernetes.io/name").is_none());
+        assert!(label_key_error("/name").is_some());
+        assert!(label_key_error("UPPER.example/x").is_some());
+        assert!(label_value_error("").is_none());
+        assert!(label_value_error("v1.2_3-x").is_none());
+        assert!(label_value_error("-bad").is_some());
+    }
+
+    #[test]
+    fn object_validation() {
+        let r = Registry::builtin();
+        let cm = r.get("", "v1", "configmaps").unwrap();
+        let ok = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "labels": {"x": "y"}}, "data": {"k": "v"}});
+        validate_object(cm, &ok).unwrap();
+        let bad_name = json!({"metadata": {"name": "Bad"}});
+        let err = validate_object(cm, &bad_name).unwrap_err();
+        assert_eq!(err.code(), 422);
+        assert_eq!(err.status_json()["details"]["causes"][0]["field"], "metadata.name");
+        let bad_type = json!({"metadata": {"name": "a"}, "data": {"k": 1}});
+        assert_eq!(validate_object(cm, &bad_type).unwrap_err().code(), 400);
+        let bad_label = json!({"metadata": {"name": "a", "labels": {"x": "not ok"}}});
+        assert_eq!(validate_object(cm, &bad_label).unwrap_err().code(), 422);
+    }
+}
