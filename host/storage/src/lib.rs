@@ -1,0 +1,177 @@
+//! Storage: the one async [`Storage`] trait every backend implements, with
+//! etcd's semantics (a global revision, CAS on revisions, ranges at a fixed
+//! revision, watches that replay history), the embedded backend
+//! ([`embedded::EmbeddedStore`], on redb) and a backend-agnostic test suite
+//! ([`suite`]) that every backend must pass.
+//!
+//! Values are opaque bytes: this crate knows nothing of Kubernetes objects.
+//! The API server stores JSON without `metadata.resourceVersion` and sets it
+//! from [`KeyValue::mod_revision`] on the way out, as kube-apiserver does
+//! with etcd.
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub mod embedded;
+pub mod suite;
+
+/// A stored value and its revisions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyValue {
+    pub key: String,
+    pub value: Vec<u8>,
+    /// Revision of the write that created the key.
+    pub create_revision: u64,
+    /// Revision of the last write to the key (for a deleted key in a watch
+    /// event: the revision of the delete).
+    pub mod_revision: u64,
+}
+
+/// What happened to a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Created,
+    Modified,
+    Deleted,
+}
+
+/// One change, in revision order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub kind: EventKind,
+    /// The new value; for `Deleted`, the last value with `mod_revision` set to
+    /// the revision of the delete.
+    pub kv: KeyValue,
+    /// The value before this change (`None` for `Created`).
+    pub prev: Option<KeyValue>,
+}
+
+impl Event {
+    pub fn revision(&self) -> u64 {
+        self.kv.mod_revision
+    }
+}
+
+/// An item of a watch stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchItem {
+    Event(Event),
+    /// Every change up to this revision has been delivered (etcd's progress
+    /// notification; the API server turns it into a BOOKMARK).
+    Progress(u64),
+}
+
+/// A stream of watch items; it ends with an error only if the watch cannot go
+/// on (e.g. its revision was compacted while it lagged).
+pub type WatchStream = BoxStream<'static, Result<WatchItem, StorageError>>;
+
+/// Storage errors. The API server maps them to `Status` codes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    #[error("key not found")]
+    NotFound,
+    #[error("key already exists")]
+    AlreadyExists,
+    /// A compare-and-swap failed: the key is at `current` (0: deleted).
+    #[error("revision mismatch: key is at revision {current}")]
+    Conflict { current: u64 },
+    /// The requested revision is older than the retained history.
+    #[error("required revision {requested} has been compacted (compacted revision {compacted})")]
+    Expired { requested: u64, compacted: u64 },
+    /// The requested revision is newer than the store's.
+    #[error("revision {requested} is newer than the current revision {current}")]
+    TooLarge { requested: u64, current: u64 },
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    #[error("storage error: {0}")]
+    Internal(String),
+}
+
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// Options of a range read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListOptions {
+    /// Read at this revision; `None` or 0 reads the latest.
+    pub revision: Option<u64>,
+    /// Start at this key (inclusive) instead of the prefix; for paging.
+    pub start_key: Option<String>,
+    /// Return at most this many items.
+    pub limit: Option<usize>,
+}
+
+/// One page of a range read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListResult {
+    pub items: Vec<KeyValue>,
+    /// The revision the range was read at; pass it back to page on.
+    pub revision: u64,
+    /// The first key of the next page, if the range has more.
+    pub next_key: Option<String>,
+}
+
+/// A key-value store with a global revision, CAS and watch: what
+/// kube-apiserver needs from etcd.
+#[async_trait]
+pub trait Storage: Send + Sync + 'static {
+    /// Reads one key at the latest revision.
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>>;
+    /// Creates `key`; `AlreadyExists` if present.
+    async fn create(&self, key: &str, value: Vec<u8>) -> Result<KeyValue>;
+    /// Replaces `key` if its `mod_revision` is `expected`; else `Conflict`
+    /// (`NotFound` if absent).
+    async fn update(&self, key: &str, value: Vec<u8>, expected: u64) -> Result<KeyValue>;
+    /// Deletes `key` (if at `expected`, when given); returns the deleted value
+    /// with `mod_revision` = the delete's revision.
+    async fn delete(&self, key: &str, expected: Option<u64>) -> Result<KeyValue>;
+    /// Reads keys starting with `prefix`, in key order, at one revision.
+    async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult>;
+    /// Streams every change under `prefix` with a revision greater than
+    /// `after`, in revision order with nothing skipped; `Expired` if `after`
+    /// is older than the retained history.
+    async fn watch(&self, prefix: &str, after: u64) -> Result<WatchStream>;
+    /// The latest revision.
+    async fn current_revision(&self) -> Result<u64>;
+    /// Forgets history up to and including `revision`.
+    async fn compact(&self, revision: u64) -> Result<()>;
+}
+
+/// Compacts history like kube-apiserver's compactor: at every tick, compact up
+/// to the revision seen at the previous tick, so at least `interval` of
+/// history is always kept. Ends when the store is dropped elsewhere.
+pub fn spawn_compactor(store: Arc<dyn Storage>, interval: Duration) -> tokio::task::JoinHandle<()> {
+    let weak = Arc::downgrade(&store);
+    drop(store);
+    tokio::spawn(async move {
+        let mut last_seen = 0;
+        let mut tick = tokio::time::interval(interval);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let Some(store) = weak.upgrade() else { return };
+            if last_seen > 0
+                && let Err(e) = store.compact(last_seen).await
+            {
+                tracing::warn!(error = %e, revision = last_seen, "compaction failed");
+            }
+            match store.current_revision().await {
+                Ok(rev) => last_seen = rev,
+                Err(e) => tracing::warn!(error = %e, "compactor could not read the revision"),
+            }
+        }
+    })
+}
+
+/// The smallest string greater than every string starting with `prefix`.
+pub fn prefix_end(prefix: &str) -> Option<String> {
+    let mut bytes = prefix.as_bytes().to_vec();
+    while let Some(last) = bytes.pop() {
+        if last < 0x7f {
+            bytes.push(last + 1);
+            return String::from_utf8(bytes).ok();
+        }
+    }
+    None
+}
