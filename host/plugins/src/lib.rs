@@ -1,1 +1,71 @@
-//! The wasm plugin runtime (placeholder until the admission issue lands).
+//! The wasm plugin runtime of wasm-apiserver: the only crate that names
+//! wasmtime.
+//!
+//! Extension points of the API server (today admission; later
+//! authentication, authorization and custom-resource handlers) are
+//! WebAssembly components targeting the worlds of the
+//! `wasm-apiserver:plugin@0.1.0` WIT package (`wit/` at the repository
+//! root). This crate compiles them, caches the compiled code on disk, and
+//! runs every call in a fresh sandbox with a wall-time limit, a memory
+//! limit, an output-size limit and a per-plugin concurrency cap, with no
+//! access to files, network, environment or the host's stdio.
+//!
+//! # API
+//!
+//! ```no_run
+//! # async fn demo(wasm: &[u8], request: &wasm_apiserver_plugins::AdmissionRequest)
+//! # -> Result<(), wasm_apiserver_plugins::PluginError> {
+//! use wasm_apiserver_plugins::{Limits, Runtime, RuntimeConfig};
+//! let runtime = Runtime::new(RuntimeConfig {
+//!     cache_dir: Some("/var/cache/wasm-apiserver".into()),
+//!     ..RuntimeConfig::default()
+//! })?;
+//! let plugin = runtime
+//!     .load_admission("require-labels", wasm, r#"{"labels":["team"]}"#, Limits::default())
+//!     .await?;
+//! let response = plugin.validate(request).await?; // or plugin.mutate(request)
+//! if !response.allowed {
+//!     let status = response.status.expect("a denial has a status");
+//!     println!("{} {}: {}", status.code, status.reason, status.message);
+//! }
+//! println!("{}", runtime.metrics_text());
+//! # Ok(()) }
+//! ```
+//!
+//! * [`Runtime`]: `new(RuntimeConfig)`, `load_admission(name, wasm, config, Limits)`,
+//!   `metrics_text()`, `cache_stats()`. Cheap to clone.
+//! * [`AdmissionPlugin`]: `validate(&AdmissionRequest)`, `mutate(&AdmissionRequest)`,
+//!   `name()`, `digest()`, `limits()`. Cheap to clone; call it concurrently.
+//! * Plain data: [`AdmissionRequest`], [`AdmissionResponse`], [`DenyStatus`],
+//!   [`Gvk`], [`Gvr`], [`UserInfo`], [`Operation`], [`Limits`], [`RuntimeConfig`],
+//!   [`CacheStats`]; errors: [`PluginError`]. No wasmtime type is public.
+//!
+//! The calls are `async` and must run inside a tokio runtime with the time
+//! driver enabled (timeouts use `tokio::time`).
+//!
+//! # Modules
+//!
+//! * `runtime`: engine, cache, epoch ticker, and the call path every
+//!   plugin kind shares (limits, concurrency, error classification, metrics).
+//! * `sandbox`: the per-call store state and the WASI context that grants nothing.
+//! * `admission`: the admission world binding and its request/response conversion.
+//! * `metrics`: counters and histograms in the Prometheus text format.
+//! * `types`, `error`: the public data types and [`PluginError`].
+//!
+//! Architecture invariant: a new plugin kind adds one module like
+//! `admission` (a `bindgen!` of its world, a `load_*` method and its calls)
+//! and reuses `Runtime::compile`, `Runtime::core` and `PluginCore::run` unchanged.
+
+mod admission;
+mod error;
+mod metrics;
+mod runtime;
+mod sandbox;
+mod types;
+
+pub use admission::AdmissionPlugin;
+pub use error::PluginError;
+pub use runtime::{Limits, Runtime, RuntimeConfig};
+pub use types::{
+    AdmissionRequest, AdmissionResponse, CacheStats, DenyStatus, Gvk, Gvr, Operation, UserInfo,
+};

@@ -1,0 +1,293 @@
+//! The per-call sandbox: the state a fresh `Store` carries and the WASI
+//! context that grants nothing.
+//!
+//! Every call gets a new [`StoreState`]. WASI is linked (Rust `std`, Python
+//! and JavaScript guests import it) but the context built here holds:
+//!
+//! * no preopened directories, so every filesystem call fails;
+//! * no environment variables and no arguments;
+//! * no network: TCP, UDP and name lookup are disabled and every address is
+//!   refused;
+//! * stdin closed; stdout and stderr captured into a small bounded buffer
+//!   (excess is silently dropped), logged at debug level after the call and
+//!   used to explain traps (a Rust panic message goes to stderr);
+//! * a coarse wall clock (whole seconds) and a coarse monotonic clock
+//!   (milliseconds): enough for policies that compare timestamps, too coarse
+//!   to time side channels;
+//! * the host's random generators (a plugin may need unpredictable values
+//!   and randomness grants no authority).
+//!
+//! Memory is bounded by [`MemoryLimiter`], which also remembers that the
+//! guest hit the limit so that the resulting trap is reported as
+//! [`PluginError::MemoryExceeded`](crate::PluginError::MemoryExceeded).
+
+use bytes::Bytes;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::io::AsyncWrite;
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
+
+/// Bytes of stdout + stderr kept per call.
+const CAPTURE_BYTES: usize = 8 * 1024;
+/// Log records a plugin may emit per call; later ones are dropped.
+const LOG_RECORDS_PER_CALL: u32 = 64;
+/// Longest log message kept, in bytes; longer ones are truncated.
+const LOG_MESSAGE_BYTES: usize = 2048;
+/// Most table elements a guest may have (funcref tables).
+const MAX_TABLE_ELEMENTS: usize = 1 << 20;
+
+/// Severity of a plugin's log record (mirrors WIT `log.level`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+/// The data of one call's `Store`.
+pub(crate) struct StoreState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: MemoryLimiter,
+    plugin: Arc<str>,
+    uid: String,
+    log_budget: u32,
+}
+
+impl StoreState {
+    /// A fresh sandbox for one call of `plugin`, with `max_memory_bytes` of
+    /// linear memory; `uid` tags log records.
+    pub(crate) fn new(
+        plugin: Arc<str>,
+        uid: String,
+        max_memory_bytes: u64,
+        output: &Capture,
+    ) -> Self {
+        let mut builder = WasiCtx::builder();
+        builder
+            .stdout(output.clone())
+            .stderr(output.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }))
+            .wall_clock(CoarseWallClock)
+            .monotonic_clock(CoarseMonotonicClock::new())
+            .max_random_size(64 * 1024);
+        StoreState {
+            wasi: builder.build(),
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter::new(max_memory_bytes),
+            plugin,
+            uid,
+            log_budget: LOG_RECORDS_PER_CALL,
+        }
+    }
+
+    /// Implements the WIT `log.log` import for every world.
+    pub(crate) fn log(&mut self, level: LogLevel, message: String, fields: Vec<(String, String)>) {
+        if self.log_budget == 0 {
+            return;
+        }
+        self.log_budget -= 1;
+        let message = truncate(&message, LOG_MESSAGE_BYTES);
+        let fields = format!("{fields:?}");
+        let fields = truncate(&fields, LOG_MESSAGE_BYTES);
+        let (plugin, uid) = (&*self.plugin, &self.uid);
+        match level {
+            LogLevel::Trace => tracing::trace!(target: "plugin", plugin, uid, fields, "{message}"),
+            LogLevel::Debug => tracing::debug!(target: "plugin", plugin, uid, fields, "{message}"),
+            LogLevel::Info => tracing::info!(target: "plugin", plugin, uid, fields, "{message}"),
+            LogLevel::Warn => tracing::warn!(target: "plugin", plugin, uid, fields, "{message}"),
+            LogLevel::Error => tracing::error!(target: "plugin", plugin, uid, fields, "{message}"),
+        }
+    }
+}
+
+impl WasiView for StoreState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// The longest prefix of `s` of at most `max` bytes, on a char boundary.
+pub(crate) fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Caps the guest's linear memory and tables, and records a refused growth.
+pub(crate) struct MemoryLimiter {
+    max_memory_bytes: usize,
+    pub(crate) hit_limit: bool,
+}
+
+impl MemoryLimiter {
+    fn new(max_memory_bytes: u64) -> Self {
+        MemoryLimiter {
+            max_memory_bytes: usize::try_from(max_memory_bytes).unwrap_or(usize::MAX),
+            hit_limit: false,
+        }
+    }
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max_memory_bytes {
+            self.hit_limit = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// A bounded in-memory sink for a call's stdout and stderr. Writes never
+/// fail; bytes past the capacity are dropped.
+#[derive(Clone, Default)]
+pub(crate) struct Capture {
+    buf: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Capture {
+    /// What the guest wrote, lossily decoded.
+    pub(crate) fn text(&self) -> String {
+        let buf = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+
+    fn append(&self, bytes: &[u8]) {
+        let mut buf = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        let room = CAPTURE_BYTES.saturating_sub(buf.len());
+        buf.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+}
+
+impl IsTerminal for Capture {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for Capture {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for Capture {
+    async fn ready(&mut self) {}
+}
+
+impl OutputStream for Capture {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.append(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(64 * 1024)
+    }
+}
+
+impl AsyncWrite for Capture {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.append(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// The wall clock, truncated to whole seconds.
+struct CoarseWallClock;
+
+impl HostWallClock for CoarseWallClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    fn now(&self) -> Duration {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Duration::from_secs(now.as_secs())
+    }
+}
+
+/// A monotonic clock starting at zero for each call, in whole milliseconds.
+struct CoarseMonotonicClock {
+    start: Instant,
+}
+
+impl CoarseMonotonicClock {
+    fn new() -> Self {
+        CoarseMonotonicClock {
+            start: Instant::now(),
+        }
+    }
+}
+
+impl HostMonotonicClock for CoarseMonotonicClock {
+    fn resolution(&self) -> u64 {
+        1_000_000
+    }
+
+    fn now(&self) -> u64 {
+        let millis = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        millis.saturating_mul(1_000_000)
+    }
+}

@@ -1,0 +1,741 @@
+//! End-to-end tests of the plugin runtime with the real guest components of
+//! `plugins/` (built once per test run by `scripts/build-plugins.sh`).
+//!
+//! Covered: the first-party policies (`require-labels`, `default-labels`),
+//! containment of every hostile fixture (the runtime keeps serving
+//! afterwards), the compilation cache, the concurrency cap, metrics, and
+//! rejection of components that do not target the admission world.
+
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use wasm_apiserver_plugins::{
+    AdmissionPlugin, AdmissionRequest, Gvk, Gvr, Limits, Operation, PluginError, Runtime,
+    RuntimeConfig, UserInfo,
+};
+
+/// Every component `plugins/` builds; each must be used by a test below.
+const FIXTURES: &[&str] = &[
+    "require_labels",
+    "default_labels",
+    "hostile_loop",
+    "hostile_memory",
+    "hostile_trap",
+    "hostile_output",
+    "hostile_io",
+];
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn wasm_dir() -> PathBuf {
+    repo_root().join("plugins/target/wasm32-wasip2/release")
+}
+
+/// Builds the guest components (once per test binary) and returns the
+/// bytes of `name`.
+fn wasm(name: &str) -> Vec<u8> {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let script = repo_root().join("scripts/build-plugins.sh");
+        let output = std::process::Command::new("bash")
+            .arg(&script)
+            // Settings meant for the host build must not leak into the guests'.
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("CARGO_BUILD_TARGET")
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("CARGO_BUILD_RUSTFLAGS")
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} failed:\n{}",
+                script.display(),
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
+    });
+    if let Err(e) = built {
+        panic!(
+            "building the guest plugins failed; run scripts/build-plugins.sh by hand to see why.\n{e}"
+        );
+    }
+    let path = wasm_dir().join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run scripts/build-plugins.sh to build the guest plugins",
+            path.display()
+        )
+    })
+}
+
+fn runtime() -> Runtime {
+    Runtime::new(RuntimeConfig {
+        max_instances: 32,
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime")
+}
+
+fn request(operation: Operation, object: Option<Value>) -> AdmissionRequest {
+    let name = object
+        .as_ref()
+        .and_then(|o| o.pointer("/metadata/name"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    AdmissionRequest {
+        uid: "7a1c0e6e-0000-4000-8000-000000000001".to_owned(),
+        kind: Gvk {
+            group: String::new(),
+            version: "v1".to_owned(),
+            kind: "ConfigMap".to_owned(),
+        },
+        resource: Gvr {
+            group: String::new(),
+            version: "v1".to_owned(),
+            resource: "configmaps".to_owned(),
+        },
+        sub_resource: None,
+        request_kind: None,
+        request_resource: None,
+        request_sub_resource: None,
+        name,
+        namespace: Some("default".to_owned()),
+        operation,
+        user: UserInfo {
+            username: "alice".to_owned(),
+            groups: vec!["system:authenticated".to_owned()],
+            ..UserInfo::default()
+        },
+        dry_run: false,
+        object,
+        old_object: None,
+        options: None,
+    }
+}
+
+fn configmap(name: &str, labels: Option<Value>) -> Value {
+    let mut metadata = json!({"name": name, "namespace": "default"});
+    if let Some(labels) = labels {
+        metadata["labels"] = labels;
+    }
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {"k": "v"}})
+}
+
+const REQUIRE_LABELS: &str = r#"{"labels":["team"],"denyNamePattern":"^forbidden-"}"#;
+
+async fn require_labels(runtime: &Runtime) -> AdmissionPlugin {
+    runtime
+        .load_admission(
+            "require-labels",
+            &wasm("require_labels"),
+            REQUIRE_LABELS,
+            Limits::default(),
+        )
+        .await
+        .expect("load require-labels")
+}
+
+/// The runtime still loads and serves a well-behaved plugin.
+async fn assert_still_serving(runtime: &Runtime) {
+    let plugin = require_labels(runtime).await;
+    let ok = plugin
+        .validate(&request(
+            Operation::Create,
+            Some(configmap("fine", Some(json!({"team": "a"})))),
+        ))
+        .await
+        .expect("validate after a hostile plugin");
+    assert!(ok.allowed, "{ok:?}");
+    let denied = plugin
+        .validate(&request(Operation::Create, Some(configmap("fine", None))))
+        .await
+        .expect("validate after a hostile plugin");
+    assert!(!denied.allowed);
+}
+
+fn limits(f: impl FnOnce(&mut Limits)) -> Limits {
+    let mut limits = Limits::default();
+    f(&mut limits);
+    limits
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_labels_allows_and_denies_per_config() {
+    let runtime = runtime();
+    let plugin = require_labels(&runtime).await;
+
+    let allowed = plugin
+        .validate(&request(
+            Operation::Create,
+            Some(configmap(
+                "web",
+                Some(json!({"team": "payments", "x": "y"})),
+            )),
+        ))
+        .await
+        .unwrap();
+    assert!(allowed.allowed);
+    assert_eq!(allowed.status, None);
+    assert_eq!(allowed.patch, None);
+
+    let missing = plugin
+        .validate(&request(
+            Operation::Create,
+            Some(configmap("web", Some(json!({"app": "web"})))),
+        ))
+        .await
+        .unwrap();
+    assert!(!missing.allowed);
+    let status = missing.status.as_ref().unwrap();
+    assert_eq!(status.code, 403);
+    assert_eq!(status.reason, "Forbidden");
+    assert_eq!(
+        status.message,
+        "ConfigMap \"web\" denied by require-labels: missing required label(s): team"
+    );
+    assert_eq!(
+        missing
+            .audit_annotations
+            .get("require-labels/reason")
+            .map(String::as_str),
+        Some("missing required label(s): team")
+    );
+
+    let no_labels = plugin
+        .validate(&request(Operation::Update, Some(configmap("web", None))))
+        .await
+        .unwrap();
+    assert!(!no_labels.allowed);
+
+    let forbidden = plugin
+        .validate(&request(
+            Operation::Create,
+            Some(configmap("forbidden-web", Some(json!({"team": "a"})))),
+        ))
+        .await
+        .unwrap();
+    assert!(!forbidden.allowed);
+    let message = &forbidden.status.unwrap().message;
+    assert!(
+        message.contains("name \"forbidden-web\" matches the forbidden pattern \"^forbidden-\""),
+        "{message}"
+    );
+
+    let both = plugin
+        .validate(&request(
+            Operation::Create,
+            Some(configmap("forbidden-x", None)),
+        ))
+        .await
+        .unwrap();
+    let message = both.status.unwrap().message;
+    assert!(
+        message.contains("forbidden pattern")
+            && message.contains("missing required label(s): team")
+    );
+
+    // A delete carries no object: nothing to check.
+    let delete = plugin
+        .validate(&request(Operation::Delete, None))
+        .await
+        .unwrap();
+    assert!(delete.allowed);
+
+    // The mutating phase of a validating policy changes nothing.
+    let mutate = plugin
+        .mutate(&request(Operation::Create, Some(configmap("web", None))))
+        .await
+        .unwrap();
+    assert!(mutate.allowed);
+    assert_eq!(mutate.patch, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_config_is_rejected_at_load() {
+    let runtime = runtime();
+    let require = wasm("require_labels");
+    for config in [
+        r#"{"denyNamePattern":"(unclosed"}"#,
+        r#"{"labels":"team"}"#,
+        "not json",
+    ] {
+        let err = runtime
+            .load_admission("require-labels", &require, config, Limits::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, PluginError::Config { .. }), "{config}: {err}");
+    }
+    let err = runtime
+        .load_admission(
+            "default-labels",
+            &wasm("default_labels"),
+            r#"{"labels":["x"]}"#,
+            Limits::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("invalid configuration"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_labels_returns_the_expected_patch() {
+    let runtime = runtime();
+    let plugin = runtime
+        .load_admission(
+            "default-labels",
+            &wasm("default_labels"),
+            r#"{"labels":{"managed-by":"wasm-apiserver","app.kubernetes.io/part-of":"demo"}}"#,
+            Limits::default(),
+        )
+        .await
+        .unwrap();
+
+    let apply = |object: &Value, patch: &Value| {
+        let mut object = object.clone();
+        let patch: json_patch::Patch = serde_json::from_value(patch.clone()).unwrap();
+        json_patch::patch(&mut object, &patch).unwrap();
+        object
+    };
+
+    // No metadata.labels at all: the whole map is added in one operation.
+    let bare = configmap("web", None);
+    let response = plugin
+        .mutate(&request(Operation::Create, Some(bare.clone())))
+        .await
+        .unwrap();
+    assert!(response.allowed);
+    let patch = response.patch.unwrap();
+    assert_eq!(
+        patch,
+        json!([{"op": "add", "path": "/metadata/labels", "value": {
+            "app.kubernetes.io/part-of": "demo", "managed-by": "wasm-apiserver"}}])
+    );
+    assert_eq!(
+        apply(&bare, &patch)["metadata"]["labels"],
+        json!({"app.kubernetes.io/part-of": "demo", "managed-by": "wasm-apiserver"})
+    );
+    assert_eq!(
+        response
+            .audit_annotations
+            .get("default-labels/added-labels")
+            .map(String::as_str),
+        Some("1")
+    );
+
+    // Some labels present: only the missing ones, an existing value is kept.
+    let partial = configmap(
+        "web",
+        Some(json!({"managed-by": "someone-else", "team": "a"})),
+    );
+    let response = plugin
+        .mutate(&request(Operation::Update, Some(partial.clone())))
+        .await
+        .unwrap();
+    let patch = response.patch.unwrap();
+    assert_eq!(
+        patch,
+        json!([{"op": "add", "path": "/metadata/labels/app.kubernetes.io~1part-of", "value": "demo"}])
+    );
+    assert_eq!(
+        apply(&partial, &patch)["metadata"]["labels"],
+        json!({"managed-by": "someone-else", "team": "a", "app.kubernetes.io/part-of": "demo"})
+    );
+
+    // No metadata at all.
+    let response = plugin
+        .mutate(&request(
+            Operation::Create,
+            Some(json!({"kind": "ConfigMap"})),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.patch.unwrap()[0]["path"], "/metadata");
+
+    // Everything present: no patch.
+    let full = configmap(
+        "web",
+        Some(json!({"managed-by": "x", "app.kubernetes.io/part-of": "y"})),
+    );
+    let response = plugin
+        .mutate(&request(Operation::Create, Some(full)))
+        .await
+        .unwrap();
+    assert!(response.allowed);
+    assert_eq!(response.patch, None);
+
+    // The validating phase of a mutating policy allows, without a patch.
+    let response = plugin
+        .validate(&request(Operation::Create, Some(bare)))
+        .await
+        .unwrap();
+    assert!(response.allowed);
+    assert_eq!(response.patch, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_loop_times_out_within_the_limit() {
+    let runtime = runtime();
+    let timeout = Duration::from_millis(200);
+    let plugin = runtime
+        .load_admission(
+            "hostile-loop",
+            &wasm("hostile_loop"),
+            "",
+            limits(|l| l.timeout = timeout),
+        )
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let start = Instant::now();
+        let err = plugin
+            .validate(&request(Operation::Create, Some(configmap("x", None))))
+            .await
+            .unwrap_err();
+        let elapsed = start.elapsed();
+        assert!(matches!(err, PluginError::Timeout { .. }), "{err}");
+        assert!(elapsed >= timeout, "{elapsed:?}");
+        assert!(
+            elapsed < timeout + Duration::from_millis(500),
+            "took {elapsed:?}"
+        );
+    }
+    let err = plugin
+        .mutate(&request(Operation::Create, None))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PluginError::Timeout { .. }), "{err}");
+    assert_still_serving(&runtime).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_memory_dies_at_the_memory_limit() {
+    let runtime = runtime();
+    let limit = 16 << 20;
+    let plugin = runtime
+        .load_admission(
+            "hostile-memory",
+            &wasm("hostile_memory"),
+            "",
+            limits(|l| l.max_memory_bytes = limit),
+        )
+        .await
+        .unwrap();
+    let err = plugin
+        .validate(&request(Operation::Create, None))
+        .await
+        .unwrap_err();
+    match err {
+        PluginError::MemoryExceeded { limit: l, .. } => assert_eq!(l, limit),
+        other => panic!("expected MemoryExceeded, got {other}"),
+    }
+    assert_still_serving(&runtime).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_trap_is_reported_as_a_trap() {
+    let runtime = runtime();
+    let plugin = runtime
+        .load_admission("hostile-trap", &wasm("hostile_trap"), "", Limits::default())
+        .await
+        .unwrap();
+    let err = plugin
+        .validate(&request(Operation::Create, None))
+        .await
+        .unwrap_err();
+    match &err {
+        PluginError::Trap { plugin, message } => {
+            eprintln!("{err}");
+            assert_eq!(plugin, "hostile-trap");
+            // The guest's panic message (captured stderr) explains the trap.
+            assert!(
+                message.contains("deliberate panic in validate"),
+                "{message}"
+            );
+        }
+        other => panic!("expected Trap, got {other}"),
+    }
+    assert!(matches!(
+        plugin.mutate(&request(Operation::Create, None)).await,
+        Err(PluginError::Trap { .. })
+    ));
+    assert_still_serving(&runtime).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_output_is_rejected_as_too_large() {
+    let runtime = runtime();
+    let plugin = runtime
+        .load_admission(
+            "hostile-output",
+            &wasm("hostile_output"),
+            "",
+            limits(|l| l.max_output_bytes = 64 * 1024),
+        )
+        .await
+        .unwrap();
+    for phase in ["validate", "mutate"] {
+        let req = request(Operation::Create, None);
+        let result = match phase {
+            "validate" => plugin.validate(&req).await,
+            _ => plugin.mutate(&req).await,
+        };
+        match result {
+            Err(PluginError::OutputTooLarge { size, limit, .. }) => {
+                assert!(size >= 4 << 20, "{phase}: {size}");
+                assert_eq!(limit, 64 * 1024);
+            }
+            other => panic!("{phase}: expected OutputTooLarge, got {other:?}"),
+        }
+    }
+    assert_still_serving(&runtime).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_io_reaches_neither_files_nor_network() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+
+    let runtime = runtime();
+    let plugin = runtime
+        .load_admission(
+            "hostile-io",
+            &wasm("hostile_io"),
+            &format!(r#"{{"port":{port}}}"#),
+            Limits::default(),
+        )
+        .await
+        .unwrap();
+    let response = plugin
+        .validate(&request(Operation::Create, None))
+        .await
+        .unwrap();
+    assert!(response.allowed);
+    eprintln!("{:#?}", response.audit_annotations);
+    let attempts = ["file-read", "dir-list", "env", "tcp-std", "tcp-wasi", "dns"];
+    for attempt in attempts {
+        let key = format!("hostile-io/{attempt}");
+        let outcome = response
+            .audit_annotations
+            .get(&key)
+            .unwrap_or_else(|| panic!("no {key} in {:?}", response.audit_annotations));
+        assert!(outcome.starts_with("failed:"), "{attempt} {outcome}");
+    }
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the plugin reached the listener: {other:?}"),
+    }
+    assert_still_serving(&runtime).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_runtime_loads_from_the_disk_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = RuntimeConfig {
+        cache_dir: Some(dir.path().to_owned()),
+        max_instances: 8,
+        ..RuntimeConfig::default()
+    };
+    let wasm = wasm("require_labels");
+
+    let first = Runtime::new(config.clone()).unwrap();
+    let start = Instant::now();
+    let plugin = first
+        .load_admission("require-labels", &wasm, REQUIRE_LABELS, Limits::default())
+        .await
+        .unwrap();
+    let cold = start.elapsed();
+    let stats = first.cache_stats();
+    assert_eq!((stats.hits, stats.misses), (0, 1), "{stats:?}");
+    let files = walk(dir.path());
+    assert!(
+        !files.is_empty(),
+        "no cache file in {}",
+        dir.path().display()
+    );
+    assert_eq!(plugin.digest().len(), 64);
+
+    let second = Runtime::new(config).unwrap();
+    let start = Instant::now();
+    let plugin = second
+        .load_admission("require-labels", &wasm, REQUIRE_LABELS, Limits::default())
+        .await
+        .unwrap();
+    let cached = start.elapsed();
+    let stats = second.cache_stats();
+    assert_eq!((stats.hits, stats.misses), (1, 0), "{stats:?}");
+    assert!(
+        second
+            .metrics_text()
+            .contains("wasm_apiserver_plugin_cache_hits_total 1")
+    );
+    eprintln!("cold load {cold:?}, cached load {cached:?}");
+    let ok = plugin
+        .validate(&request(
+            Operation::Create,
+            Some(configmap("a", Some(json!({"team": "t"})))),
+        ))
+        .await
+        .unwrap();
+    assert!(ok.allowed);
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_cap_queues_then_reports_busy() {
+    let runtime = runtime();
+
+    // Within the cap calls queue: 16 concurrent calls through 2 slots all succeed.
+    let plugin = runtime
+        .load_admission(
+            "require-labels",
+            &wasm("require_labels"),
+            REQUIRE_LABELS,
+            limits(|l| l.max_concurrency = 2),
+        )
+        .await
+        .unwrap();
+    let calls = (0..16).map(|i| {
+        let plugin = plugin.clone();
+        tokio::spawn(async move {
+            let object = configmap(&format!("cm-{i}"), Some(json!({"team": "t"})));
+            plugin
+                .validate(&request(Operation::Create, Some(object)))
+                .await
+        })
+    });
+    for call in calls.collect::<Vec<_>>() {
+        assert!(call.await.unwrap().unwrap().allowed);
+    }
+
+    // One slot held by a spinning call: the other call waits queue_timeout, then Busy.
+    let looping = runtime
+        .load_admission(
+            "hostile-loop",
+            &wasm("hostile_loop"),
+            "",
+            limits(|l| {
+                l.max_concurrency = 1;
+                l.timeout = Duration::from_millis(600);
+                l.queue_timeout = Duration::from_millis(50);
+            }),
+        )
+        .await
+        .unwrap();
+    let req = request(Operation::Create, None);
+    let (a, b) = tokio::join!(looping.validate(&req), looping.validate(&req));
+    let mut kinds = [a.unwrap_err().kind(), b.unwrap_err().kind()];
+    kinds.sort();
+    assert_eq!(kinds, ["busy", "timeout"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_calls_denials_errors_and_latency() {
+    let runtime = runtime();
+    let plugin = require_labels(&runtime).await;
+    let good = request(
+        Operation::Create,
+        Some(configmap("a", Some(json!({"team": "t"})))),
+    );
+    let bad = request(Operation::Create, Some(configmap("a", None)));
+    plugin.validate(&good).await.unwrap();
+    plugin.validate(&bad).await.unwrap();
+    plugin.validate(&bad).await.unwrap();
+    plugin.mutate(&good).await.unwrap();
+    let trap = runtime
+        .load_admission("hostile-trap", &wasm("hostile_trap"), "", Limits::default())
+        .await
+        .unwrap();
+    trap.validate(&good).await.unwrap_err();
+
+    let text = runtime.metrics_text();
+    let labels =
+        |plugin: &str, op: &str| format!("{{plugin=\"{plugin}\",kind=\"admission\",op=\"{op}\"}}");
+    for line in [
+        format!("wasm_apiserver_plugin_calls_total{} 3", labels("require-labels", "validate")),
+        format!("wasm_apiserver_plugin_calls_total{} 1", labels("require-labels", "mutate")),
+        format!("wasm_apiserver_plugin_denials_total{} 2", labels("require-labels", "validate")),
+        format!("wasm_apiserver_plugin_timeouts_total{} 0", labels("require-labels", "validate")),
+        format!("wasm_apiserver_plugin_calls_total{} 1", labels("hostile-trap", "validate")),
+        "wasm_apiserver_plugin_errors_total{plugin=\"hostile-trap\",kind=\"admission\",op=\"validate\",error=\"trap\"} 1".to_owned(),
+        format!("wasm_apiserver_plugin_call_duration_seconds_count{} 3", labels("require-labels", "validate")),
+        "# TYPE wasm_apiserver_plugin_call_duration_seconds histogram".to_owned(),
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn components_of_another_world_and_garbage_are_rejected() {
+    let runtime = runtime();
+    let err = runtime
+        .load_admission("garbage", b"\0asm not really", "", Limits::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PluginError::Compile { .. }), "{err}");
+
+    let err = runtime
+        .load_admission("empty", b"(component)", "", Limits::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PluginError::WrongWorld { .. }), "{err}");
+
+    let err = runtime
+        .load_admission(
+            "needs-http",
+            br#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#,
+            "",
+            Limits::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PluginError::WrongWorld { .. }), "{err}");
+
+    let err = runtime
+        .load_admission(
+            "greedy",
+            &wasm("require_labels"),
+            "",
+            limits(|l| l.max_memory_bytes = u64::MAX),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PluginError::Engine(_)), "{err}");
+}
+
+/// Every component `plugins/` builds is listed in [`FIXTURES`] (and so used
+/// above), and every listed fixture is built.
+#[test]
+fn every_fixture_is_known_and_built() {
+    wasm("require_labels");
+    let mut built: Vec<String> = std::fs::read_dir(wasm_dir())
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.strip_suffix(".wasm").map(str::to_owned)
+        })
+        .collect();
+    built.sort();
+    let mut known: Vec<String> = FIXTURES.iter().map(|s| (*s).to_owned()).collect();
+    known.sort();
+    assert_eq!(built, known, "plugins/ and FIXTURES disagree");
+}
