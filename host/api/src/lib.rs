@@ -11,6 +11,7 @@ pub mod error;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod resource;
 pub mod selector;
 pub mod table;

@@ -1,0 +1,413 @@
+//! Decoding Kubernetes protobuf request bodies into JSON.
+//!
+//! kubectl 1.32+ sends `application/vnd.kubernetes.protobuf` for the typed
+//! create commands (`kubectl create namespace|configmap|secret|serviceaccount`).
+//! The body is the `k8s\0` magic followed by a `runtime.Unknown` envelope whose
+//! `raw` field holds the object's message. This module decodes the protobuf
+//! wire format against a small field table per built-in message (tags from
+//! the upstream `generated.proto` files) and produces the same JSON the
+//! object would have had, so everything after decoding is shared.
+
+use base64::Engine;
+use serde_json::{Map, Value, json};
+
+/// The prefix of every Kubernetes protobuf body.
+pub const MAGIC: &[u8] = b"k8s\0";
+
+/// How one field's value maps to JSON.
+#[derive(Clone, Copy)]
+enum Ty {
+    Str,
+    Int,
+    Bool,
+    /// `bytes`, base64 in JSON.
+    Bytes,
+    /// `metav1.Time`: RFC 3339 with seconds.
+    Time,
+    /// `metav1.MicroTime`: RFC 3339 with microseconds.
+    MicroTime,
+    MapStr,
+    MapBytes,
+    Msg(&'static [Field]),
+}
+
+/// `(tag, JSON name, type, repeated)`.
+type Field = (u32, &'static str, Ty, bool);
+
+const OWNER_REF: &[Field] = &[
+    (5, "apiVersion", Ty::Str, false),
+    (1, "kind", Ty::Str, false),
+    (3, "name", Ty::Str, false),
+    (4, "uid", Ty::Str, false),
+    (6, "controller", Ty::Bool, false),
+    (7, "blockOwnerDeletion", Ty::Bool, false),
+];
+
+const OBJECT_META: &[Field] = &[
+    (1, "name", Ty::Str, false),
+    (2, "generateName", Ty::Str, false),
+    (3, "namespace", Ty::Str, false),
+    (5, "uid", Ty::Str, false),
+    (6, "resourceVersion", Ty::Str, false),
+    (7, "generation", Ty::Int, false),
+    (8, "creationTimestamp", Ty::Time, false),
+    (9, "deletionTimestamp", Ty::Time, false),
+    (10, "deletionGracePeriodSeconds", Ty::Int, false),
+    (11, "labels", Ty::MapStr, false),
+    (12, "annotations", Ty::MapStr, false),
+    (13, "ownerReferences", Ty::Msg(OWNER_REF), true),
+    (14, "finalizers", Ty::Str, true),
+];
+
+const OBJECT_REF: &[Field] = &[
+    (1, "kind", Ty::Str, false),
+    (2, "namespace", Ty::Str, false),
+    (3, "name", Ty::Str, false),
+    (4, "uid", Ty::Str, false),
+    (5, "apiVersion", Ty::Str, false),
+    (6, "resourceVersion", Ty::Str, false),
+    (7, "fieldPath", Ty::Str, false),
+];
+
+const LOCAL_OBJECT_REF: &[Field] = &[(1, "name", Ty::Str, false)];
+
+const CONFIG_MAP: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (2, "data", Ty::MapStr, false),
+    (3, "binaryData", Ty::MapBytes, false),
+    (4, "immutable", Ty::Bool, false),
+];
+
+const SECRET: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (2, "data", Ty::MapBytes, false),
+    (3, "type", Ty::Str, false),
+    (4, "stringData", Ty::MapStr, false),
+    (5, "immutable", Ty::Bool, false),
+];
+
+const NAMESPACE_CONDITION: &[Field] = &[
+    (1, "type", Ty::Str, false),
+    (2, "status", Ty::Str, false),
+    (4, "lastTransitionTime", Ty::Time, false),
+    (5, "reason", Ty::Str, false),
+    (6, "message", Ty::Str, false),
+];
+
+const NAMESPACE: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (2, "spec", Ty::Msg(&[(1, "finalizers", Ty::Str, true)]), false),
+    (
+        3,
+        "status",
+        Ty::Msg(&[(1, "phase", Ty::Str, false), (2, "conditions", Ty::Msg(NAMESPACE_CONDITION), true)]),
+        false,
+    ),
+];
+
+const SERVICE_ACCOUNT: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (2, "secrets", Ty::Msg(OBJECT_REF), true),
+    (3, "imagePullSecrets", Ty::Msg(LOCAL_OBJECT_REF), true),
+    (4, "automountServiceAccountToken", Ty::Bool, false),
+];
+
+const EVENT: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (2, "involvedObject", Ty::Msg(OBJECT_REF), false),
+    (3, "reason", Ty::Str, false),
+    (4, "message", Ty::Str, false),
+    (5, "source", Ty::Msg(&[(1, "component", Ty::Str, false), (2, "host", Ty::Str, false)]), false),
+    (6, "firstTimestamp", Ty::Time, false),
+    (7, "lastTimestamp", Ty::Time, false),
+    (8, "count", Ty::Int, false),
+    (9, "type", Ty::Str, false),
+    (10, "eventTime", Ty::MicroTime, false),
+    (11, "series", Ty::Msg(&[(1, "count", Ty::Int, false), (2, "lastObservedTime", Ty::MicroTime, false)]), false),
+    (12, "action", Ty::Str, false),
+    (13, "related", Ty::Msg(OBJECT_REF), false),
+    (14, "reportingComponent", Ty::Str, false),
+    (15, "reportingInstance", Ty::Str, false),
+];
+
+const LEASE: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (
+        2,
+        "spec",
+        Ty::Msg(&[
+            (1, "holderIdentity", Ty::Str, false),
+            (2, "leaseDurationSeconds", Ty::Int, false),
+            (3, "acquireTime", Ty::MicroTime, false),
+            (4, "renewTime", Ty::MicroTime, false),
+            (5, "leaseTransitions", Ty::Int, false),
+            (6, "strategy", Ty::Str, false),
+            (7, "preferredHolder", Ty::Str, false),
+        ]),
+        false,
+    ),
+];
+
+const DELETE_OPTIONS: &[Field] = &[
+    (1, "gracePeriodSeconds", Ty::Int, false),
+    (2, "preconditions", Ty::Msg(&[(1, "uid", Ty::Str, false), (2, "resourceVersion", Ty::Str, false)]), false),
+    (3, "orphanDependents", Ty::Bool, false),
+    (4, "propagationPolicy", Ty::Str, false),
+    (5, "dryRun", Ty::Str, true),
+];
+
+const TYPE_META: &[Field] = &[(1, "apiVersion", Ty::Str, false), (2, "kind", Ty::Str, false)];
+const UNKNOWN: &[Field] = &[
+    (1, "typeMeta", Ty::Msg(TYPE_META), false),
+    (2, "raw", Ty::Bytes, false),
+    (3, "contentEncoding", Ty::Str, false),
+];
+
+fn schema(api_version: &str, kind: &str) -> Option<&'static [Field]> {
+    Some(match (api_version, kind) {
+        ("v1", "ConfigMap") => CONFIG_MAP,
+        ("v1", "Secret") => SECRET,
+        ("v1", "Namespace") => NAMESPACE,
+        ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
+        ("v1", "Event") => EVENT,
+        ("coordination.k8s.io/v1", "Lease") => LEASE,
+        (_, "DeleteOptions") => DELETE_OPTIONS,
+        _ => return None,
+    })
+}
+
+/// A field value as read off the wire.
+enum Wire<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+    Fixed,
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn varint(&mut self) -> Result<u64, String> {
+        let mut out = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&b, rest) = self.buf.split_first().ok_or("truncated varint")?;
+            self.buf = rest;
+            out |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(out);
+            }
+        }
+        Err("varint too long".into())
+    }
+
+    fn field(&mut self) -> Result<Option<(u32, Wire<'a>)>, String> {
+        if self.buf.is_empty() {
+            return Ok(None);
+        }
+        let key = self.varint()?;
+        let tag = u32::try_from(key >> 3).map_err(|_| "bad tag")?;
+        let wire = match key & 7 {
+            0 => Wire::Varint(self.varint()?),
+            1 | 5 => {
+                let n = if key & 7 == 1 { 8 } else { 4 };
+                if self.buf.len() < n {
+                    return Err("truncated fixed field".into());
+                }
+                self.buf = &self.buf[n..];
+                Wire::Fixed
+            }
+            2 => {
+                let len = usize::try_from(self.varint()?).map_err(|_| "bad length")?;
+                if self.buf.len() < len {
+                    return Err("truncated length-delimited field".into());
+                }
+                let (b, rest) = self.buf.split_at(len);
+                self.buf = rest;
+                Wire::Bytes(b)
+            }
+            w => return Err(format!("unsupported wire type {w}")),
+        };
+        Ok(Some((tag, wire)))
+    }
+}
+
+fn text(b: &[u8]) -> Result<String, String> {
+    String::from_utf8(b.to_vec()).map_err(|_| "invalid UTF-8 in string field".into())
+}
+
+/// A zero time is Go's `null`.
+fn time(b: &[u8], micros: bool) -> Result<Option<Value>, String> {
+    let (mut secs, mut nanos) = (0i64, 0u32);
+    let mut r = Reader { buf: b };
+    while let Some((tag, w)) = r.field()? {
+        match (tag, w) {
+            (1, Wire::Varint(v)) => secs = v as i64,
+            (2, Wire::Varint(v)) => nanos = v as u32,
+            _ => {}
+        }
+    }
+    if secs == 0 && nanos == 0 {
+        return Ok(None);
+    }
+    let t = chrono::DateTime::from_timestamp(secs, nanos).ok_or("timestamp out of range")?;
+    Ok(Some(json!(if micros {
+        t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+    } else {
+        t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+    })))
+}
+
+fn map_entry(b: &[u8], bytes_value: bool) -> Result<(String, Value), String> {
+    let (mut k, mut v) = (String::new(), Value::String(String::new()));
+    let mut r = Reader { buf: b };
+    while let Some((tag, w)) = r.field()? {
+        if let Wire::Bytes(b) = w {
+            match tag {
+                1 => k = text(b)?,
+                2 if bytes_value => v = json!(base64::engine::general_purpose::STANDARD.encode(b)),
+                2 => v = json!(text(b)?),
+                _ => {}
+            }
+        }
+    }
+    Ok((k, v))
+}
+
+fn scalar(ty: Ty, w: Wire<'_>) -> Result<Option<Value>, String> {
+    Ok(match (ty, w) {
+        (Ty::Str, Wire::Bytes(b)) => Some(json!(text(b)?)),
+        (Ty::Bytes, Wire::Bytes(b)) => Some(json!(base64::engine::general_purpose::STANDARD.encode(b))),
+        (Ty::Int, Wire::Varint(v)) => Some(json!(v as i64)),
+        (Ty::Bool, Wire::Varint(v)) => Some(json!(v != 0)),
+        (Ty::Time, Wire::Bytes(b)) => time(b, false)?,
+        (Ty::MicroTime, Wire::Bytes(b)) => time(b, true)?,
+        (Ty::Msg(fields), Wire::Bytes(b)) => Some(Value::Object(message(b, fields)?)),
+        (_, Wire::Fixed) => None,
+        _ => return Err("field has an unexpected wire type".into()),
+    })
+}
+
+fn message(buf: &[u8], fields: &[Field]) -> Result<Map<String, Value>, String> {
+    let mut out = Map::new();
+    let mut r = Reader { buf };
+    while let Some((tag, w)) = r.field()? {
+        // Unknown fields are skipped, as protobuf decoders do.
+        let Some(&(_, name, ty, repeated)) = fields.iter().find(|f| f.0 == tag) else { continue };
+        match ty {
+            Ty::MapStr | Ty::MapBytes => {
+                let Wire::Bytes(b) = w else { return Err(format!("{name}: bad map entry")) };
+                let (k, v) = map_entry(b, matches!(ty, Ty::MapBytes))?;
+                out.entry(name).or_insert_with(|| json!({}))[k] = v;
+            }
+            _ => {
+                let Some(v) = scalar(ty, w).map_err(|e| format!("{name}: {e}"))? else { continue };
+                // Go writes empty strings and zero numbers that its JSON omits.
+                if !repeated && (v == json!("") || v == json!(0)) {
+                    continue;
+                }
+                if repeated {
+                    out.entry(name).or_insert_with(|| json!([])).as_array_mut().expect("array").push(v);
+                } else {
+                    out.insert(name.into(), v);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Decodes a `k8s\0`-prefixed protobuf body into the JSON form of the object.
+pub fn decode(body: &[u8]) -> Result<Value, String> {
+    let envelope = body.strip_prefix(MAGIC).ok_or("missing the k8s protobuf magic prefix")?;
+    let unknown = message(envelope, UNKNOWN)?;
+    let api_version = unknown["typeMeta"]["apiVersion"].as_str().unwrap_or_default().to_string();
+    let kind = unknown["typeMeta"]["kind"].as_str().unwrap_or_default().to_string();
+    if unknown.get("contentEncoding").and_then(Value::as_str).is_some_and(|e| !e.is_empty()) {
+        return Err("content encodings are not supported".into());
+    }
+    let fields = schema(&api_version, &kind)
+        .ok_or_else(|| format!("protobuf is not supported for {api_version}, Kind={kind}; send JSON"))?;
+    let raw = unknown.get("raw").and_then(Value::as_str).unwrap_or_default();
+    let raw = base64::engine::general_purpose::STANDARD.decode(raw).map_err(|e| e.to_string())?;
+    let mut obj = message(&raw, fields)?;
+    obj.insert("apiVersion".into(), json!(api_version));
+    obj.insert("kind".into(), json!(kind));
+    Ok(Value::Object(obj))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(b);
+                return;
+            }
+            out.push(b | 0x80);
+        }
+    }
+    fn bytes_field(tag: u32, b: &[u8], out: &mut Vec<u8>) {
+        varint(u64::from(tag << 3 | 2), out);
+        varint(b.len() as u64, out);
+        out.extend_from_slice(b);
+    }
+    fn entry(k: &str, v: &[u8]) -> Vec<u8> {
+        let mut e = Vec::new();
+        bytes_field(1, k.as_bytes(), &mut e);
+        bytes_field(2, v, &mut e);
+        e
+    }
+
+    #[test]
+    fn decodes_a_configmap_envelope() {
+        let mut meta = Vec::new();
+        bytes_field(1, b"cm1", &mut meta);
+        bytes_field(2, b"", &mut meta);
+        bytes_field(11, &entry("app", b"web"), &mut meta);
+        bytes_field(14, b"f1", &mut meta);
+        bytes_field(14, b"f2", &mut meta);
+        let mut ts = Vec::new();
+        varint(1 << 3, &mut ts);
+        varint(1_700_000_000, &mut ts);
+        bytes_field(8, &ts, &mut meta);
+        let mut cm = Vec::new();
+        bytes_field(1, &meta, &mut cm);
+        bytes_field(2, &entry("k", b"v"), &mut cm);
+        bytes_field(3, &entry("bin", &[0, 255]), &mut cm);
+        varint(4 << 3, &mut cm);
+        varint(1, &mut cm);
+        let mut tm = Vec::new();
+        bytes_field(1, b"v1", &mut tm);
+        bytes_field(2, b"ConfigMap", &mut tm);
+        let mut body = MAGIC.to_vec();
+        bytes_field(1, &tm, &mut body);
+        bytes_field(2, &cm, &mut body);
+        bytes_field(4, b"application/vnd.kubernetes.protobuf", &mut body);
+
+        assert_eq!(
+            decode(&body).unwrap(),
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "cm1", "labels": {"app": "web"}, "finalizers": ["f1", "f2"], "creationTimestamp": "2023-11-14T22:13:20Z"},
+                "data": {"k": "v"}, "binaryData": {"bin": "AP8="}, "immutable": true
+            })
+        );
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        assert!(decode(b"nope").is_err());
+        assert!(decode(b"k8s\0\x0a\xff").is_err());
+        let mut body = MAGIC.to_vec();
+        let mut tm = Vec::new();
+        bytes_field(1, b"apps/v1", &mut tm);
+        bytes_field(2, b"Deployment", &mut tm);
+        bytes_field(1, &tm, &mut body);
+        assert!(decode(&body).unwrap_err().contains("not supported"));
+    }
+}

@@ -1,0 +1,80 @@
+//! Command-line flags of `wasm-apiserver serve`, named after
+//! kube-apiserver's where one exists.
+
+use clap::Args;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Flags of the `serve` subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Directory for the embedded store and generated files
+    /// (`admin.kubeconfig`). Created if missing.
+    #[arg(long, default_value = "./wasm-apiserver-data")]
+    pub data_dir: PathBuf,
+
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind_address: IpAddr,
+
+    /// Port to serve on (0 picks a free port; the chosen address is logged and
+    /// written to the kubeconfig).
+    #[arg(long, default_value_t = 6443)]
+    pub secure_port: u16,
+
+    /// How often history older than one interval is compacted (kube-apiserver's
+    /// `--etcd-compaction-interval`); 0 disables compaction.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub etcd_compaction_interval: Duration,
+
+    /// How often an idle watch receives a bookmark when it asked for them.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, hide = true)]
+    pub watch_progress_interval: Duration,
+
+    /// Maximum request body size in bytes (kube-apiserver's `--max-request-bytes`).
+    #[arg(long, default_value_t = 3 * 1024 * 1024)]
+    pub max_request_bytes: usize,
+}
+
+impl ServeArgs {
+    /// Defaults for tests and embedding.
+    pub fn for_data_dir(data_dir: PathBuf) -> Self {
+        ServeArgs {
+            data_dir,
+            bind_address: [127, 0, 0, 1].into(),
+            secure_port: 0,
+            etcd_compaction_interval: Duration::from_secs(300),
+            watch_progress_interval: Duration::from_secs(5),
+            max_request_bytes: 3 * 1024 * 1024,
+        }
+    }
+}
+
+/// Parses Go-style durations: `90s`, `5m`, `1h`, `250ms`, or bare seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?}")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert!(parse_duration("5x").is_err());
+    }
+}

@@ -1,0 +1,133 @@
+//! Discovery (`/api`, `/apis`, group and group-version resource lists),
+//! `/version`, health probes and `/openapi/v2`, all derived from the
+//! resource registry.
+
+use crate::server::AppState;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use wasm_apiserver_api::resource::VERBS;
+use wasm_apiserver_api::{ApiError, Registry};
+
+/// A JSON response with the given status.
+pub fn json_response(status: StatusCode, body: &Value) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+fn not_found() -> ApiError {
+    ApiError::NotFound(Default::default())
+}
+
+/// `GET /api`.
+pub async fn api_versions(State(state): State<Arc<AppState>>) -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": state.address.to_string()}],
+        }),
+    )
+}
+
+fn group_json(name: &str, versions: &[String]) -> Value {
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+        .collect();
+    json!({"name": name, "versions": vs, "preferredVersion": vs.first().cloned().unwrap_or(Value::Null)})
+}
+
+/// `GET /apis`.
+pub async fn api_groups(State(state): State<Arc<AppState>>) -> Response {
+    let groups: Vec<Value> = state.registry.groups().iter().map(|(g, vs)| group_json(g, vs)).collect();
+    json_response(StatusCode::OK, &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}))
+}
+
+/// `GET /apis/<group>`.
+pub fn api_group(registry: &Registry, group: &str) -> Result<Value, ApiError> {
+    let groups = registry.groups();
+    let versions = groups.get(group).ok_or_else(not_found)?;
+    let mut g = group_json(group, versions);
+    g["kind"] = json!("APIGroup");
+    g["apiVersion"] = json!("v1");
+    Ok(g)
+}
+
+/// `GET /api/v1` or `/apis/<group>/<version>`.
+pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Result<Value, ApiError> {
+    let mut resources = Vec::new();
+    for r in registry.in_group_version(group, version) {
+        resources.push(json!({
+            "name": r.plural,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": VERBS,
+            "shortNames": r.short_names,
+        }));
+        for sub in &r.subresources {
+            resources.push(json!({
+                "name": format!("{}/{sub}", r.plural),
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+    }
+    if resources.is_empty() {
+        return Err(not_found());
+    }
+    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    Ok(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+}
+
+/// `GET /version`.
+pub async fn version() -> Response {
+    let v = crate::KUBERNETES_VERSION.trim_start_matches('v');
+    let mut parts = v.split('.');
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "major": parts.next().unwrap_or("1"),
+            "minor": parts.next().unwrap_or("0"),
+            "gitVersion": crate::KUBERNETES_VERSION,
+            "gitCommit": concat!("wasm-apiserver-", env!("CARGO_PKG_VERSION")),
+            "gitTreeState": "clean",
+            "buildDate": "2026-01-01T00:00:00Z",
+            "goVersion": "n/a (rust)",
+            "compiler": "rustc",
+            "platform": format!("{}/{}", std::env::consts::OS, if cfg!(target_arch = "x86_64") { "amd64" } else { std::env::consts::ARCH }),
+        }),
+    )
+}
+
+/// `GET /healthz`, `/livez`: the process serves.
+pub async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// `GET /readyz`: storage answers.
+pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    match state.objects.storage.current_revision().await {
+        Ok(_) => (StatusCode::OK, "ok").into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("[-]storage failed: {e}\nreadyz check failed")).into_response(),
+    }
+}
+
+/// `GET /openapi/v2` (JSON only: a protobuf-only Accept gets 406, which
+/// makes client-go retry with JSON).
+pub async fn openapi_v2(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !accept.is_empty() && !accept.contains("json") && !accept.contains("*/*") {
+        return crate::error::ErrorResponse(ApiError::NotAcceptable(
+            "only application/json is supported for /openapi/v2".into(),
+        ))
+        .into_response();
+    }
+    json_response(StatusCode::OK, &state.openapi)
+}

@@ -1,0 +1,47 @@
+//! The one conversion from [`ApiError`] into an HTTP response with a
+//! Kubernetes `Status` body.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use wasm_apiserver_api::ApiError;
+use wasm_apiserver_storage::StorageError;
+
+/// An [`ApiError`] as an axum response.
+#[derive(Debug)]
+pub struct ErrorResponse(pub ApiError);
+
+impl From<ApiError> for ErrorResponse {
+    fn from(e: ApiError) -> Self {
+        ErrorResponse(e)
+    }
+}
+
+impl IntoResponse for ErrorResponse {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(msg) = &self.0 {
+            tracing::error!(error = %msg, "internal error");
+        }
+        let code = StatusCode::from_u16(self.0.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::to_vec(&self.0.status_json()).unwrap_or_default();
+        let mut resp = (code, body).into_response();
+        resp.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if matches!(self.0, ApiError::TooLargeResourceVersion { .. } | ApiError::ServiceUnavailable(_)) {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        resp
+    }
+}
+
+/// Maps storage failures that have no resource context (the resource-aware
+/// cases are mapped where the target is known, in `objects`).
+pub fn storage_error(e: StorageError) -> ApiError {
+    match e {
+        StorageError::Expired { requested, compacted } => {
+            ApiError::Expired(format!("too old resource version: {requested} ({compacted})"))
+        }
+        StorageError::TooLarge { requested, current } => ApiError::TooLargeResourceVersion { requested, current },
+        StorageError::Unavailable(m) => ApiError::ServiceUnavailable(m),
+        other => ApiError::Internal(other.to_string()),
+    }
+}

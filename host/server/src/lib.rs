@@ -1,0 +1,26 @@
+//! The API server: HTTP routing, the request pipeline and the object store
+//! logic on top of [`wasm_apiserver_storage::Storage`].
+//!
+//! Architecture invariant: this is the only crate that names axum. The API
+//! machinery (`wasm-apiserver-api`) and storage know nothing of HTTP.
+//!
+//! Request pipeline, in order (see [`router`]):
+//! request info → authentication → authorization → handler, where the handler
+//! runs admission before anything reaches storage (see [`objects`]).
+
+pub mod config;
+pub mod discovery;
+pub mod error;
+pub mod filters;
+pub mod handlers;
+pub mod namespaces;
+pub mod objects;
+pub mod request;
+pub mod server;
+pub mod watch;
+
+pub use config::ServeArgs;
+pub use server::{AppState, router, run};
+
+/// The Kubernetes version this server reports and implements.
+pub const KUBERNETES_VERSION: &str = "v1.33.0";

@@ -1,0 +1,88 @@
+//! Namespace lifecycle: the initial namespaces, and the controller that
+//! empties a terminating namespace and then removes it (upstream's namespace
+//! controller plus the `kubernetes` finalizer).
+
+use crate::objects::{ListParams, Objects, Preconditions, WriteOptions};
+use serde_json::{Value, json};
+use std::time::Duration;
+use wasm_apiserver_api::{ApiError, meta};
+
+/// Namespaces that exist on every cluster.
+pub const INITIAL: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Creates the initial namespaces if missing.
+pub async fn ensure_initial(objects: &Objects) -> Result<(), ApiError> {
+    let info = objects.registry.get("", "v1", "namespaces").expect("built in").clone();
+    for name in INITIAL {
+        let obj = json!({"metadata": {"name": name}});
+        match objects.create(&info, None, obj, &WriteOptions::default()).await {
+            Ok(_) | Err(ApiError::AlreadyExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Runs the controller until the process ends: on every namespace deletion
+/// and every few seconds, finalizes the terminating namespaces.
+pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if let Err(e) = finalize_all(&objects).await {
+                tracing::warn!(error = %e, "namespace controller pass failed");
+            }
+            tokio::select! {
+                _ = objects.namespace_deleted.notified() => {}
+                _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            }
+        }
+    })
+}
+
+async fn finalize_all(objects: &Objects) -> Result<(), ApiError> {
+    let info = objects.registry.get("", "v1", "namespaces").expect("built in").clone();
+    let all = objects.list(&info, None, &ListParams::default()).await?;
+    for ns in all.items.iter().filter(|n| meta::str_field(n, "deletionTimestamp").is_some()) {
+        let name = meta::name(ns).unwrap_or_default();
+        finalize(objects, name).await?;
+    }
+    Ok(())
+}
+
+/// Deletes the namespace's contents; once empty, drops the `kubernetes`
+/// finalizer, which deletes the namespace.
+async fn finalize(objects: &Objects, ns: &str) -> Result<(), ApiError> {
+    let opts = WriteOptions::default();
+    let mut remaining = 0;
+    for info in objects.registry.all().filter(|r| r.namespaced) {
+        let listed = objects.list(info, Some(ns), &ListParams::default()).await?;
+        for obj in &listed.items {
+            let name = meta::name(obj).unwrap_or_default();
+            match objects.delete(info, Some(ns), name, &Preconditions::default(), &opts).await {
+                Ok(crate::objects::Deleted::Pending(_)) => remaining += 1,
+                Ok(_) | Err(ApiError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    if remaining > 0 {
+        tracing::debug!(namespace = ns, remaining, "namespace waits for finalizers");
+        return Ok(());
+    }
+    let info = objects.registry.get("", "v1", "namespaces").expect("built in").clone();
+    let result = objects
+        .guaranteed_update(&info, None, ns, &opts, |cur| {
+            let mut new = cur.clone();
+            let kept: Vec<Value> = cur["spec"]["finalizers"]
+                .as_array()
+                .map(|a| a.iter().filter(|f| *f != "kubernetes").cloned().collect())
+                .unwrap_or_default();
+            new["spec"]["finalizers"] = json!(kept);
+            Ok(new)
+        })
+        .await;
+    match result {
+        Ok(_) | Err(ApiError::NotFound(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,583 @@
+//! The object store: Kubernetes object semantics on top of [`Storage`], like
+//! upstream's generic registry store. Handlers call it with decoded JSON;
+//! it owns metadata rules, optimistic concurrency, finalizers, namespace
+//! lifecycle, selectors and paging, and the admission hook.
+
+use crate::error::storage_error;
+use base64::Engine;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use tokio::sync::Notify;
+use wasm_apiserver_api::error::Target;
+use wasm_apiserver_api::selector::{FieldSelector, LabelSelector};
+use wasm_apiserver_api::validation::validate_object;
+use wasm_apiserver_api::{ApiError, Registry, ResourceInfo, meta};
+use wasm_apiserver_storage::{KeyValue, ListOptions, Storage, StorageError};
+
+type Result<T, E = ApiError> = std::result::Result<T, E>;
+
+/// How many times a write is retried after losing a compare-and-swap race.
+const MAX_RETRIES: usize = 64;
+
+/// Options common to writes.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// `dryRun=All`: run everything but the storage write.
+    pub dry_run: bool,
+}
+
+/// `DeleteOptions` preconditions.
+#[derive(Debug, Clone, Default)]
+pub struct Preconditions {
+    pub uid: Option<String>,
+    pub resource_version: Option<u64>,
+}
+
+/// Parameters of a list (and of a watch's initial state).
+#[derive(Debug, Clone, Default)]
+pub struct ListParams {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+    pub resource_version: Option<String>,
+    pub resource_version_match: Option<String>,
+}
+
+impl ListParams {
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.labels.matches_object(obj) && self.fields.matches(obj)
+    }
+}
+
+/// A page of a list.
+#[derive(Debug, Clone)]
+pub struct ListOutcome {
+    pub items: Vec<Value>,
+    pub resource_version: u64,
+    pub continue_token: Option<String>,
+}
+
+/// What a delete did.
+#[derive(Debug, Clone)]
+pub enum Deleted {
+    /// The object is gone; this was its last state.
+    Now(Value),
+    /// Finalizers (or namespace cleanup) hold it; it is marked for deletion.
+    Pending(Value),
+}
+
+/// Kubernetes object semantics over a [`Storage`].
+#[derive(Clone)]
+pub struct Objects {
+    pub storage: Arc<dyn Storage>,
+    pub registry: Arc<Registry>,
+    /// Woken when a namespace starts terminating.
+    pub namespace_deleted: Arc<Notify>,
+}
+
+/// The `Target` of errors about `name` of this resource.
+pub fn target(info: &ResourceInfo, name: &str) -> Target {
+    Target::new(&info.group, &info.plural, name)
+}
+
+fn map_storage(info: &ResourceInfo, name: &str, e: StorageError) -> ApiError {
+    match e {
+        StorageError::NotFound => ApiError::NotFound(target(info, name)),
+        StorageError::AlreadyExists => ApiError::AlreadyExists(target(info, name)),
+        StorageError::Conflict { .. } => ApiError::stale(target(info, name)),
+        other => storage_error(other),
+    }
+}
+
+/// Decodes a stored value and stamps its resourceVersion.
+pub fn decode(kv: &KeyValue) -> Result<Value> {
+    let mut obj: Value = serde_json::from_slice(&kv.value)
+        .map_err(|e| ApiError::Internal(format!("corrupt object at {}: {e}", kv.key)))?;
+    meta::set_resource_version(&mut obj, kv.mod_revision);
+    Ok(obj)
+}
+
+/// Encodes an object for storage: the resourceVersion lives in the revision.
+fn encode(obj: &mut Value) -> Vec<u8> {
+    meta::metadata_mut(obj).remove("resourceVersion");
+    serde_json::to_vec(obj).expect("JSON values serialize")
+}
+
+fn without_rv(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    meta::metadata_mut(&mut o).remove("resourceVersion");
+    o
+}
+
+fn now() -> String {
+    meta::timestamp(chrono::Utc::now())
+}
+
+/// True once nothing holds a deleted object any more.
+fn ready_to_delete(info: &ResourceInfo, obj: &Value) -> bool {
+    let spec_finalizers = info.plural == "namespaces"
+        && obj["spec"]["finalizers"].as_array().is_some_and(|a| !a.is_empty());
+    meta::str_field(obj, "deletionTimestamp").is_some() && meta::finalizers(obj).is_empty() && !spec_finalizers
+}
+
+/// Upstream's continue token: base64url(JSON{v, rv, start}) with `start`
+/// relative to the list prefix.
+fn encode_continue(rv: u64, start: &str) -> String {
+    let raw = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": start}).to_string();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+}
+
+fn decode_continue(token: &str) -> Result<(u64, String)> {
+    let bad = |why: &str| ApiError::BadRequest(format!("continue key is not valid: {why}"));
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token.trim_end_matches('='))
+        .map_err(|_| bad("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"))?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad("not JSON"))?;
+    if v["v"] != "meta.k8s.io/v1" {
+        return Err(bad("server does not recognize this encoded version"));
+    }
+    let rv = v["rv"].as_u64().filter(|r| *r > 0).ok_or_else(|| bad("incorrect encoded start resourceVersion"))?;
+    let start = v["start"].as_str().ok_or_else(|| bad("missing start"))?;
+    if start.contains("..") || start.starts_with('/') {
+        return Err(bad("path traversal attempt"));
+    }
+    Ok((rv, start.to_string()))
+}
+
+impl Objects {
+    pub fn new(storage: Arc<dyn Storage>, registry: Arc<Registry>) -> Self {
+        Objects { storage, registry, namespace_deleted: Arc::new(Notify::new()) }
+    }
+
+    /// Reads one object.
+    pub async fn get(&self, info: &ResourceInfo, ns: Option<&str>, name: &str) -> Result<Value> {
+        match self.storage.get(&info.object_key(ns, name)).await.map_err(storage_error)? {
+            Some(kv) => decode(&kv),
+            None => Err(ApiError::NotFound(target(info, name))),
+        }
+    }
+
+    /// The revision a list starts from, per `resourceVersion` and
+    /// `resourceVersionMatch` (upstream semantics without a watch cache).
+    async fn list_revision(&self, p: &ListParams) -> Result<Option<u64>> {
+        let rv = meta::parse_resource_version(p.resource_version.as_deref().unwrap_or(""))
+            .map_err(ApiError::BadRequest)?;
+        match (rv, p.resource_version_match.as_deref()) {
+            (None, Some(m)) if !m.is_empty() => Err(ApiError::BadRequest(
+                "resourceVersionMatch is forbidden unless resourceVersion is provided".into(),
+            )),
+            (None | Some(0), _) => Ok(None),
+            (Some(n), Some("Exact")) => Ok(Some(n)),
+            (Some(n), None | Some("")) if p.limit.is_some() => Ok(Some(n)),
+            (Some(n), None | Some("") | Some("NotOlderThan")) => {
+                let current = self.storage.current_revision().await.map_err(storage_error)?;
+                if n > current {
+                    return Err(ApiError::TooLargeResourceVersion { requested: n, current });
+                }
+                Ok(None)
+            }
+            (Some(_), Some(other)) => Err(ApiError::BadRequest(format!(
+                "resourceVersionMatch: Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\""
+            ))),
+        }
+    }
+
+    /// Lists objects matching the selectors, one page at a fixed revision.
+    pub async fn list(&self, info: &ResourceInfo, ns: Option<&str>, p: &ListParams) -> Result<ListOutcome> {
+        let prefix = info.collection_key(ns);
+        let (mut start, mut revision) = match &p.continue_token {
+            Some(tok) if !tok.is_empty() => {
+                let (rv, start) = decode_continue(tok)?;
+                (Some(format!("{prefix}{start}")), Some(rv))
+            }
+            _ => (None, self.list_revision(p).await?),
+        };
+        let limit = p.limit.filter(|l| *l > 0);
+        let mut items = Vec::new();
+        let mut next = None;
+        loop {
+            let page_size = limit.map(|l| (l - items.len()).max(if p.labels.is_empty() && p.fields.is_empty() { 1 } else { 256 }));
+            let page = self
+                .storage
+                .list(&prefix, ListOptions { revision, start_key: start.clone(), limit: page_size })
+                .await
+                .map_err(|e| match e {
+                    StorageError::Expired { .. } if p.continue_token.is_some() => ApiError::Expired(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
+                    ),
+                    other => storage_error(other),
+                })?;
+            revision = Some(page.revision);
+            let mut stopped_at = None;
+            for kv in &page.items {
+                if limit.is_some_and(|l| items.len() >= l) {
+                    stopped_at = Some(kv.key.clone());
+                    break;
+                }
+                let obj = decode(kv)?;
+                if p.matches(&obj) {
+                    items.push(obj);
+                }
+            }
+            if let Some(key) = stopped_at {
+                next = Some(key);
+                break;
+            }
+            match page.next_key {
+                None => break,
+                Some(key) if limit.is_some_and(|l| items.len() >= l) => {
+                    next = Some(key);
+                    break;
+                }
+                Some(key) => start = Some(key),
+            }
+        }
+        let resource_version = revision.unwrap_or_default();
+        let continue_token = next.map(|k| encode_continue(resource_version, k.strip_prefix(&prefix).unwrap_or(&k)));
+        Ok(ListOutcome { items, resource_version, continue_token })
+    }
+
+    /// Fails unless `ns` exists and is not terminating.
+    async fn ensure_namespace_active(&self, info: &ResourceInfo, ns: &str, name: &str) -> Result<()> {
+        let ns_info = self.registry.get("", "v1", "namespaces").expect("namespaces are built in");
+        let obj = self.get(ns_info, None, ns).await?;
+        if meta::str_field(&obj, "deletionTimestamp").is_some() {
+            return Err(ApiError::Forbidden(
+                target(info, name),
+                format!("unable to create new content in namespace {ns} because it is being terminated"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks and sets apiVersion/kind and namespace of a request body.
+    fn normalize(&self, info: &ResourceInfo, ns: Option<&str>, obj: &mut Value) -> Result<()> {
+        let Some(map) = obj.as_object_mut() else {
+            return Err(ApiError::BadRequest("the request body must be a JSON object".into()));
+        };
+        let api_version = info.api_version();
+        match map.get("apiVersion").and_then(Value::as_str) {
+            Some(v) if !v.is_empty() && v != api_version => {
+                return Err(ApiError::BadRequest(format!(
+                    "the API version in the data ({v}) does not match the expected API version ({api_version})"
+                )));
+            }
+            _ => {}
+        }
+        match map.get("kind").and_then(Value::as_str) {
+            Some(k) if !k.is_empty() && k != info.kind => {
+                return Err(ApiError::BadRequest(format!(
+                    "the kind in the data ({k}) does not match the expected kind ({})",
+                    info.kind
+                )));
+            }
+            _ => {}
+        }
+        map.insert("apiVersion".into(), json!(api_version));
+        map.insert("kind".into(), json!(info.kind));
+        let meta = meta::metadata_mut(obj);
+        if info.namespaced {
+            let ns = ns.unwrap_or_default();
+            match meta.get("namespace").and_then(Value::as_str) {
+                Some(body_ns) if !body_ns.is_empty() && body_ns != ns => {
+                    return Err(ApiError::BadRequest(
+                        "the namespace of the provided object does not match the namespace sent on the request".into(),
+                    ));
+                }
+                _ => {
+                    meta.insert("namespace".into(), json!(ns));
+                }
+            }
+        } else {
+            meta.remove("namespace");
+        }
+        Ok(())
+    }
+
+    /// Kind-specific defaulting, as upstream's strategies do on every write.
+    fn defaults(info: &ResourceInfo, obj: &mut Value) {
+        match (info.group.as_str(), info.kind.as_str()) {
+            ("", "Namespace") => {
+                if meta::str_field(obj, "deletionTimestamp").is_none() {
+                    obj["status"] = json!({"phase": "Active"});
+                }
+            }
+            ("", "Secret") => {
+                if obj.get("type").and_then(Value::as_str).is_none_or(str::is_empty) {
+                    obj["type"] = json!("Opaque");
+                }
+                // stringData is write-only: fold it into data.
+                if let Some(Value::Object(sd)) = obj.as_object_mut().and_then(|m| m.remove("stringData")) {
+                    let engine = base64::engine::general_purpose::STANDARD;
+                    for (k, v) in sd {
+                        let s = v.as_str().unwrap_or_default();
+                        obj["data"][k] = json!(engine.encode(s));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Creates an object (POST).
+    pub async fn create(&self, info: &ResourceInfo, ns: Option<&str>, mut obj: Value, opts: &WriteOptions) -> Result<Value> {
+        self.normalize(info, ns, &mut obj)?;
+        let generate = meta::str_field(&obj, "generateName").map(String::from);
+        if meta::name(&obj).is_none()
+            && let Some(base) = &generate
+        {
+            meta::metadata_mut(&mut obj).insert("name".into(), json!(meta::generate_name(base)));
+        }
+        meta::prepare_for_create(&mut obj, chrono::Utc::now());
+        if info.plural == "namespaces" {
+            obj["spec"]["finalizers"] = json!(["kubernetes"]);
+        }
+        Self::defaults(info, &mut obj);
+        validate_object(info, &obj)?;
+        let name = meta::name(&obj).unwrap_or_default().to_string();
+        if let Some(ns) = ns.filter(|_| info.namespaced) {
+            self.ensure_namespace_active(info, ns, &name).await?;
+        }
+        if opts.dry_run {
+            return Ok(obj);
+        }
+        let key = info.object_key(ns, &name);
+        let kv = self.storage.create(&key, encode(&mut obj)).await.map_err(|e| map_storage(info, &name, e))?;
+        meta::set_resource_version(&mut obj, kv.mod_revision);
+        Ok(obj)
+    }
+
+    /// Reads, changes and compare-and-swaps an object until the swap wins
+    /// (upstream's `GuaranteedUpdate`). `change` sees the current object and
+    /// returns the desired one; it enforces the caller's preconditions.
+    pub async fn guaranteed_update<F>(&self, info: &ResourceInfo, ns: Option<&str>, name: &str, opts: &WriteOptions, mut change: F) -> Result<Value>
+    where
+        F: FnMut(&Value) -> Result<Value>,
+    {
+        let key = info.object_key(ns, name);
+        for _ in 0..MAX_RETRIES {
+            let Some(cur_kv) = self.storage.get(&key).await.map_err(storage_error)? else {
+                return Err(ApiError::NotFound(target(info, name)));
+            };
+            let cur = decode(&cur_kv)?;
+            let mut new = change(&cur)?;
+            self.normalize(info, ns, &mut new)?;
+            meta::prepare_for_update(&mut new, &cur);
+            Self::defaults(info, &mut new);
+            validate_object(info, &new)?;
+            if ready_to_delete(info, &new) {
+                if opts.dry_run {
+                    return Ok(new);
+                }
+                match self.storage.delete(&key, Some(cur_kv.mod_revision)).await {
+                    Ok(kv) => {
+                        meta::set_resource_version(&mut new, kv.mod_revision);
+                        return Ok(new);
+                    }
+                    Err(StorageError::Conflict { .. }) => continue,
+                    Err(e) => return Err(map_storage(info, name, e)),
+                }
+            }
+            if without_rv(&new) == without_rv(&cur) {
+                return Ok(cur);
+            }
+            if opts.dry_run {
+                meta::set_resource_version(&mut new, cur_kv.mod_revision);
+                return Ok(new);
+            }
+            match self.storage.update(&key, encode(&mut new), cur_kv.mod_revision).await {
+                Ok(kv) => {
+                    meta::set_resource_version(&mut new, kv.mod_revision);
+                    return Ok(new);
+                }
+                Err(StorageError::Conflict { .. }) => continue,
+                Err(e) => return Err(map_storage(info, name, e)),
+            }
+        }
+        Err(ApiError::stale(target(info, name)))
+    }
+
+    /// Replaces an object (PUT), or one of its subresources.
+    pub async fn update(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+        mut body: Value,
+        opts: &WriteOptions,
+    ) -> Result<Value> {
+        match meta::name(&body) {
+            Some(n) if n != name => {
+                return Err(ApiError::BadRequest(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )));
+            }
+            Some(_) => {}
+            None => {
+                meta::metadata_mut(&mut body).insert("name".into(), json!(name));
+            }
+        }
+        let precondition = meta::parse_resource_version(meta::str_field(&body, "resourceVersion").unwrap_or(""))
+            .map_err(ApiError::BadRequest)?;
+        let body_uid = meta::str_field(&body, "uid").map(String::from);
+        let subresource = subresource.map(String::from);
+        let has_status = info.subresources.iter().any(|s| s == "status");
+        self.guaranteed_update(info, ns, name, opts, |cur| {
+            check_preconditions(info, name, cur, body_uid.as_deref(), precondition)?;
+            let mut new = match subresource.as_deref() {
+                None => {
+                    let mut new = body.clone();
+                    if has_status {
+                        new["status"] = cur.get("status").cloned().unwrap_or(Value::Null);
+                    }
+                    new
+                }
+                Some("status") if has_status => {
+                    let mut new = cur.clone();
+                    new["status"] = body.get("status").cloned().unwrap_or(Value::Null);
+                    new
+                }
+                Some("finalize") if info.plural == "namespaces" => {
+                    let mut new = cur.clone();
+                    new["spec"]["finalizers"] = body["spec"]["finalizers"].clone();
+                    new
+                }
+                Some(other) => {
+                    return Err(ApiError::NotFound(Target::new(&info.group, &format!("{}/{other}", info.plural), name)));
+                }
+            };
+            if new.get("status").is_some_and(Value::is_null) {
+                new.as_object_mut().map(|m| m.remove("status"));
+            }
+            Ok(new)
+        })
+        .await
+    }
+
+    /// Patches an object (PATCH) with an already-parsed patch document.
+    pub async fn patch(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        apply: &(dyn Fn(&Value) -> Result<Value> + Send + Sync),
+        opts: &WriteOptions,
+    ) -> Result<Value> {
+        self.guaranteed_update(info, ns, name, opts, |cur| {
+            let patched = apply(cur)?;
+            // A resourceVersion in the patch is a precondition.
+            let want = meta::str_field(&patched, "resourceVersion");
+            if want.is_some() && want != meta::str_field(cur, "resourceVersion") {
+                return Err(ApiError::stale(target(info, name)));
+            }
+            if meta::name(&patched) != Some(name) {
+                return Err(ApiError::BadRequest("metadata.name: the name of an object cannot be changed by a patch".into()));
+            }
+            Ok(patched)
+        })
+        .await
+    }
+
+    /// Deletes an object, or marks it for deletion while finalizers hold it.
+    pub async fn delete(&self, info: &ResourceInfo, ns: Option<&str>, name: &str, pre: &Preconditions, opts: &WriteOptions) -> Result<Deleted> {
+        let key = info.object_key(ns, name);
+        for _ in 0..MAX_RETRIES {
+            let Some(cur_kv) = self.storage.get(&key).await.map_err(storage_error)? else {
+                return Err(ApiError::NotFound(target(info, name)));
+            };
+            let cur = decode(&cur_kv)?;
+            check_preconditions(info, name, &cur, pre.uid.as_deref(), pre.resource_version)?;
+            let is_namespace = info.plural == "namespaces";
+            if is_namespace || !meta::finalizers(&cur).is_empty() {
+                if meta::str_field(&cur, "deletionTimestamp").is_some() {
+                    return Ok(Deleted::Pending(cur));
+                }
+                let mut marked = cur.clone();
+                let m = meta::metadata_mut(&mut marked);
+                m.insert("deletionTimestamp".into(), json!(now()));
+                m.insert("deletionGracePeriodSeconds".into(), json!(0));
+                if is_namespace {
+                    marked["status"] = json!({"phase": "Terminating"});
+                }
+                if opts.dry_run {
+                    return Ok(Deleted::Pending(marked));
+                }
+                match self.storage.update(&key, encode(&mut marked), cur_kv.mod_revision).await {
+                    Ok(kv) => {
+                        meta::set_resource_version(&mut marked, kv.mod_revision);
+                        if is_namespace {
+                            self.namespace_deleted.notify_one();
+                        }
+                        return Ok(Deleted::Pending(marked));
+                    }
+                    Err(StorageError::Conflict { .. }) => continue,
+                    Err(e) => return Err(map_storage(info, name, e)),
+                }
+            }
+            if opts.dry_run {
+                return Ok(Deleted::Now(cur));
+            }
+            match self.storage.delete(&key, Some(cur_kv.mod_revision)).await {
+                Ok(kv) => {
+                    let mut last = cur;
+                    meta::set_resource_version(&mut last, kv.mod_revision);
+                    return Ok(Deleted::Now(last));
+                }
+                Err(StorageError::Conflict { .. }) => continue,
+                Err(e) => return Err(map_storage(info, name, e)),
+            }
+        }
+        Err(ApiError::stale(target(info, name)))
+    }
+
+    /// Deletes every object matching the selectors (DELETE on a collection).
+    pub async fn delete_collection(&self, info: &ResourceInfo, ns: Option<&str>, p: &ListParams, opts: &WriteOptions) -> Result<ListOutcome> {
+        let mut listed = self.list(info, ns, &ListParams { limit: None, continue_token: None, ..p.clone() }).await?;
+        let mut deleted = Vec::with_capacity(listed.items.len());
+        for obj in listed.items.drain(..) {
+            let name = meta::name(&obj).unwrap_or_default().to_string();
+            let obj_ns = meta::namespace(&obj).map(String::from);
+            match self.delete(info, obj_ns.as_deref(), &name, &Preconditions::default(), opts).await {
+                Ok(Deleted::Now(o) | Deleted::Pending(o)) => deleted.push(o),
+                Err(ApiError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        listed.items = deleted;
+        listed.continue_token = None;
+        Ok(listed)
+    }
+}
+
+fn check_preconditions(info: &ResourceInfo, name: &str, cur: &Value, uid: Option<&str>, rv: Option<u64>) -> Result<()> {
+    let cur_uid = meta::str_field(cur, "uid").unwrap_or_default();
+    if let Some(uid) = uid.filter(|u| *u != cur_uid) {
+        return Err(ApiError::Conflict(
+            target(info, name),
+            format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {cur_uid}"),
+        ));
+    }
+    let cur_rv = meta::str_field(cur, "resourceVersion").unwrap_or_default();
+    if let Some(rv) = rv.filter(|rv| rv.to_string() != cur_rv) {
+        let _ = rv;
+        return Err(ApiError::stale(target(info, name)));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_tokens_round_trip_and_reject_garbage() {
+        let t = encode_continue(42, "default/cm-7");
+        assert_eq!(decode_continue(&t).unwrap(), (42, "default/cm-7".to_string()));
+        assert!(decode_continue("!!!").is_err());
+        let evil = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(json!({"v": "meta.k8s.io/v1", "rv": 1, "start": "../x"}).to_string());
+        assert!(decode_continue(&evil).is_err());
+    }
+}
