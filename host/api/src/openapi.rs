@@ -90,6 +90,79 @@ pub fn openapi_v2(registry: &Registry, version: &str) -> Value {
     })
 }
 
+/// The group-version paths of `/openapi/v3` (`api/v1`, `apis/<g>/<v>`).
+pub fn v3_group_versions(registry: &Registry) -> Vec<(String, String, String)> {
+    let mut out: Vec<(String, String, String)> = Vec::new();
+    for r in registry.all() {
+        let path = if r.group.is_empty() {
+            format!("api/{}", r.version)
+        } else {
+            format!("apis/{}/{}", r.group, r.version)
+        };
+        if !out.iter().any(|(p, _, _)| *p == path) {
+            out.push((path, r.group.clone(), r.version.clone()));
+        }
+    }
+    out
+}
+
+fn v3_operation(info: &ResourceInfo, action: &str, extra: &[&str]) -> Value {
+    let mut params: Vec<Value> = ["dryRun", "fieldManager"]
+        .iter()
+        .chain(extra)
+        .map(|p| json!({"name": p, "in": "query", "schema": {"type": "string", "uniqueItems": true}}))
+        .collect();
+    if action == "patch" {
+        params.push(json!({"name": "force", "in": "query", "schema": {"type": "boolean", "uniqueItems": true}}));
+    }
+    json!({
+        "operationId": format!("{action}{}", info.kind),
+        "parameters": params,
+        "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{}", definition_name(info))}}}}},
+        "x-kubernetes-action": action,
+        "x-kubernetes-group-version-kind": gvk(info),
+    })
+}
+
+/// The OpenAPI v3 document of one group version. Operations declare the
+/// parameters kubectl probes for (`fieldValidation`); schemas stay open and
+/// carry no GVK extension, so kubectl computes strategic merge patches from
+/// its own compiled-in types, as it does for any server without schemas.
+pub fn openapi_v3(registry: &Registry, group: &str, version: &str, server_version: &str) -> Value {
+    let mut paths = Map::new();
+    let mut schemas = Map::new();
+    for info in registry.in_group_version(group, version) {
+        let collection = base_path(info, info.namespaced);
+        paths.insert(
+            collection.clone(),
+            json!({
+                "get": v3_operation(info, "list", &[]),
+                "post": v3_operation(info, "post", &["fieldValidation"]),
+                "delete": v3_operation(info, "deletecollection", &[]),
+            }),
+        );
+        paths.insert(
+            format!("{collection}/{{name}}"),
+            json!({
+                "get": v3_operation(info, "get", &[]),
+                "put": v3_operation(info, "put", &["fieldValidation"]),
+                "patch": v3_operation(info, "patch", &["fieldValidation"]),
+                "delete": v3_operation(info, "delete", &[]),
+            }),
+        );
+        schemas.insert(
+            definition_name(info),
+            json!({"description": format!("{} is a {} object.", info.kind, info.api_version()), "type": "object"}),
+        );
+    }
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": server_version},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,5 +175,17 @@ mod tests {
         assert!(patch["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "fieldValidation"));
         assert!(doc["paths"].get("/api/v1/namespaces/{name}").is_some());
         assert!(doc["definitions"].get("io.k8s.api.coordination.v1.Lease").is_some());
+    }
+
+    #[test]
+    fn v3_per_group_version() {
+        let r = Registry::builtin();
+        let gvs = v3_group_versions(&r);
+        assert_eq!(gvs[0].0, "api/v1");
+        assert!(gvs.iter().any(|(p, _, _)| p == "apis/coordination.k8s.io/v1"));
+        let doc = openapi_v3(&r, "", "v1", "v1.33.0");
+        let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/secrets/{name}"]["patch"];
+        assert!(patch["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "fieldValidation"));
+        assert!(doc["paths"].get("/apis/coordination.k8s.io/v1/leases").is_none());
     }
 }

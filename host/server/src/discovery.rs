@@ -124,10 +124,35 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 pub async fn openapi_v2(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !accept.is_empty() && !accept.contains("json") && !accept.contains("*/*") {
-        return crate::error::ErrorResponse(ApiError::NotAcceptable(
-            "only application/json is supported for /openapi/v2".into(),
-        ))
-        .into_response();
+        // client-go retries with JSON after a 404 (not after a 406).
+        return crate::error::ErrorResponse(not_found()).into_response();
     }
     json_response(StatusCode::OK, &state.openapi)
+}
+
+/// `GET /openapi/v3`: the index of group-version documents.
+pub async fn openapi_v3_root(State(state): State<Arc<AppState>>) -> Response {
+    let mut paths = serde_json::Map::new();
+    for (path, _, _) in wasm_apiserver_api::openapi::v3_group_versions(&state.registry) {
+        let url = format!("/openapi/v3/{path}?hash={}", state.openapi_hash);
+        paths.insert(path, json!({"serverRelativeURL": url}));
+    }
+    json_response(StatusCode::OK, &json!({"paths": paths}))
+}
+
+/// `GET /openapi/v3/<api|apis/group>/<version>`.
+pub async fn openapi_v3_doc(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Path(rest): axum::extract::Path<String>,
+) -> Response {
+    let found = wasm_apiserver_api::openapi::v3_group_versions(&state.registry)
+        .into_iter()
+        .find(|(path, _, _)| *path == rest);
+    match found {
+        Some((_, g, v)) => json_response(
+            StatusCode::OK,
+            &wasm_apiserver_api::openapi::openapi_v3(&state.registry, &g, &v, crate::KUBERNETES_VERSION),
+        ),
+        None => crate::error::ErrorResponse(not_found()).into_response(),
+    }
 }

@@ -22,6 +22,8 @@ pub struct AppState {
     pub registry: Arc<Registry>,
     /// The OpenAPI v2 document, built once from the registry.
     pub openapi: Value,
+    /// Changes whenever the registry does; part of `/openapi/v3` URLs.
+    pub openapi_hash: String,
     /// The address clients reach this server at.
     pub address: SocketAddr,
     pub max_request_bytes: usize,
@@ -30,9 +32,17 @@ pub struct AppState {
 impl AppState {
     pub fn new(storage: Arc<dyn Storage>, address: SocketAddr, max_request_bytes: usize) -> Self {
         let registry = Arc::new(Registry::builtin());
+        let openapi = wasm_apiserver_api::openapi::openapi_v2(&registry, crate::KUBERNETES_VERSION);
+        let openapi_hash = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            openapi.to_string().hash(&mut h);
+            format!("{:016X}", h.finish())
+        };
         AppState {
             objects: Objects::new(storage, registry.clone()),
-            openapi: wasm_apiserver_api::openapi::openapi_v2(&registry, crate::KUBERNETES_VERSION),
+            openapi,
+            openapi_hash,
             registry,
             address,
             max_request_bytes,
@@ -57,6 +67,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/livez", get(discovery::healthz))
         .route("/readyz", get(discovery::readyz))
         .route("/openapi/v2", get(discovery::openapi_v2))
+        .route("/openapi/v3", get(discovery::openapi_v3_root))
+        .route("/openapi/v3/{*rest}", get(discovery::openapi_v3_doc))
         .layer(pipeline)
         .with_state(state)
 }
