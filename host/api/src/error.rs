@@ -50,7 +50,11 @@ pub struct Target {
 
 impl Target {
     pub fn new(group: &str, kind: &str, name: &str) -> Self {
-        Target { group: group.into(), kind: kind.into(), name: name.into() }
+        Target {
+            group: group.into(),
+            kind: kind.into(),
+            name: name.into(),
+        }
     }
 
     /// `configmaps "foo"` or `leases.coordination.k8s.io "foo"`.
@@ -60,7 +64,11 @@ impl Target {
         } else {
             format!("{}.{}", self.kind, self.group)
         };
-        if self.name.is_empty() { kind } else { format!("{kind} {:?}", self.name) }
+        if self.name.is_empty() {
+            kind
+        } else {
+            format!("{kind} {:?}", self.name)
+        }
     }
 }
 
@@ -103,11 +111,26 @@ pub enum ApiError {
     ServiceUnavailable(String),
     #[error("Internal error occurred: {0}")]
     Internal(String),
+    /// A refusal with a code and reason chosen by someone else (an admission
+    /// plugin or webhook), passed through as upstream does.
+    #[error("{message}")]
+    Custom {
+        code: u16,
+        reason: String,
+        message: String,
+    },
 }
 
 fn causes_text(causes: &[Cause]) -> String {
-    let parts: Vec<String> = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
-    if parts.len() == 1 { parts[0].clone() } else { format!("[{}]", parts.join(", ")) }
+    let parts: Vec<String> = causes
+        .iter()
+        .map(|c| format!("{}: {}", c.field, c.message))
+        .collect();
+    if parts.len() == 1 {
+        parts[0].clone()
+    } else {
+        format!("[{}]", parts.join(", "))
+    }
 }
 
 impl ApiError {
@@ -128,11 +151,12 @@ impl ApiError {
             ApiError::TooLargeResourceVersion { .. } | ApiError::Timeout(_) => 504,
             ApiError::ServiceUnavailable(_) => 503,
             ApiError::Internal(_) => 500,
+            ApiError::Custom { code, .. } => *code,
         }
     }
 
     /// The upstream `reason` string (`metav1.StatusReason`).
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &str {
         match self {
             ApiError::NotFound(_) => "NotFound",
             ApiError::AlreadyExists(_) => "AlreadyExists",
@@ -150,6 +174,7 @@ impl ApiError {
             ApiError::TooLargeResourceVersion { .. } | ApiError::Timeout(_) => "Timeout",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
             ApiError::Internal(_) => "InternalError",
+            ApiError::Custom { reason, .. } => reason,
         }
     }
 
@@ -221,7 +246,10 @@ fn details(t: &Target, causes: Vec<StatusCause>) -> StatusDetails {
 pub fn success_status(t: &Target, uid: Option<String>) -> serde_json::Value {
     let status = Status {
         status: Some("Success".into()),
-        details: Some(StatusDetails { uid, ..details(t, vec![]) }),
+        details: Some(StatusDetails {
+            uid,
+            ..details(t, vec![])
+        }),
         ..Default::default()
     };
     serde_json::to_value(status).unwrap_or_default()
@@ -249,20 +277,29 @@ mod tests {
     fn grouped_conflict_and_invalid_messages() {
         let e = ApiError::stale(Target::new("coordination.k8s.io", "leases", "l"));
         assert_eq!(e.code(), 409);
-        assert!(e.to_string().starts_with("Operation cannot be fulfilled on leases.coordination.k8s.io \"l\": "));
+        assert!(
+            e.to_string()
+                .starts_with("Operation cannot be fulfilled on leases.coordination.k8s.io \"l\": ")
+        );
         let e = ApiError::Invalid(
             Target::new("", "ConfigMap", "Foo"),
             vec![Cause::invalid("metadata.name", "Foo", "bad")],
         );
         let s = e.status_json();
         assert_eq!(s["code"], 422);
-        assert_eq!(s["message"], "ConfigMap \"Foo\" is invalid: metadata.name: Invalid value: \"Foo\": bad");
+        assert_eq!(
+            s["message"],
+            "ConfigMap \"Foo\" is invalid: metadata.name: Invalid value: \"Foo\": bad"
+        );
         assert_eq!(s["details"]["causes"][0]["field"], "metadata.name");
     }
 
     #[test]
     fn expired_is_410() {
         let s = ApiError::Expired("too old resource version: 1 (5)".into()).status_json();
-        assert_eq!((s["code"].as_i64(), s["reason"].as_str()), (Some(410), Some("Expired")));
+        assert_eq!(
+            (s["code"].as_i64(), s["reason"].as_str()),
+            (Some(410), Some("Expired"))
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! [`validation`]), `Table` rendering for `kubectl get` ([`table`]) and the
 //! OpenAPI document kubectl reads ([`openapi`]).
 
+pub mod admission;
 pub mod error;
 pub mod meta;
 pub mod openapi;

@@ -19,7 +19,10 @@ pub fn namespace(obj: &Value) -> Option<&str> {
 
 /// `metadata.<field>` as a non-empty string.
 pub fn str_field<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
-    obj.get("metadata")?.get(field)?.as_str().filter(|s| !s.is_empty())
+    obj.get("metadata")?
+        .get(field)?
+        .as_str()
+        .filter(|s| !s.is_empty())
 }
 
 /// `metadata.labels` (string values only).
@@ -27,7 +30,11 @@ pub fn labels(obj: &Value) -> BTreeMap<String, String> {
     obj.get("metadata")
         .and_then(|m| m.get("labels"))
         .and_then(Value::as_object)
-        .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -36,7 +43,11 @@ pub fn finalizers(obj: &Value) -> Vec<String> {
     obj.get("metadata")
         .and_then(|m| m.get("finalizers"))
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -55,7 +66,10 @@ pub fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {
 
 /// Sets `metadata.resourceVersion` to a storage revision.
 pub fn set_resource_version(obj: &mut Value, revision: u64) {
-    metadata_mut(obj).insert("resourceVersion".into(), Value::String(revision.to_string()));
+    metadata_mut(obj).insert(
+        "resourceVersion".into(),
+        Value::String(revision.to_string()),
+    );
 }
 
 /// Parses a resourceVersion string; empty means none.
@@ -90,10 +104,19 @@ pub fn generate_name(base: &str) -> String {
 /// Fields a client may not set on create: the server owns them.
 pub fn prepare_for_create(obj: &mut Value, now: chrono::DateTime<chrono::Utc>) {
     let meta = metadata_mut(obj);
-    for f in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields"] {
+    for f in [
+        "resourceVersion",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+        "managedFields",
+    ] {
         meta.remove(f);
     }
-    meta.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
+    meta.insert(
+        "uid".into(),
+        Value::String(uuid::Uuid::new_v4().to_string()),
+    );
     meta.insert("creationTimestamp".into(), Value::String(timestamp(now)));
     meta.insert("generation".into(), json!(1));
 }
@@ -103,7 +126,9 @@ fn spec_part(obj: &Value) -> Map<String, Value> {
     obj.as_object()
         .map(|m| {
             m.iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind"))
+                .filter(|(k, _)| {
+                    !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind")
+                })
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect()
         })
@@ -114,18 +139,33 @@ fn spec_part(obj: &Value) -> Map<String, Value> {
 /// bumps `generation` when anything outside metadata/status changed.
 pub fn prepare_for_update(new: &mut Value, old: &Value) {
     let changed = spec_part(new) != spec_part(old);
-    let old_meta = old.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
+    let old_meta = old
+        .get("metadata")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
     let meta = metadata_mut(new);
     meta.remove("managedFields");
     meta.remove("selfLink");
-    for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+    for f in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    ] {
         match old_meta.get(f) {
             Some(v) => meta.insert(f.into(), v.clone()),
             None => meta.remove(f),
         };
     }
-    let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
-    meta.insert("generation".into(), json!(if changed { generation + 1 } else { generation }));
+    let generation = old_meta
+        .get("generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    meta.insert(
+        "generation".into(),
+        json!(if changed { generation + 1 } else { generation }),
+    );
 }
 
 #[cfg(test)]
@@ -144,7 +184,10 @@ mod tests {
         let mut same = json!({"metadata": {"name": "a", "uid": "evil", "labels": {"x": "y"}}, "data": {"k": "1"}});
         prepare_for_update(&mut same, &obj);
         assert_eq!(same["metadata"]["uid"], obj["metadata"]["uid"]);
-        assert_eq!(same["metadata"]["generation"], 1, "label change keeps generation");
+        assert_eq!(
+            same["metadata"]["generation"], 1,
+            "label change keeps generation"
+        );
         let mut changed = json!({"metadata": {"name": "a"}, "data": {"k": "2"}});
         prepare_for_update(&mut changed, &same);
         assert_eq!(changed["metadata"]["generation"], 2);

@@ -11,7 +11,11 @@ use serde_json::{Map, Value, json};
 
 /// The definition name kubectl looks up, e.g. `io.k8s.api.core.v1.ConfigMap`.
 pub fn definition_name(info: &ResourceInfo) -> String {
-    let group = if info.group.is_empty() { "core" } else { info.group.split('.').next().unwrap_or("") };
+    let group = if info.group.is_empty() {
+        "core"
+    } else {
+        info.group.split('.').next().unwrap_or("")
+    };
     format!("io.k8s.api.{group}.{}.{}", info.version, info.kind)
 }
 
@@ -24,7 +28,10 @@ fn param(name: &str) -> Value {
 }
 
 fn operation(info: &ResourceInfo, action: &str, extra: &[&str]) -> Value {
-    let mut params: Vec<Value> = ["dryRun", "fieldManager"].iter().map(|p| param(p)).collect();
+    let mut params: Vec<Value> = ["dryRun", "fieldManager"]
+        .iter()
+        .map(|p| param(p))
+        .collect();
     params.extend(extra.iter().map(|p| param(p)));
     json!({
         "operationId": format!("{action}{}", info.kind),
@@ -171,10 +178,23 @@ mod tests {
     fn patch_declares_field_validation() {
         let doc = openapi_v2(&Registry::builtin(), "v1.33.0");
         let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"];
-        assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "ConfigMap");
-        assert!(patch["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "fieldValidation"));
+        assert_eq!(
+            patch["x-kubernetes-group-version-kind"]["kind"],
+            "ConfigMap"
+        );
+        assert!(
+            patch["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == "fieldValidation")
+        );
         assert!(doc["paths"].get("/api/v1/namespaces/{name}").is_some());
-        assert!(doc["definitions"].get("io.k8s.api.coordination.v1.Lease").is_some());
+        assert!(
+            doc["definitions"]
+                .get("io.k8s.api.coordination.v1.Lease")
+                .is_some()
+        );
     }
 
     #[test]
@@ -182,10 +202,23 @@ mod tests {
         let r = Registry::builtin();
         let gvs = v3_group_versions(&r);
         assert_eq!(gvs[0].0, "api/v1");
-        assert!(gvs.iter().any(|(p, _, _)| p == "apis/coordination.k8s.io/v1"));
+        assert!(
+            gvs.iter()
+                .any(|(p, _, _)| p == "apis/coordination.k8s.io/v1")
+        );
         let doc = openapi_v3(&r, "", "v1", "v1.33.0");
         let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/secrets/{name}"]["patch"];
-        assert!(patch["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "fieldValidation"));
-        assert!(doc["paths"].get("/apis/coordination.k8s.io/v1/leases").is_none());
+        assert!(
+            patch["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == "fieldValidation")
+        );
+        assert!(
+            doc["paths"]
+                .get("/apis/coordination.k8s.io/v1/leases")
+                .is_none()
+        );
     }
 }

@@ -27,7 +27,9 @@ impl PatchType {
             "application/json-patch+json" => Some(PatchType::Json),
             "application/merge-patch+json" => Some(PatchType::Merge),
             "application/strategic-merge-patch+json" => Some(PatchType::StrategicMerge),
-            "application/apply-patch+yaml" | "application/apply-patch+cbor" => Some(PatchType::Apply),
+            "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
+                Some(PatchType::Apply)
+            }
             _ => None,
         }
     }
@@ -75,7 +77,9 @@ pub fn apply_json_patch(target: &Value, patch: &Value) -> Result<Value, PatchErr
 /// Applies a JSON Merge Patch (RFC 7386) document.
 pub fn apply_merge_patch(target: &Value, patch: &Value) -> Result<Value, PatchError> {
     if !patch.is_object() {
-        return Err(PatchError::Invalid("merge patch must be a JSON object".into()));
+        return Err(PatchError::Invalid(
+            "merge patch must be a JSON object".into(),
+        ));
     }
     let mut doc = target.clone();
     json_patch::merge(&mut doc, patch);
@@ -83,7 +87,11 @@ pub fn apply_merge_patch(target: &Value, patch: &Value) -> Result<Value, PatchEr
 }
 
 /// Applies a strategic merge patch to an object of the given built-in kind.
-pub fn apply_strategic_merge_patch(kind: &str, target: &Value, patch: &Value) -> Result<Value, PatchError> {
+pub fn apply_strategic_merge_patch(
+    kind: &str,
+    target: &Value,
+    patch: &Value,
+) -> Result<Value, PatchError> {
     let patch = patch
         .as_object()
         .ok_or_else(|| PatchError::Invalid("strategic merge patch must be a JSON object".into()))?;
@@ -133,7 +141,9 @@ fn merge_map(
         }
         path.push(key.clone());
         let merged = match (original.remove(key), value) {
-            (Some(Value::Object(o)), Value::Object(p)) => Value::Object(merge_map(kind, path, o, p)?),
+            (Some(Value::Object(o)), Value::Object(p)) => {
+                Value::Object(merge_map(kind, path, o, p)?)
+            }
             (None, Value::Object(p)) => Value::Object(merge_map(kind, path, Map::new(), p)?),
             (Some(Value::Array(o)), Value::Array(p)) => Value::Array(merge_list(kind, path, o, p)?),
             (None, Value::Array(p)) => Value::Array(merge_list(kind, path, Vec::new(), p)?),
@@ -188,10 +198,16 @@ fn merge_list(
             let mut out = original;
             for item in patch {
                 let Some(p) = item.as_object() else {
-                    return Err(PatchError::Invalid(format!("list {} needs maps", path.join("."))));
+                    return Err(PatchError::Invalid(format!(
+                        "list {} needs maps",
+                        path.join(".")
+                    )));
                 };
                 let id = p.get(merge_key).cloned().ok_or_else(|| {
-                    PatchError::Invalid(format!("map in list {} lacks merge key {merge_key}", path.join(".")))
+                    PatchError::Invalid(format!(
+                        "map in list {} lacks merge key {merge_key}",
+                        path.join(".")
+                    ))
                 })?;
                 let pos = out.iter().position(|o| o.get(merge_key) == Some(&id));
                 let delete = p.get("$patch").and_then(Value::as_str) == Some("delete");
@@ -219,7 +235,10 @@ mod tests {
 
     #[test]
     fn content_types() {
-        assert_eq!(PatchType::from_content_type("application/merge-patch+json; charset=utf-8"), Some(PatchType::Merge));
+        assert_eq!(
+            PatchType::from_content_type("application/merge-patch+json; charset=utf-8"),
+            Some(PatchType::Merge)
+        );
         assert_eq!(PatchType::from_content_type("application/json"), None);
     }
 
@@ -228,14 +247,21 @@ mod tests {
         let doc = json!({"data": {"a": "1"}});
         let out = apply_json_patch(&doc, &json!([{"op": "add", "path": "/data/b", "value": "2"}, {"op": "remove", "path": "/data/a"}])).unwrap();
         assert_eq!(out, json!({"data": {"b": "2"}}));
-        assert!(apply_json_patch(&doc, &json!([{"op": "test", "path": "/data/a", "value": "9"}])).is_err());
+        assert!(
+            apply_json_patch(
+                &doc,
+                &json!([{"op": "test", "path": "/data/a", "value": "9"}])
+            )
+            .is_err()
+        );
         assert!(apply_json_patch(&doc, &json!({"op": "add"})).is_err());
     }
 
     #[test]
     fn merge_patch_nulls_delete() {
         let doc = json!({"data": {"a": "1", "b": "2"}, "x": [1, 2]});
-        let out = apply_merge_patch(&doc, &json!({"data": {"a": null, "c": "3"}, "x": [3]})).unwrap();
+        let out =
+            apply_merge_patch(&doc, &json!({"data": {"a": null, "c": "3"}, "x": [3]})).unwrap();
         assert_eq!(out, json!({"data": {"b": "2", "c": "3"}, "x": [3]}));
     }
 
@@ -250,10 +276,13 @@ mod tests {
             "data": {"k2": null, "k3": "v3"}
         });
         let out = apply_strategic_merge_patch("ConfigMap", &live, &patch).unwrap();
-        assert_eq!(out, json!({
-            "metadata": {"name": "cm", "finalizers": ["a", "b"], "annotations": {"keep": "1"}},
-            "data": {"k1": "v1", "k3": "v3"}
-        }));
+        assert_eq!(
+            out,
+            json!({
+                "metadata": {"name": "cm", "finalizers": ["a", "b"], "annotations": {"keep": "1"}},
+                "data": {"k1": "v1", "k3": "v3"}
+            })
+        );
     }
 
     #[test]
@@ -264,14 +293,36 @@ mod tests {
             "imagePullSecrets": [{"name": "q"}]
         });
         let out = apply_strategic_merge_patch("ServiceAccount", &live, &patch).unwrap();
-        assert_eq!(out["secrets"], json!([{"name": "a", "x": 1, "y": 2}, {"name": "c"}]));
-        assert_eq!(out["imagePullSecrets"], json!([{"name": "q"}]), "no strategy: replace");
+        assert_eq!(
+            out["secrets"],
+            json!([{"name": "a", "x": 1, "y": 2}, {"name": "c"}])
+        );
+        assert_eq!(
+            out["imagePullSecrets"],
+            json!([{"name": "q"}]),
+            "no strategy: replace"
+        );
 
-        let out = apply_strategic_merge_patch("ConfigMap", &json!({"data": {"a": "1"}}), &json!({"data": {"$patch": "replace", "b": "2"}})).unwrap();
+        let out = apply_strategic_merge_patch(
+            "ConfigMap",
+            &json!({"data": {"a": "1"}}),
+            &json!({"data": {"$patch": "replace", "b": "2"}}),
+        )
+        .unwrap();
         assert_eq!(out, json!({"data": {"b": "2"}}));
-        let out = apply_strategic_merge_patch("X", &json!({"metadata": {"finalizers": ["a", "b"]}}), &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}})).unwrap();
+        let out = apply_strategic_merge_patch(
+            "X",
+            &json!({"metadata": {"finalizers": ["a", "b"]}}),
+            &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}}),
+        )
+        .unwrap();
         assert_eq!(out, json!({"metadata": {"finalizers": ["b"]}}));
-        let out = apply_strategic_merge_patch("X", &json!({"spec": {"a": 1, "b": 2}}), &json!({"spec": {"$retainKeys": ["b"], "b": 3}})).unwrap();
+        let out = apply_strategic_merge_patch(
+            "X",
+            &json!({"spec": {"a": 1, "b": 2}}),
+            &json!({"spec": {"$retainKeys": ["b"], "b": 3}}),
+        )
+        .unwrap();
         assert_eq!(out, json!({"spec": {"b": 3}}));
         assert!(apply_strategic_merge_patch("X", &json!({}), &json!([1])).is_err());
     }

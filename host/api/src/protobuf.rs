@@ -96,11 +96,19 @@ const NAMESPACE_CONDITION: &[Field] = &[
 
 const NAMESPACE: &[Field] = &[
     (1, "metadata", Ty::Msg(OBJECT_META), false),
-    (2, "spec", Ty::Msg(&[(1, "finalizers", Ty::Str, true)]), false),
+    (
+        2,
+        "spec",
+        Ty::Msg(&[(1, "finalizers", Ty::Str, true)]),
+        false,
+    ),
     (
         3,
         "status",
-        Ty::Msg(&[(1, "phase", Ty::Str, false), (2, "conditions", Ty::Msg(NAMESPACE_CONDITION), true)]),
+        Ty::Msg(&[
+            (1, "phase", Ty::Str, false),
+            (2, "conditions", Ty::Msg(NAMESPACE_CONDITION), true),
+        ]),
         false,
     ),
 ];
@@ -117,13 +125,29 @@ const EVENT: &[Field] = &[
     (2, "involvedObject", Ty::Msg(OBJECT_REF), false),
     (3, "reason", Ty::Str, false),
     (4, "message", Ty::Str, false),
-    (5, "source", Ty::Msg(&[(1, "component", Ty::Str, false), (2, "host", Ty::Str, false)]), false),
+    (
+        5,
+        "source",
+        Ty::Msg(&[
+            (1, "component", Ty::Str, false),
+            (2, "host", Ty::Str, false),
+        ]),
+        false,
+    ),
     (6, "firstTimestamp", Ty::Time, false),
     (7, "lastTimestamp", Ty::Time, false),
     (8, "count", Ty::Int, false),
     (9, "type", Ty::Str, false),
     (10, "eventTime", Ty::MicroTime, false),
-    (11, "series", Ty::Msg(&[(1, "count", Ty::Int, false), (2, "lastObservedTime", Ty::MicroTime, false)]), false),
+    (
+        11,
+        "series",
+        Ty::Msg(&[
+            (1, "count", Ty::Int, false),
+            (2, "lastObservedTime", Ty::MicroTime, false),
+        ]),
+        false,
+    ),
     (12, "action", Ty::Str, false),
     (13, "related", Ty::Msg(OBJECT_REF), false),
     (14, "reportingComponent", Ty::Str, false),
@@ -150,13 +174,24 @@ const LEASE: &[Field] = &[
 
 const DELETE_OPTIONS: &[Field] = &[
     (1, "gracePeriodSeconds", Ty::Int, false),
-    (2, "preconditions", Ty::Msg(&[(1, "uid", Ty::Str, false), (2, "resourceVersion", Ty::Str, false)]), false),
+    (
+        2,
+        "preconditions",
+        Ty::Msg(&[
+            (1, "uid", Ty::Str, false),
+            (2, "resourceVersion", Ty::Str, false),
+        ]),
+        false,
+    ),
     (3, "orphanDependents", Ty::Bool, false),
     (4, "propagationPolicy", Ty::Str, false),
     (5, "dryRun", Ty::Str, true),
 ];
 
-const TYPE_META: &[Field] = &[(1, "apiVersion", Ty::Str, false), (2, "kind", Ty::Str, false)];
+const TYPE_META: &[Field] = &[
+    (1, "apiVersion", Ty::Str, false),
+    (2, "kind", Ty::Str, false),
+];
 const UNKNOWN: &[Field] = &[
     (1, "typeMeta", Ty::Msg(TYPE_META), false),
     (2, "raw", Ty::Bytes, false),
@@ -277,7 +312,9 @@ fn map_entry(b: &[u8], bytes_value: bool) -> Result<(String, Value), String> {
 fn scalar(ty: Ty, w: Wire<'_>) -> Result<Option<Value>, String> {
     Ok(match (ty, w) {
         (Ty::Str, Wire::Bytes(b)) => Some(json!(text(b)?)),
-        (Ty::Bytes, Wire::Bytes(b)) => Some(json!(base64::engine::general_purpose::STANDARD.encode(b))),
+        (Ty::Bytes, Wire::Bytes(b)) => {
+            Some(json!(base64::engine::general_purpose::STANDARD.encode(b)))
+        }
         (Ty::Int, Wire::Varint(v)) => Some(json!(v as i64)),
         (Ty::Bool, Wire::Varint(v)) => Some(json!(v != 0)),
         (Ty::Time, Wire::Bytes(b)) => time(b, false)?,
@@ -293,21 +330,31 @@ fn message(buf: &[u8], fields: &[Field]) -> Result<Map<String, Value>, String> {
     let mut r = Reader { buf };
     while let Some((tag, w)) = r.field()? {
         // Unknown fields are skipped, as protobuf decoders do.
-        let Some(&(_, name, ty, repeated)) = fields.iter().find(|f| f.0 == tag) else { continue };
+        let Some(&(_, name, ty, repeated)) = fields.iter().find(|f| f.0 == tag) else {
+            continue;
+        };
         match ty {
             Ty::MapStr | Ty::MapBytes => {
-                let Wire::Bytes(b) = w else { return Err(format!("{name}: bad map entry")) };
+                let Wire::Bytes(b) = w else {
+                    return Err(format!("{name}: bad map entry"));
+                };
                 let (k, v) = map_entry(b, matches!(ty, Ty::MapBytes))?;
                 out.entry(name).or_insert_with(|| json!({}))[k] = v;
             }
             _ => {
-                let Some(v) = scalar(ty, w).map_err(|e| format!("{name}: {e}"))? else { continue };
+                let Some(v) = scalar(ty, w).map_err(|e| format!("{name}: {e}"))? else {
+                    continue;
+                };
                 // Go writes empty strings and zero numbers that its JSON omits.
                 if !repeated && (v == json!("") || v == json!(0)) {
                     continue;
                 }
                 if repeated {
-                    out.entry(name).or_insert_with(|| json!([])).as_array_mut().expect("array").push(v);
+                    out.entry(name)
+                        .or_insert_with(|| json!([]))
+                        .as_array_mut()
+                        .expect("array")
+                        .push(v);
                 } else {
                     out.insert(name.into(), v);
                 }
@@ -319,17 +366,35 @@ fn message(buf: &[u8], fields: &[Field]) -> Result<Map<String, Value>, String> {
 
 /// Decodes a `k8s\0`-prefixed protobuf body into the JSON form of the object.
 pub fn decode(body: &[u8]) -> Result<Value, String> {
-    let envelope = body.strip_prefix(MAGIC).ok_or("missing the k8s protobuf magic prefix")?;
+    let envelope = body
+        .strip_prefix(MAGIC)
+        .ok_or("missing the k8s protobuf magic prefix")?;
     let unknown = message(envelope, UNKNOWN)?;
-    let api_version = unknown["typeMeta"]["apiVersion"].as_str().unwrap_or_default().to_string();
-    let kind = unknown["typeMeta"]["kind"].as_str().unwrap_or_default().to_string();
-    if unknown.get("contentEncoding").and_then(Value::as_str).is_some_and(|e| !e.is_empty()) {
+    let api_version = unknown["typeMeta"]["apiVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let kind = unknown["typeMeta"]["kind"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if unknown
+        .get("contentEncoding")
+        .and_then(Value::as_str)
+        .is_some_and(|e| !e.is_empty())
+    {
         return Err("content encodings are not supported".into());
     }
-    let fields = schema(&api_version, &kind)
-        .ok_or_else(|| format!("protobuf is not supported for {api_version}, Kind={kind}; send JSON"))?;
-    let raw = unknown.get("raw").and_then(Value::as_str).unwrap_or_default();
-    let raw = base64::engine::general_purpose::STANDARD.decode(raw).map_err(|e| e.to_string())?;
+    let fields = schema(&api_version, &kind).ok_or_else(|| {
+        format!("protobuf is not supported for {api_version}, Kind={kind}; send JSON")
+    })?;
+    let raw = unknown
+        .get("raw")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(raw)
+        .map_err(|e| e.to_string())?;
     let mut obj = message(&raw, fields)?;
     obj.insert("apiVersion".into(), json!(api_version));
     obj.insert("kind".into(), json!(kind));

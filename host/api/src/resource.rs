@@ -21,6 +21,8 @@ pub enum Printer {
     Event,
     /// NAME, HOLDER, AGE.
     Lease,
+    /// NAME, PHASES, MODE, STATUS, AGE.
+    AdmissionPlugin,
 }
 
 /// One API resource (a `GroupVersionResource` with its kind and scope).
@@ -40,8 +42,16 @@ pub struct ResourceInfo {
 }
 
 /// The verbs every resource in the registry supports.
-pub const VERBS: &[&str] =
-    &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+pub const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 impl ResourceInfo {
     /// `v1` or `coordination.k8s.io/v1`.
@@ -61,7 +71,11 @@ impl ResourceInfo {
     /// The storage key prefix for all objects of this resource:
     /// `/registry/<group>/<resource>/` (group `core` for the legacy group).
     pub fn key_prefix(&self) -> String {
-        let group = if self.group.is_empty() { "core" } else { &self.group };
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
         format!("/registry/{group}/{}/", self.plural)
     }
 
@@ -117,12 +131,76 @@ impl Registry {
     pub fn builtin() -> Self {
         let mut r = Registry::default();
         for i in [
-            info("", "v1", "namespaces", "Namespace", false, &["ns"], &["status", "finalize"], Printer::Namespace),
-            info("", "v1", "configmaps", "ConfigMap", true, &["cm"], &[], Printer::ConfigMap),
-            info("", "v1", "secrets", "Secret", true, &[], &[], Printer::Secret),
-            info("", "v1", "serviceaccounts", "ServiceAccount", true, &["sa"], &[], Printer::ServiceAccount),
-            info("", "v1", "events", "Event", true, &["ev"], &[], Printer::Event),
-            info("coordination.k8s.io", "v1", "leases", "Lease", true, &[], &[], Printer::Lease),
+            info(
+                "",
+                "v1",
+                "namespaces",
+                "Namespace",
+                false,
+                &["ns"],
+                &["status", "finalize"],
+                Printer::Namespace,
+            ),
+            info(
+                "",
+                "v1",
+                "configmaps",
+                "ConfigMap",
+                true,
+                &["cm"],
+                &[],
+                Printer::ConfigMap,
+            ),
+            info(
+                "",
+                "v1",
+                "secrets",
+                "Secret",
+                true,
+                &[],
+                &[],
+                Printer::Secret,
+            ),
+            info(
+                "",
+                "v1",
+                "serviceaccounts",
+                "ServiceAccount",
+                true,
+                &["sa"],
+                &[],
+                Printer::ServiceAccount,
+            ),
+            info(
+                "",
+                "v1",
+                "events",
+                "Event",
+                true,
+                &["ev"],
+                &[],
+                Printer::Event,
+            ),
+            info(
+                "coordination.k8s.io",
+                "v1",
+                "leases",
+                "Lease",
+                true,
+                &[],
+                &[],
+                Printer::Lease,
+            ),
+            info(
+                crate::admission::GROUP,
+                crate::admission::VERSION,
+                crate::admission::PLURAL,
+                crate::admission::KIND,
+                false,
+                &["ap"],
+                &["status"],
+                Printer::AdmissionPlugin,
+            ),
         ] {
             r.insert(i);
         }
@@ -131,13 +209,20 @@ impl Registry {
 
     /// Adds or replaces a resource.
     pub fn insert(&mut self, info: ResourceInfo) {
-        self.resources
-            .insert((info.group.clone(), info.version.clone(), info.plural.clone()), info);
+        self.resources.insert(
+            (
+                info.group.clone(),
+                info.version.clone(),
+                info.plural.clone(),
+            ),
+            info,
+        );
     }
 
     /// Looks a resource up by group, version and plural.
     pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceInfo> {
-        self.resources.get(&(group.to_string(), version.to_string(), plural.to_string()))
+        self.resources
+            .get(&(group.to_string(), version.to_string(), plural.to_string()))
     }
 
     /// All resources, in group/version/plural order.
@@ -151,7 +236,8 @@ impl Registry {
         group: &'a str,
         version: &'a str,
     ) -> impl Iterator<Item = &'a ResourceInfo> + 'a {
-        self.all().filter(move |r| r.group == group && r.version == version)
+        self.all()
+            .filter(move |r| r.group == group && r.version == version)
     }
 
     /// Non-core groups with their versions (preferred first).
@@ -175,13 +261,25 @@ mod tests {
     fn keys_follow_the_registry_layout() {
         let r = Registry::builtin();
         let cm = r.get("", "v1", "configmaps").unwrap();
-        assert_eq!(cm.object_key(Some("default"), "a"), "/registry/core/configmaps/default/a");
-        assert_eq!(cm.collection_key(Some("default")), "/registry/core/configmaps/default/");
+        assert_eq!(
+            cm.object_key(Some("default"), "a"),
+            "/registry/core/configmaps/default/a"
+        );
+        assert_eq!(
+            cm.collection_key(Some("default")),
+            "/registry/core/configmaps/default/"
+        );
         assert_eq!(cm.collection_key(None), "/registry/core/configmaps/");
         let ns = r.get("", "v1", "namespaces").unwrap();
-        assert_eq!(ns.object_key(Some("ignored"), "kube-system"), "/registry/core/namespaces/kube-system");
+        assert_eq!(
+            ns.object_key(Some("ignored"), "kube-system"),
+            "/registry/core/namespaces/kube-system"
+        );
         let lease = r.get("coordination.k8s.io", "v1", "leases").unwrap();
         assert_eq!(lease.api_version(), "coordination.k8s.io/v1");
-        assert_eq!(r.groups().keys().collect::<Vec<_>>(), vec!["coordination.k8s.io"]);
+        assert_eq!(
+            r.groups().keys().collect::<Vec<_>>(),
+            vec!["admission.wasm-apiserver.io", "coordination.k8s.io"]
+        );
     }
 }

@@ -171,13 +171,19 @@ impl FieldSelector {
             } else if let Some((k, v)) = part.split_once('=') {
                 (k, v, false)
             } else {
-                return Err(format!("invalid selector: '{s}'; can't understand '{part}'"));
+                return Err(format!(
+                    "invalid selector: '{s}'; can't understand '{part}'"
+                ));
             };
             let path = path.trim();
             if !COMMON_FIELDS.contains(&path) && !kind_fields(kind).contains(&path) {
                 return Err(format!("field label not supported: {path}"));
             }
-            reqs.push(FieldRequirement { path: path.into(), value: value.trim().into(), negate });
+            reqs.push(FieldRequirement {
+                path: path.into(),
+                value: value.trim().into(),
+                negate,
+            });
         }
         Ok(FieldSelector(reqs))
     }
@@ -214,7 +220,10 @@ mod tests {
     use serde_json::json;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -249,18 +258,30 @@ mod tests {
     #[test]
     fn label_syntax_errors() {
         for bad in ["app in web", "=x", "a b", "app=not valid!"] {
-            assert!(LabelSelector::parse(bad).is_err(), "{bad:?} should not parse");
+            assert!(
+                LabelSelector::parse(bad).is_err(),
+                "{bad:?} should not parse"
+            );
         }
     }
 
     #[test]
     fn field_selectors() {
         let obj = json!({"metadata": {"name": "a", "namespace": "ns1"}, "type": "Opaque"});
-        let s = FieldSelector::parse("metadata.name=a,metadata.namespace!=ns2", "ConfigMap").unwrap();
+        let s =
+            FieldSelector::parse("metadata.name=a,metadata.namespace!=ns2", "ConfigMap").unwrap();
         assert!(s.matches(&obj));
         assert_eq!(s.exact_name(), Some("a"));
-        assert!(!FieldSelector::parse("metadata.name==b", "ConfigMap").unwrap().matches(&obj));
-        assert!(FieldSelector::parse("type=Opaque", "Secret").unwrap().matches(&obj));
+        assert!(
+            !FieldSelector::parse("metadata.name==b", "ConfigMap")
+                .unwrap()
+                .matches(&obj)
+        );
+        assert!(
+            FieldSelector::parse("type=Opaque", "Secret")
+                .unwrap()
+                .matches(&obj)
+        );
         assert_eq!(
             FieldSelector::parse("spec.foo=x", "ConfigMap").unwrap_err(),
             "field label not supported: spec.foo"

@@ -31,27 +31,85 @@ fn column(name: &str, ty: &str, format: &str, description: &str) -> Value {
 }
 
 fn columns(info: &ResourceInfo) -> Vec<Value> {
-    let name = column("Name", "string", "name", "Name must be unique within a namespace.");
-    let age = column("Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created.");
+    let name = column(
+        "Name",
+        "string",
+        "name",
+        "Name must be unique within a namespace.",
+    );
+    let age = column(
+        "Age",
+        "string",
+        "",
+        "CreationTimestamp is a timestamp representing the server time when this object was created.",
+    );
     match info.printer {
         Printer::Default => vec![name, age],
-        Printer::Namespace => vec![name, column("Status", "string", "", "The status of the namespace"), age],
-        Printer::ConfigMap => vec![name, column("Data", "string", "", "Number of keys in the config map"), age],
+        Printer::Namespace => vec![
+            name,
+            column("Status", "string", "", "The status of the namespace"),
+            age,
+        ],
+        Printer::ConfigMap => vec![
+            name,
+            column("Data", "string", "", "Number of keys in the config map"),
+            age,
+        ],
         Printer::Secret => vec![
             name,
             column("Type", "string", "", "The type of the secret"),
             column("Data", "string", "", "The number of entries in the secret"),
             age,
         ],
-        Printer::ServiceAccount => vec![name, column("Secrets", "string", "", "Number of secrets"), age],
+        Printer::ServiceAccount => vec![
+            name,
+            column("Secrets", "string", "", "Number of secrets"),
+            age,
+        ],
         Printer::Event => vec![
             column("Last Seen", "string", "", "Time when last event occurred"),
             column("Type", "string", "", "Type of this event (Normal, Warning)"),
-            column("Reason", "string", "", "Short, machine understandable string"),
-            column("Object", "string", "", "The object that this event is about"),
-            column("Message", "string", "", "A human-readable description of the status"),
+            column(
+                "Reason",
+                "string",
+                "",
+                "Short, machine understandable string",
+            ),
+            column(
+                "Object",
+                "string",
+                "",
+                "The object that this event is about",
+            ),
+            column(
+                "Message",
+                "string",
+                "",
+                "A human-readable description of the status",
+            ),
         ],
-        Printer::Lease => vec![name, column("Holder", "string", "", "The holder of the lease"), age],
+        Printer::Lease => vec![
+            name,
+            column("Holder", "string", "", "The holder of the lease"),
+            age,
+        ],
+        Printer::AdmissionPlugin => vec![
+            name,
+            column(
+                "Phases",
+                "string",
+                "",
+                "Admission phases the plugin runs in",
+            ),
+            column(
+                "Mode",
+                "string",
+                "",
+                "What a denial does: Deny, Warn or Audit",
+            ),
+            column("Status", "string", "", "Whether the plugin is loaded"),
+            age,
+        ],
     }
 }
 
@@ -92,17 +150,38 @@ fn cells(info: &ResourceInfo, obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
     match info.printer {
         Printer::Default => vec![name, age],
         Printer::Namespace => vec![name, json!(s(&["status", "phase"])), age],
-        Printer::ConfigMap => vec![name, json!(count(obj.get("data")) + count(obj.get("binaryData"))), age],
-        Printer::Secret => vec![name, json!(s(&["type"])), json!(count(obj.get("data"))), age],
+        Printer::ConfigMap => vec![
+            name,
+            json!(count(obj.get("data")) + count(obj.get("binaryData"))),
+            age,
+        ],
+        Printer::Secret => vec![
+            name,
+            json!(s(&["type"])),
+            json!(count(obj.get("data"))),
+            age,
+        ],
         Printer::ServiceAccount => {
-            vec![name, json!(obj.get("secrets").and_then(Value::as_array).map_or(0, Vec::len)), age]
+            vec![
+                name,
+                json!(
+                    obj.get("secrets")
+                        .and_then(Value::as_array)
+                        .map_or(0, Vec::len)
+                ),
+                age,
+            ]
         }
         Printer::Event => {
-            let last = [&["lastTimestamp"][..], &["eventTime"], &["metadata", "creationTimestamp"]]
-                .iter()
-                .map(|p| s(p))
-                .find(|t| !t.is_empty())
-                .unwrap_or_default();
+            let last = [
+                &["lastTimestamp"][..],
+                &["eventTime"],
+                &["metadata", "creationTimestamp"],
+            ]
+            .iter()
+            .map(|p| s(p))
+            .find(|t| !t.is_empty())
+            .unwrap_or_default();
             let object = format!(
                 "{}/{}",
                 s(&["involvedObject", "kind"]).to_ascii_lowercase(),
@@ -117,6 +196,20 @@ fn cells(info: &ResourceInfo, obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
             ]
         }
         Printer::Lease => vec![name, json!(s(&["spec", "holderIdentity"])), age],
+        Printer::AdmissionPlugin => {
+            let phases: Vec<&str> = obj["spec"]["phases"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let mode = obj["spec"]["mode"].as_str().unwrap_or("Deny");
+            vec![
+                name,
+                json!(phases.join(",")),
+                json!(mode),
+                json!(s(&["status", "phase"])),
+                age,
+            ]
+        }
     }
 }
 
@@ -135,7 +228,12 @@ fn row(info: &ResourceInfo, obj: &Value, include: IncludeObject, now: DateTime<U
 
 /// Renders objects as a `Table`; `list_meta` becomes the table's metadata
 /// (resourceVersion, continue).
-pub fn to_table(info: &ResourceInfo, objects: &[Value], list_meta: Value, include: IncludeObject) -> Value {
+pub fn to_table(
+    info: &ResourceInfo,
+    objects: &[Value],
+    list_meta: Value,
+    include: IncludeObject,
+) -> Value {
     let now = Utc::now();
     json!({
         "kind": "Table",
@@ -156,8 +254,18 @@ mod tests {
         let r = Registry::builtin();
         let cm = r.get("", "v1", "configmaps").unwrap();
         let obj = json!({"metadata": {"name": "a", "creationTimestamp": crate::meta::timestamp(Utc::now())}, "data": {"x": "1", "y": "2"}});
-        let t = to_table(cm, &[obj], json!({"resourceVersion": "5"}), IncludeObject::Metadata);
-        let names: Vec<_> = t["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].clone()).collect();
+        let t = to_table(
+            cm,
+            &[obj],
+            json!({"resourceVersion": "5"}),
+            IncludeObject::Metadata,
+        );
+        let names: Vec<_> = t["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].clone())
+            .collect();
         assert_eq!(names, vec!["Name", "Data", "Age"]);
         assert_eq!(t["rows"][0]["cells"][0], "a");
         assert_eq!(t["rows"][0]["cells"][1], 2);

@@ -8,7 +8,8 @@ use serde_json::Value;
 use std::sync::LazyLock;
 
 const DNS1123_LABEL: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
-static LABEL_RE: LazyLock<Regex> = LazyLock::new(|| Regex::new(&format!("^{DNS1123_LABEL}$")).unwrap());
+static LABEL_RE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(&format!("^{DNS1123_LABEL}$")).unwrap());
 static SUBDOMAIN_RE: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(&format!(r"^{DNS1123_LABEL}(\.{DNS1123_LABEL})*$")).unwrap());
 static QUALIFIED_RE: LazyLock<Regex> =
@@ -39,7 +40,8 @@ pub fn path_segment_error(name: &str) -> Option<String> {
     if name == "." || name == ".." {
         return Some(format!("may not be '{name}'"));
     }
-    name.contains(['/', '%']).then(|| "may not contain '/' or '%'".into())
+    name.contains(['/', '%'])
+        .then(|| "may not contain '/' or '%'".into())
 }
 
 /// Why `key` is not a valid label or annotation key (`[prefix/]name`), if not.
@@ -91,12 +93,18 @@ pub fn validate_object(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError>
     let target = Target::new("", &info.kind, name);
     let mut causes = Vec::new();
     if name.is_empty() {
-        causes.push(Cause::required("metadata.name", "name or generateName is required"));
+        causes.push(Cause::required(
+            "metadata.name",
+            "name or generateName is required",
+        ));
     } else if let Some(e) = name_error(info, name) {
         causes.push(Cause::invalid("metadata.name", name, &e));
     }
     let meta = obj.get("metadata");
-    if let Some(labels) = meta.and_then(|m| m.get("labels")).and_then(Value::as_object) {
+    if let Some(labels) = meta
+        .and_then(|m| m.get("labels"))
+        .and_then(Value::as_object)
+    {
         for (k, v) in labels {
             if let Some(e) = label_key_error(k) {
                 causes.push(Cause::invalid("metadata.labels", k, &e));
@@ -107,11 +115,18 @@ pub fn validate_object(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError>
                         causes.push(Cause::invalid(&format!("metadata.labels.{k}"), s, &e));
                     }
                 }
-                None => causes.push(Cause::invalid(&format!("metadata.labels.{k}"), &v.to_string(), "must be a string")),
+                None => causes.push(Cause::invalid(
+                    &format!("metadata.labels.{k}"),
+                    &v.to_string(),
+                    "must be a string",
+                )),
             }
         }
     }
-    if let Some(ann) = meta.and_then(|m| m.get("annotations")).and_then(Value::as_object) {
+    if let Some(ann) = meta
+        .and_then(|m| m.get("annotations"))
+        .and_then(Value::as_object)
+    {
         let mut total = 0;
         for (k, v) in ann {
             total += k.len() + v.as_str().map_or(0, str::len);
@@ -190,7 +205,10 @@ mod tests {
         let bad_name = json!({"metadata": {"name": "Bad"}});
         let err = validate_object(cm, &bad_name).unwrap_err();
         assert_eq!(err.code(), 422);
-        assert_eq!(err.status_json()["details"]["causes"][0]["field"], "metadata.name");
+        assert_eq!(
+            err.status_json()["details"]["causes"][0]["field"],
+            "metadata.name"
+        );
         let bad_type = json!({"metadata": {"name": "a"}, "data": {"k": 1}});
         assert_eq!(validate_object(cm, &bad_type).unwrap_err().code(), 400);
         let bad_label = json!({"metadata": {"name": "a", "labels": {"x": "not ok"}}});

@@ -32,6 +32,16 @@ pub struct ServeArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration, hide = true)]
     pub watch_progress_interval: Duration,
 
+    /// Directory of wasm components that `AdmissionPlugin` objects may name
+    /// with `spec.module.file` (plain file names only).
+    #[arg(long)]
+    pub plugin_dir: Option<PathBuf>,
+
+    /// Admission plugins loaded at start (YAML `AdmissionPlugin` documents);
+    /// they cannot be changed through the API, so they can guard it.
+    #[arg(long)]
+    pub admission_control_config_file: Option<PathBuf>,
+
     /// Maximum request body size in bytes (kube-apiserver's `--max-request-bytes`).
     #[arg(long, default_value_t = 3 * 1024 * 1024)]
     pub max_request_bytes: usize,
@@ -47,6 +57,8 @@ impl ServeArgs {
             etcd_compaction_interval: Duration::from_secs(300),
             watch_progress_interval: Duration::from_secs(5),
             max_request_bytes: 3 * 1024 * 1024,
+            plugin_dir: None,
+            admission_control_config_file: None,
         }
     }
 }
@@ -54,7 +66,10 @@ impl ServeArgs {
 /// Parses Go-style durations: `90s`, `5m`, `1h`, `250ms`, or bare seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
+    let (num, unit) = s.split_at(
+        s.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(s.len()),
+    );
     let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
     let secs = match unit {
         "" | "s" => n,

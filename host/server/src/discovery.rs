@@ -43,8 +43,16 @@ fn group_json(name: &str, versions: &[String]) -> Value {
 
 /// `GET /apis`.
 pub async fn api_groups(State(state): State<Arc<AppState>>) -> Response {
-    let groups: Vec<Value> = state.registry.groups().iter().map(|(g, vs)| group_json(g, vs)).collect();
-    json_response(StatusCode::OK, &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}))
+    let groups: Vec<Value> = state
+        .registry
+        .groups()
+        .iter()
+        .map(|(g, vs)| group_json(g, vs))
+        .collect();
+    json_response(
+        StatusCode::OK,
+        &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}),
+    )
 }
 
 /// `GET /apis/<group>`.
@@ -82,8 +90,14 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Result<
     if resources.is_empty() {
         return Err(not_found());
     }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Ok(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Ok(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    )
 }
 
 /// `GET /version`.
@@ -115,14 +129,21 @@ pub async fn healthz() -> &'static str {
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     match state.objects.storage.current_revision().await {
         Ok(_) => (StatusCode::OK, "ok").into_response(),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("[-]storage failed: {e}\nreadyz check failed")).into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("[-]storage failed: {e}\nreadyz check failed"),
+        )
+            .into_response(),
     }
 }
 
 /// `GET /openapi/v2` (JSON only: a protobuf-only Accept gets 406, which
 /// makes client-go retry with JSON).
 pub async fn openapi_v2(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     if !accept.is_empty() && !accept.contains("json") && !accept.contains("*/*") {
         // client-go retries with JSON after a 404 (not after a 406).
         return crate::error::ErrorResponse(not_found()).into_response();
@@ -151,8 +172,29 @@ pub async fn openapi_v3_doc(
     match found {
         Some((_, g, v)) => json_response(
             StatusCode::OK,
-            &wasm_apiserver_api::openapi::openapi_v3(&state.registry, &g, &v, crate::KUBERNETES_VERSION),
+            &wasm_apiserver_api::openapi::openapi_v3(
+                &state.registry,
+                &g,
+                &v,
+                crate::KUBERNETES_VERSION,
+            ),
         ),
         None => crate::error::ErrorResponse(not_found()).into_response(),
     }
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let text = state
+        .objects
+        .admission
+        .as_ref()
+        .map(|a| a.runtime().metrics_text())
+        .unwrap_or_default();
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        text,
+    )
+        .into_response()
 }

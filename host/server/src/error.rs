@@ -24,10 +24,16 @@ impl IntoResponse for ErrorResponse {
         let code = StatusCode::from_u16(self.0.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&self.0.status_json()).unwrap_or_default();
         let mut resp = (code, body).into_response();
-        resp.headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if matches!(self.0, ApiError::TooLargeResourceVersion { .. } | ApiError::ServiceUnavailable(_)) {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if matches!(
+            self.0,
+            ApiError::TooLargeResourceVersion { .. } | ApiError::ServiceUnavailable(_)
+        ) {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         resp
     }
@@ -37,10 +43,15 @@ impl IntoResponse for ErrorResponse {
 /// cases are mapped where the target is known, in `objects`).
 pub fn storage_error(e: StorageError) -> ApiError {
     match e {
-        StorageError::Expired { requested, compacted } => {
-            ApiError::Expired(format!("too old resource version: {requested} ({compacted})"))
+        StorageError::Expired {
+            requested,
+            compacted,
+        } => ApiError::Expired(format!(
+            "too old resource version: {requested} ({compacted})"
+        )),
+        StorageError::TooLarge { requested, current } => {
+            ApiError::TooLargeResourceVersion { requested, current }
         }
-        StorageError::TooLarge { requested, current } => ApiError::TooLargeResourceVersion { requested, current },
         StorageError::Unavailable(m) => ApiError::ServiceUnavailable(m),
         other => ApiError::Internal(other.to_string()),
     }

@@ -11,13 +11,7 @@ use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
 
-/// Who a request acts as.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UserInfo {
-    pub username: String,
-    pub uid: String,
-    pub groups: Vec<String>,
-}
+pub use wasm_apiserver_plugins::UserInfo;
 
 /// Parses the [`RequestInfo`] once for everything after it.
 pub async fn with_request_info(mut req: Request, next: Next) -> Response {
@@ -30,8 +24,8 @@ pub async fn with_request_info(mut req: Request, next: Next) -> Response {
 pub async fn authenticate(mut req: Request, next: Next) -> Response {
     req.extensions_mut().insert(UserInfo {
         username: "system:admin".into(),
-        uid: String::new(),
         groups: vec!["system:masters".into(), "system:authenticated".into()],
+        ..Default::default()
     });
     next.run(req).await
 }

@@ -4,6 +4,7 @@
 
 use crate::discovery::{api_group, json_response, resource_list};
 use crate::error::ErrorResponse;
+use crate::filters::UserInfo;
 use crate::objects::{Deleted, ListOutcome, ListParams, Preconditions, WriteOptions};
 use crate::request::RequestInfo;
 use crate::server::AppState;
@@ -81,7 +82,7 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-fn write_options(q: &Query) -> Result<WriteOptions> {
+fn write_options(q: &Query, user: &UserInfo) -> Result<WriteOptions> {
     let dry_run = match q.get("dryRun") {
         None => false,
         Some("All") => true,
@@ -99,16 +100,40 @@ fn write_options(q: &Query) -> Result<WriteOptions> {
             )));
         }
     }
-    Ok(WriteOptions { dry_run })
+    Ok(WriteOptions::new(dry_run, user.clone()))
+}
+
+/// Adds admission warnings as `Warning: 299 - "..."` headers, as upstream.
+fn with_warnings(mut resp: Response, opts: &WriteOptions) -> Response {
+    for w in opts.warnings() {
+        let text = w.replace('"', "'").replace(['\n', '\r'], " ");
+        if let Ok(v) = axum::http::HeaderValue::from_str(&format!("299 - \"{text}\"")) {
+            resp.headers_mut().append("warning", v);
+        }
+    }
+    resp
+}
+
+/// `AdmissionPlugin` writes take effect on this replica before the response
+/// (other replicas follow through the watch).
+async fn after_write(state: &AppState, res: &ResourceInfo, obj: &Value, opts: &WriteOptions) {
+    if !opts.dry_run && res.group == wasm_apiserver_api::admission::GROUP {
+        crate::admission::reconcile(&state.objects, obj).await;
+    }
 }
 
 fn list_params(q: &Query, info: &ResourceInfo) -> Result<ListParams> {
-    let labels = LabelSelector::parse(q.get("labelSelector").unwrap_or("")).map_err(ApiError::BadRequest)?;
-    let fields =
-        FieldSelector::parse(q.get("fieldSelector").unwrap_or(""), &info.kind).map_err(ApiError::BadRequest)?;
+    let labels =
+        LabelSelector::parse(q.get("labelSelector").unwrap_or("")).map_err(ApiError::BadRequest)?;
+    let fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or(""), &info.kind)
+        .map_err(ApiError::BadRequest)?;
     let limit = match q.get("limit") {
         None => None,
-        Some(l) => Some(l.parse::<i64>().map_err(|_| ApiError::BadRequest(format!("invalid limit {l:?}")))?.max(0) as usize),
+        Some(l) => Some(
+            l.parse::<i64>()
+                .map_err(|_| ApiError::BadRequest(format!("invalid limit {l:?}")))?
+                .max(0) as usize,
+        ),
     };
     Ok(ListParams {
         labels,
@@ -122,7 +147,10 @@ fn list_params(q: &Query, info: &ResourceInfo) -> Result<ListParams> {
 
 /// `Some(include)` when the client asked for a `Table`.
 fn table_request(headers: &HeaderMap, q: &Query) -> Result<Option<IncludeObject>> {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     let wants_table = accept
         .split(',')
         .any(|m| m.contains("as=Table") && m.contains("g=meta.k8s.io"));
@@ -130,7 +158,10 @@ fn table_request(headers: &HeaderMap, q: &Query) -> Result<Option<IncludeObject>
         if !accept.is_empty()
             && !accept.split(',').any(|m| {
                 let m = m.trim();
-                m.starts_with("application/json") || m.starts_with("*/*") || m.starts_with("application/*") || m.is_empty()
+                m.starts_with("application/json")
+                    || m.starts_with("*/*")
+                    || m.starts_with("application/*")
+                    || m.is_empty()
             })
         {
             return Err(ApiError::NotAcceptable(format!(
@@ -139,18 +170,25 @@ fn table_request(headers: &HeaderMap, q: &Query) -> Result<Option<IncludeObject>
         }
         return Ok(None);
     }
-    IncludeObject::parse(q.get("includeObject").unwrap_or("")).map(Some).map_err(ApiError::BadRequest)
+    IncludeObject::parse(q.get("includeObject").unwrap_or(""))
+        .map(Some)
+        .map_err(ApiError::BadRequest)
 }
 
 /// Decodes a JSON (or YAML) request body.
 fn decode_body(headers: &HeaderMap, body: &[u8]) -> Result<Value> {
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
     let media = ct.split(';').next().unwrap_or("").trim();
     let value: Value = match media {
         "application/json" | "" | "*/*" => serde_json::from_slice(body)
             .map_err(|e| ApiError::BadRequest(format!("error decoding request body: {e}")))?,
         "application/vnd.kubernetes.protobuf" => wasm_apiserver_api::protobuf::decode(body)
-            .map_err(|e| ApiError::BadRequest(format!("error decoding protobuf request body: {e}")))?,
+            .map_err(|e| {
+                ApiError::BadRequest(format!("error decoding protobuf request body: {e}"))
+            })?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml::from_slice(body)
             .map_err(|e| ApiError::BadRequest(format!("error decoding YAML request body: {e}")))?,
         other => {
@@ -160,7 +198,9 @@ fn decode_body(headers: &HeaderMap, body: &[u8]) -> Result<Value> {
         }
     };
     if !value.is_object() {
-        return Err(ApiError::BadRequest("the request body must be a JSON object".into()));
+        return Err(ApiError::BadRequest(
+            "the request body must be a JSON object".into(),
+        ));
     }
     Ok(value)
 }
@@ -173,18 +213,37 @@ fn list_body(info: &ResourceInfo, out: ListOutcome) -> Value {
     json!({"kind": info.list_kind(), "apiVersion": info.api_version(), "metadata": meta, "items": out.items})
 }
 
-fn object_response(status: StatusCode, info: &ResourceInfo, obj: Value, table: Option<IncludeObject>) -> Response {
+fn object_response(
+    status: StatusCode,
+    info: &ResourceInfo,
+    obj: Value,
+    table: Option<IncludeObject>,
+) -> Response {
     match table {
         Some(include) => {
-            let rv = meta::str_field(&obj, "resourceVersion").unwrap_or_default().to_string();
-            json_response(status, &to_table(info, &[obj], json!({"resourceVersion": rv}), include))
+            let rv = meta::str_field(&obj, "resourceVersion")
+                .unwrap_or_default()
+                .to_string();
+            json_response(
+                status,
+                &to_table(info, &[obj], json!({"resourceVersion": rv}), include),
+            )
         }
         None => json_response(status, &obj),
     }
 }
 
 async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
-    let info: RequestInfo = req.extensions().get::<RequestInfo>().cloned().unwrap_or_default();
+    let info: RequestInfo = req
+        .extensions()
+        .get::<RequestInfo>()
+        .cloned()
+        .unwrap_or_default();
+    let user: UserInfo = req
+        .extensions()
+        .get::<UserInfo>()
+        .cloned()
+        .unwrap_or_default();
     let (parts, body) = req.into_parts();
     let q = Query::parse(parts.uri.query())?;
     let headers = parts.headers;
@@ -202,7 +261,10 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
     }
 
     let not_found = || ApiError::NotFound(Target::default());
-    let res = state.registry.get(&info.api_group, &info.api_version, &info.resource).ok_or_else(not_found)?;
+    let res = state
+        .registry
+        .get(&info.api_group, &info.api_version, &info.resource)
+        .ok_or_else(not_found)?;
     // Scope checks: namespaced objects need a namespace (except cluster-wide
     // list/watch); cluster-scoped ones must not have one.
     let mut ns = info.namespace.as_deref();
@@ -214,7 +276,8 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
         return Err(not_found());
     }
     if let Some(sub) = &info.subresource
-        && (!res.subresources.contains(sub) || !matches!(info.verb.as_str(), "get" | "update" | "patch"))
+        && (!res.subresources.contains(sub)
+            || !matches!(info.verb.as_str(), "get" | "update" | "patch"))
     {
         return Err(not_found());
     }
@@ -251,13 +314,18 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
             let table = table_request(&headers, &q)?;
             let mut params = list_params(&q, res)?;
             if let Some(n) = name {
-                params.fields = FieldSelector::parse(&format!("metadata.name={n}"), &res.kind).map_err(ApiError::BadRequest)?;
+                params.fields = FieldSelector::parse(&format!("metadata.name={n}"), &res.kind)
+                    .map_err(ApiError::BadRequest)?;
             }
-            let rv = meta::parse_resource_version(q.get("resourceVersion").unwrap_or("")).map_err(ApiError::BadRequest)?;
-            let timeout = match q.get("timeoutSeconds") {
-                Some(t) => Duration::from_secs(t.parse().map_err(|_| ApiError::BadRequest(format!("invalid timeoutSeconds {t:?}")))?),
-                None => DEFAULT_WATCH_TIMEOUT,
-            };
+            let rv = meta::parse_resource_version(q.get("resourceVersion").unwrap_or(""))
+                .map_err(ApiError::BadRequest)?;
+            let timeout =
+                match q.get("timeoutSeconds") {
+                    Some(t) => Duration::from_secs(t.parse().map_err(|_| {
+                        ApiError::BadRequest(format!("invalid timeoutSeconds {t:?}"))
+                    })?),
+                    None => DEFAULT_WATCH_TIMEOUT,
+                };
             let opts = WatchOptions {
                 resource_version: rv,
                 allow_bookmarks: q.flag("allowWatchBookmarks"),
@@ -271,20 +339,40 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
             if name.is_some() {
                 return Err(ApiError::MethodNotAllowed);
             }
-            let opts = write_options(&q)?;
+            let opts = write_options(&q, &user)?;
             let obj = decode_body(&headers, &read_body(body).await?)?;
             let created = objects.create(res, ns, obj, &opts).await?;
-            Ok(json_response(StatusCode::CREATED, &created))
+            after_write(state, res, &created, &opts).await;
+            Ok(with_warnings(
+                json_response(StatusCode::CREATED, &created),
+                &opts,
+            ))
         }
         "update" => {
-            let opts = write_options(&q)?;
+            let opts = write_options(&q, &user)?;
             let obj = decode_body(&headers, &read_body(body).await?)?;
-            let updated = objects.update(res, ns, name.unwrap_or_default(), info.subresource.as_deref(), obj, &opts).await?;
-            Ok(json_response(StatusCode::OK, &updated))
+            let updated = objects
+                .update(
+                    res,
+                    ns,
+                    name.unwrap_or_default(),
+                    info.subresource.as_deref(),
+                    obj,
+                    &opts,
+                )
+                .await?;
+            after_write(state, res, &updated, &opts).await;
+            Ok(with_warnings(
+                json_response(StatusCode::OK, &updated),
+                &opts,
+            ))
         }
         "patch" => {
-            let opts = write_options(&q)?;
-            let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+            let opts = write_options(&q, &user)?;
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
             let ptype = PatchType::from_content_type(ct).ok_or_else(|| {
                 ApiError::UnsupportedMediaType(format!(
                     "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {ct:?})"
@@ -307,32 +395,50 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
                 };
                 out.map_err(|e| match e {
                     patch::PatchError::Invalid(m) => ApiError::BadRequest(m),
-                    patch::PatchError::Apply(m) => ApiError::Invalid(Target::default(), vec![wasm_apiserver_api::Cause {
-                        reason: "FieldValueInvalid".into(),
-                        field: "patch".into(),
-                        message: m,
-                    }]),
+                    patch::PatchError::Apply(m) => ApiError::Invalid(
+                        Target::default(),
+                        vec![wasm_apiserver_api::Cause {
+                            reason: "FieldValueInvalid".into(),
+                            field: "patch".into(),
+                            message: m,
+                        }],
+                    ),
                 })
             };
-            let patched = objects.patch(res, ns, name.unwrap_or_default(), &apply, &opts).await?;
-            Ok(json_response(StatusCode::OK, &patched))
+            let patched = objects
+                .patch(res, ns, name.unwrap_or_default(), &apply, &opts)
+                .await?;
+            after_write(state, res, &patched, &opts).await;
+            Ok(with_warnings(
+                json_response(StatusCode::OK, &patched),
+                &opts,
+            ))
         }
         "delete" => {
             let bytes = read_body(body).await?;
-            let (opts, pre) = delete_options(&q, &headers, &bytes)?;
+            let (opts, pre) = delete_options(&q, &user, &headers, &bytes)?;
             let name = name.unwrap_or_default();
-            match objects.delete(res, ns, name, &pre, &opts).await? {
-                Deleted::Pending(obj) => Ok(json_response(StatusCode::OK, &obj)),
+            let resp = match objects.delete(res, ns, name, &pre, &opts).await? {
+                Deleted::Pending(obj) => json_response(StatusCode::OK, &obj),
                 Deleted::Now(obj) => {
+                    if !opts.dry_run
+                        && res.group == wasm_apiserver_api::admission::GROUP
+                        && let Some(adm) = &objects.admission
+                    {
+                        adm.remove(name);
+                    }
                     let uid = meta::str_field(&obj, "uid").map(String::from);
                     let target = Target::new(&res.group, &res.plural, name);
-                    Ok(json_response(StatusCode::OK, &success_status(&target, uid)))
+                    json_response(StatusCode::OK, &success_status(&target, uid))
                 }
-            }
+            };
+            Ok(with_warnings(resp, &opts))
         }
         "deletecollection" => {
-            let opts = write_options(&q)?;
-            let out = objects.delete_collection(res, ns, &list_params(&q, res)?, &opts).await?;
+            let opts = write_options(&q, &user)?;
+            let out = objects
+                .delete_collection(res, ns, &list_params(&q, res)?, &opts)
+                .await?;
             Ok(json_response(StatusCode::OK, &list_body(res, out)))
         }
         _ => Err(ApiError::MethodNotAllowed),
@@ -340,22 +446,40 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
 }
 
 /// `DeleteOptions` from the body (if any) and the query.
-fn delete_options(q: &Query, headers: &HeaderMap, body: &[u8]) -> Result<(WriteOptions, Preconditions)> {
-    let mut opts = write_options(q)?;
+fn delete_options(
+    q: &Query,
+    user: &UserInfo,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(WriteOptions, Preconditions)> {
+    let mut opts = write_options(q, user)?;
     let mut pre = Preconditions::default();
     if !body.iter().all(u8::is_ascii_whitespace) {
         let doc = decode_body(headers, body)?;
         if let Some(dry) = doc.get("dryRun").and_then(Value::as_array) {
-            match dry.iter().map(|v| v.as_str().unwrap_or("")).collect::<Vec<_>>().as_slice() {
+            match dry
+                .iter()
+                .map(|v| v.as_str().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .as_slice()
+            {
                 [] => {}
                 ["All"] => opts.dry_run = true,
-                other => return Err(ApiError::BadRequest(format!("dryRun: Unsupported value: {other:?}"))),
+                other => {
+                    return Err(ApiError::BadRequest(format!(
+                        "dryRun: Unsupported value: {other:?}"
+                    )));
+                }
             }
         }
         let p = &doc["preconditions"];
-        pre.uid = p["uid"].as_str().filter(|s| !s.is_empty()).map(String::from);
-        pre.resource_version = meta::parse_resource_version(p["resourceVersion"].as_str().unwrap_or(""))
-            .map_err(ApiError::BadRequest)?;
+        pre.uid = p["uid"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(String::from);
+        pre.resource_version =
+            meta::parse_resource_version(p["resourceVersion"].as_str().unwrap_or(""))
+                .map_err(ApiError::BadRequest)?;
     }
     Ok((opts, pre))
 }
@@ -366,7 +490,10 @@ mod tests {
 
     #[test]
     fn query_decoding() {
-        let q = Query::parse(Some("labelSelector=app%3Dweb%2Ctier+in+(a%2Cb)&watch=1&limit=5")).unwrap();
+        let q = Query::parse(Some(
+            "labelSelector=app%3Dweb%2Ctier+in+(a%2Cb)&watch=1&limit=5",
+        ))
+        .unwrap();
         assert_eq!(q.get("labelSelector"), Some("app=web,tier in (a,b)"));
         assert!(q.flag("watch"));
         assert!(Query::parse(Some("x=%zz")).is_err());

@@ -8,6 +8,7 @@
 //! request info → authentication → authorization → handler, where the handler
 //! runs admission before anything reaches storage (see [`objects`]).
 
+pub mod admission;
 pub mod config;
 pub mod discovery;
 pub mod error;

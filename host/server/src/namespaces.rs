@@ -12,10 +12,22 @@ pub const INITIAL: &[&str] = &["default", "kube-system", "kube-public", "kube-no
 
 /// Creates the initial namespaces if missing.
 pub async fn ensure_initial(objects: &Objects) -> Result<(), ApiError> {
-    let info = objects.registry.get("", "v1", "namespaces").expect("built in").clone();
+    let info = objects
+        .registry
+        .get("", "v1", "namespaces")
+        .expect("built in")
+        .clone();
     for name in INITIAL {
         let obj = json!({"metadata": {"name": name}});
-        match objects.create(&info, None, obj, &WriteOptions::default()).await {
+        match objects
+            .create(
+                &info,
+                None,
+                obj,
+                &WriteOptions::system("namespace-controller"),
+            )
+            .await
+        {
             Ok(_) | Err(ApiError::AlreadyExists(_)) => {}
             Err(e) => return Err(e),
         }
@@ -40,9 +52,17 @@ pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
 }
 
 async fn finalize_all(objects: &Objects) -> Result<(), ApiError> {
-    let info = objects.registry.get("", "v1", "namespaces").expect("built in").clone();
+    let info = objects
+        .registry
+        .get("", "v1", "namespaces")
+        .expect("built in")
+        .clone();
     let all = objects.list(&info, None, &ListParams::default()).await?;
-    for ns in all.items.iter().filter(|n| meta::str_field(n, "deletionTimestamp").is_some()) {
+    for ns in all
+        .items
+        .iter()
+        .filter(|n| meta::str_field(n, "deletionTimestamp").is_some())
+    {
         let name = meta::name(ns).unwrap_or_default();
         finalize(objects, name).await?;
     }
@@ -52,13 +72,16 @@ async fn finalize_all(objects: &Objects) -> Result<(), ApiError> {
 /// Deletes the namespace's contents; once empty, drops the `kubernetes`
 /// finalizer, which deletes the namespace.
 async fn finalize(objects: &Objects, ns: &str) -> Result<(), ApiError> {
-    let opts = WriteOptions::default();
+    let opts = WriteOptions::system("namespace-controller");
     let mut remaining = 0;
     for info in objects.registry.all().filter(|r| r.namespaced) {
         let listed = objects.list(info, Some(ns), &ListParams::default()).await?;
         for obj in &listed.items {
             let name = meta::name(obj).unwrap_or_default();
-            match objects.delete(info, Some(ns), name, &Preconditions::default(), &opts).await {
+            match objects
+                .delete(info, Some(ns), name, &Preconditions::default(), &opts)
+                .await
+            {
                 Ok(crate::objects::Deleted::Pending(_)) => remaining += 1,
                 Ok(_) | Err(ApiError::NotFound(_)) => {}
                 Err(e) => return Err(e),
@@ -69,9 +92,13 @@ async fn finalize(objects: &Objects, ns: &str) -> Result<(), ApiError> {
         tracing::debug!(namespace = ns, remaining, "namespace waits for finalizers");
         return Ok(());
     }
-    let info = objects.registry.get("", "v1", "namespaces").expect("built in").clone();
+    let info = objects
+        .registry
+        .get("", "v1", "namespaces")
+        .expect("built in")
+        .clone();
     let result = objects
-        .guaranteed_update(&info, None, ns, &opts, |cur| {
+        .guaranteed_update(&info, None, ns, Some("finalize"), &opts, |cur| {
             let mut new = cur.clone();
             let kept: Vec<Value> = cur["spec"]["finalizers"]
                 .as_array()

@@ -3,15 +3,18 @@
 //! it owns metadata rules, optimistic concurrency, finalizers, namespace
 //! lifecycle, selectors and paging, and the admission hook.
 
+use crate::admission::{Admission, Attributes};
 use crate::error::storage_error;
 use base64::Engine;
 use serde_json::{Value, json};
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use wasm_apiserver_api::error::Target;
 use wasm_apiserver_api::selector::{FieldSelector, LabelSelector};
 use wasm_apiserver_api::validation::validate_object;
 use wasm_apiserver_api::{ApiError, Registry, ResourceInfo, meta};
+use wasm_apiserver_plugins::{Operation, UserInfo};
 use wasm_apiserver_storage::{KeyValue, ListOptions, Storage, StorageError};
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
@@ -19,11 +22,53 @@ type Result<T, E = ApiError> = std::result::Result<T, E>;
 /// How many times a write is retried after losing a compare-and-swap race.
 const MAX_RETRIES: usize = 64;
 
-/// Options common to writes.
-#[derive(Debug, Clone, Default)]
+/// The context of one write: options, identity, and what admission adds to
+/// the response (warnings, audit annotations).
+#[derive(Debug, Default)]
 pub struct WriteOptions {
     /// `dryRun=All`: run everything but the storage write.
     pub dry_run: bool,
+    /// Who makes the request (handed to admission plugins).
+    pub user: UserInfo,
+    warnings: Mutex<Vec<String>>,
+    audit_annotations: Mutex<BTreeMap<String, String>>,
+}
+
+impl WriteOptions {
+    pub fn new(dry_run: bool, user: UserInfo) -> Self {
+        WriteOptions {
+            dry_run,
+            user,
+            ..Default::default()
+        }
+    }
+
+    /// A write by one of the server's own controllers.
+    pub fn system(component: &str) -> Self {
+        Self::new(false, crate::admission::system_user(component))
+    }
+
+    pub fn add_warnings(&self, w: impl IntoIterator<Item = String>) {
+        self.warnings.lock().expect("warnings lock").extend(w);
+    }
+
+    pub fn add_audit_annotations(&self, a: impl IntoIterator<Item = (String, String)>) {
+        self.audit_annotations
+            .lock()
+            .expect("annotations lock")
+            .extend(a);
+    }
+
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings.lock().expect("warnings lock").clone()
+    }
+
+    pub fn audit_annotations(&self) -> BTreeMap<String, String> {
+        self.audit_annotations
+            .lock()
+            .expect("annotations lock")
+            .clone()
+    }
 }
 
 /// `DeleteOptions` preconditions.
@@ -74,6 +119,8 @@ pub struct Objects {
     pub registry: Arc<Registry>,
     /// Woken when a namespace starts terminating.
     pub namespace_deleted: Arc<Notify>,
+    /// The admission chain; `None` runs without admission.
+    pub admission: Option<Arc<Admission>>,
 }
 
 /// The `Target` of errors about `name` of this resource.
@@ -117,8 +164,12 @@ fn now() -> String {
 /// True once nothing holds a deleted object any more.
 fn ready_to_delete(info: &ResourceInfo, obj: &Value) -> bool {
     let spec_finalizers = info.plural == "namespaces"
-        && obj["spec"]["finalizers"].as_array().is_some_and(|a| !a.is_empty());
-    meta::str_field(obj, "deletionTimestamp").is_some() && meta::finalizers(obj).is_empty() && !spec_finalizers
+        && obj["spec"]["finalizers"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty());
+    meta::str_field(obj, "deletionTimestamp").is_some()
+        && meta::finalizers(obj).is_empty()
+        && !spec_finalizers
 }
 
 /// Upstream's continue token: base64url(JSON{v, rv, start}) with `start`
@@ -137,7 +188,10 @@ fn decode_continue(token: &str) -> Result<(u64, String)> {
     if v["v"] != "meta.k8s.io/v1" {
         return Err(bad("server does not recognize this encoded version"));
     }
-    let rv = v["rv"].as_u64().filter(|r| *r > 0).ok_or_else(|| bad("incorrect encoded start resourceVersion"))?;
+    let rv = v["rv"]
+        .as_u64()
+        .filter(|r| *r > 0)
+        .ok_or_else(|| bad("incorrect encoded start resourceVersion"))?;
     let start = v["start"].as_str().ok_or_else(|| bad("missing start"))?;
     if start.contains("..") || start.starts_with('/') {
         return Err(bad("path traversal attempt"));
@@ -146,13 +200,53 @@ fn decode_continue(token: &str) -> Result<(u64, String)> {
 }
 
 impl Objects {
-    pub fn new(storage: Arc<dyn Storage>, registry: Arc<Registry>) -> Self {
-        Objects { storage, registry, namespace_deleted: Arc::new(Notify::new()) }
+    pub fn new(
+        storage: Arc<dyn Storage>,
+        registry: Arc<Registry>,
+        admission: Option<Arc<Admission>>,
+    ) -> Self {
+        Objects {
+            storage,
+            registry,
+            namespace_deleted: Arc::new(Notify::new()),
+            admission,
+        }
+    }
+
+    async fn admit_mutating(
+        &self,
+        a: &Attributes<'_>,
+        obj: &mut Value,
+        old: Option<&Value>,
+        opts: &WriteOptions,
+    ) -> Result<()> {
+        match &self.admission {
+            Some(adm) => adm.mutate(a, obj, old, opts).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn admit_validating(
+        &self,
+        a: &Attributes<'_>,
+        obj: Option<&Value>,
+        old: Option<&Value>,
+        opts: &WriteOptions,
+    ) -> Result<()> {
+        match &self.admission {
+            Some(adm) => adm.validate(a, obj, old, opts).await,
+            None => Ok(()),
+        }
     }
 
     /// Reads one object.
     pub async fn get(&self, info: &ResourceInfo, ns: Option<&str>, name: &str) -> Result<Value> {
-        match self.storage.get(&info.object_key(ns, name)).await.map_err(storage_error)? {
+        match self
+            .storage
+            .get(&info.object_key(ns, name))
+            .await
+            .map_err(storage_error)?
+        {
             Some(kv) => decode(&kv),
             None => Err(ApiError::NotFound(target(info, name))),
         }
@@ -171,9 +265,16 @@ impl Objects {
             (Some(n), Some("Exact")) => Ok(Some(n)),
             (Some(n), None | Some("")) if p.limit.is_some() => Ok(Some(n)),
             (Some(n), None | Some("") | Some("NotOlderThan")) => {
-                let current = self.storage.current_revision().await.map_err(storage_error)?;
+                let current = self
+                    .storage
+                    .current_revision()
+                    .await
+                    .map_err(storage_error)?;
                 if n > current {
-                    return Err(ApiError::TooLargeResourceVersion { requested: n, current });
+                    return Err(ApiError::TooLargeResourceVersion {
+                        requested: n,
+                        current,
+                    });
                 }
                 Ok(None)
             }
@@ -184,7 +285,12 @@ impl Objects {
     }
 
     /// Lists objects matching the selectors, one page at a fixed revision.
-    pub async fn list(&self, info: &ResourceInfo, ns: Option<&str>, p: &ListParams) -> Result<ListOutcome> {
+    pub async fn list(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        p: &ListParams,
+    ) -> Result<ListOutcome> {
         let prefix = info.collection_key(ns);
         let (mut start, mut revision) = match &p.continue_token {
             Some(tok) if !tok.is_empty() => {
@@ -197,7 +303,13 @@ impl Objects {
         let mut items = Vec::new();
         let mut next = None;
         loop {
-            let page_size = limit.map(|l| (l - items.len()).max(if p.labels.is_empty() && p.fields.is_empty() { 1 } else { 256 }));
+            let page_size = limit.map(|l| {
+                (l - items.len()).max(if p.labels.is_empty() && p.fields.is_empty() {
+                    1
+                } else {
+                    256
+                })
+            });
             let page = self
                 .storage
                 .list(&prefix, ListOptions { revision, start_key: start.clone(), limit: page_size })
@@ -234,18 +346,33 @@ impl Objects {
             }
         }
         let resource_version = revision.unwrap_or_default();
-        let continue_token = next.map(|k| encode_continue(resource_version, k.strip_prefix(&prefix).unwrap_or(&k)));
-        Ok(ListOutcome { items, resource_version, continue_token })
+        let continue_token =
+            next.map(|k| encode_continue(resource_version, k.strip_prefix(&prefix).unwrap_or(&k)));
+        Ok(ListOutcome {
+            items,
+            resource_version,
+            continue_token,
+        })
     }
 
     /// Fails unless `ns` exists and is not terminating.
-    async fn ensure_namespace_active(&self, info: &ResourceInfo, ns: &str, name: &str) -> Result<()> {
-        let ns_info = self.registry.get("", "v1", "namespaces").expect("namespaces are built in");
+    async fn ensure_namespace_active(
+        &self,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+    ) -> Result<()> {
+        let ns_info = self
+            .registry
+            .get("", "v1", "namespaces")
+            .expect("namespaces are built in");
         let obj = self.get(ns_info, None, ns).await?;
         if meta::str_field(&obj, "deletionTimestamp").is_some() {
             return Err(ApiError::Forbidden(
                 target(info, name),
-                format!("unable to create new content in namespace {ns} because it is being terminated"),
+                format!(
+                    "unable to create new content in namespace {ns} because it is being terminated"
+                ),
             ));
         }
         Ok(())
@@ -254,7 +381,9 @@ impl Objects {
     /// Checks and sets apiVersion/kind and namespace of a request body.
     fn normalize(&self, info: &ResourceInfo, ns: Option<&str>, obj: &mut Value) -> Result<()> {
         let Some(map) = obj.as_object_mut() else {
-            return Err(ApiError::BadRequest("the request body must be a JSON object".into()));
+            return Err(ApiError::BadRequest(
+                "the request body must be a JSON object".into(),
+            ));
         };
         let api_version = info.api_version();
         match map.get("apiVersion").and_then(Value::as_str) {
@@ -304,11 +433,17 @@ impl Objects {
                 }
             }
             ("", "Secret") => {
-                if obj.get("type").and_then(Value::as_str).is_none_or(str::is_empty) {
+                if obj
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
                     obj["type"] = json!("Opaque");
                 }
                 // stringData is write-only: fold it into data.
-                if let Some(Value::Object(sd)) = obj.as_object_mut().and_then(|m| m.remove("stringData")) {
+                if let Some(Value::Object(sd)) =
+                    obj.as_object_mut().and_then(|m| m.remove("stringData"))
+                {
                     let engine = base64::engine::general_purpose::STANDARD;
                     for (k, v) in sd {
                         let s = v.as_str().unwrap_or_default();
@@ -321,7 +456,13 @@ impl Objects {
     }
 
     /// Creates an object (POST).
-    pub async fn create(&self, info: &ResourceInfo, ns: Option<&str>, mut obj: Value, opts: &WriteOptions) -> Result<Value> {
+    pub async fn create(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        mut obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<Value> {
         self.normalize(info, ns, &mut obj)?;
         let generate = meta::str_field(&obj, "generateName").map(String::from);
         if meta::name(&obj).is_none()
@@ -334,16 +475,30 @@ impl Objects {
             obj["spec"]["finalizers"] = json!(["kubernetes"]);
         }
         Self::defaults(info, &mut obj);
-        validate_object(info, &obj)?;
         let name = meta::name(&obj).unwrap_or_default().to_string();
         if let Some(ns) = ns.filter(|_| info.namespaced) {
             self.ensure_namespace_active(info, ns, &name).await?;
         }
+        let attrs = Attributes {
+            info,
+            operation: Operation::Create,
+            subresource: None,
+            namespace: ns,
+            name: &name,
+        };
+        self.admit_mutating(&attrs, &mut obj, None, opts).await?;
+        validate_object(info, &obj)?;
+        self.admit_validating(&attrs, Some(&obj), None, opts)
+            .await?;
         if opts.dry_run {
             return Ok(obj);
         }
         let key = info.object_key(ns, &name);
-        let kv = self.storage.create(&key, encode(&mut obj)).await.map_err(|e| map_storage(info, &name, e))?;
+        let kv = self
+            .storage
+            .create(&key, encode(&mut obj))
+            .await
+            .map_err(|e| map_storage(info, &name, e))?;
         meta::set_resource_version(&mut obj, kv.mod_revision);
         Ok(obj)
     }
@@ -351,7 +506,15 @@ impl Objects {
     /// Reads, changes and compare-and-swaps an object until the swap wins
     /// (upstream's `GuaranteedUpdate`). `change` sees the current object and
     /// returns the desired one; it enforces the caller's preconditions.
-    pub async fn guaranteed_update<F>(&self, info: &ResourceInfo, ns: Option<&str>, name: &str, opts: &WriteOptions, mut change: F) -> Result<Value>
+    pub async fn guaranteed_update<F>(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+        opts: &WriteOptions,
+        mut change: F,
+    ) -> Result<Value>
     where
         F: FnMut(&Value) -> Result<Value>,
     {
@@ -365,7 +528,18 @@ impl Objects {
             self.normalize(info, ns, &mut new)?;
             meta::prepare_for_update(&mut new, &cur);
             Self::defaults(info, &mut new);
+            let attrs = Attributes {
+                info,
+                operation: Operation::Update,
+                subresource,
+                namespace: ns,
+                name,
+            };
+            self.admit_mutating(&attrs, &mut new, Some(&cur), opts)
+                .await?;
             validate_object(info, &new)?;
+            self.admit_validating(&attrs, Some(&new), Some(&cur), opts)
+                .await?;
             if ready_to_delete(info, &new) {
                 if opts.dry_run {
                     return Ok(new);
@@ -386,7 +560,11 @@ impl Objects {
                 meta::set_resource_version(&mut new, cur_kv.mod_revision);
                 return Ok(new);
             }
-            match self.storage.update(&key, encode(&mut new), cur_kv.mod_revision).await {
+            match self
+                .storage
+                .update(&key, encode(&mut new), cur_kv.mod_revision)
+                .await
+            {
                 Ok(kv) => {
                     meta::set_resource_version(&mut new, kv.mod_revision);
                     return Ok(new);
@@ -419,14 +597,15 @@ impl Objects {
                 meta::metadata_mut(&mut body).insert("name".into(), json!(name));
             }
         }
-        let precondition = meta::parse_resource_version(meta::str_field(&body, "resourceVersion").unwrap_or(""))
-            .map_err(ApiError::BadRequest)?;
+        let precondition =
+            meta::parse_resource_version(meta::str_field(&body, "resourceVersion").unwrap_or(""))
+                .map_err(ApiError::BadRequest)?;
         let body_uid = meta::str_field(&body, "uid").map(String::from);
-        let subresource = subresource.map(String::from);
+        let sub = subresource.map(String::from);
         let has_status = info.subresources.iter().any(|s| s == "status");
-        self.guaranteed_update(info, ns, name, opts, |cur| {
+        self.guaranteed_update(info, ns, name, subresource, opts, |cur| {
             check_preconditions(info, name, cur, body_uid.as_deref(), precondition)?;
-            let mut new = match subresource.as_deref() {
+            let mut new = match sub.as_deref() {
                 None => {
                     let mut new = body.clone();
                     if has_status {
@@ -445,7 +624,11 @@ impl Objects {
                     new
                 }
                 Some(other) => {
-                    return Err(ApiError::NotFound(Target::new(&info.group, &format!("{}/{other}", info.plural), name)));
+                    return Err(ApiError::NotFound(Target::new(
+                        &info.group,
+                        &format!("{}/{other}", info.plural),
+                        name,
+                    )));
                 }
             };
             if new.get("status").is_some_and(Value::is_null) {
@@ -465,7 +648,7 @@ impl Objects {
         apply: &(dyn Fn(&Value) -> Result<Value> + Send + Sync),
         opts: &WriteOptions,
     ) -> Result<Value> {
-        self.guaranteed_update(info, ns, name, opts, |cur| {
+        self.guaranteed_update(info, ns, name, None, opts, |cur| {
             let patched = apply(cur)?;
             // A resourceVersion in the patch is a precondition.
             let want = meta::str_field(&patched, "resourceVersion");
@@ -473,7 +656,9 @@ impl Objects {
                 return Err(ApiError::stale(target(info, name)));
             }
             if meta::name(&patched) != Some(name) {
-                return Err(ApiError::BadRequest("metadata.name: the name of an object cannot be changed by a patch".into()));
+                return Err(ApiError::BadRequest(
+                    "metadata.name: the name of an object cannot be changed by a patch".into(),
+                ));
             }
             Ok(patched)
         })
@@ -481,7 +666,14 @@ impl Objects {
     }
 
     /// Deletes an object, or marks it for deletion while finalizers hold it.
-    pub async fn delete(&self, info: &ResourceInfo, ns: Option<&str>, name: &str, pre: &Preconditions, opts: &WriteOptions) -> Result<Deleted> {
+    pub async fn delete(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        pre: &Preconditions,
+        opts: &WriteOptions,
+    ) -> Result<Deleted> {
         let key = info.object_key(ns, name);
         for _ in 0..MAX_RETRIES {
             let Some(cur_kv) = self.storage.get(&key).await.map_err(storage_error)? else {
@@ -489,6 +681,15 @@ impl Objects {
             };
             let cur = decode(&cur_kv)?;
             check_preconditions(info, name, &cur, pre.uid.as_deref(), pre.resource_version)?;
+            let attrs = Attributes {
+                info,
+                operation: Operation::Delete,
+                subresource: None,
+                namespace: ns,
+                name,
+            };
+            self.admit_validating(&attrs, None, Some(&cur), opts)
+                .await?;
             let is_namespace = info.plural == "namespaces";
             if is_namespace || !meta::finalizers(&cur).is_empty() {
                 if meta::str_field(&cur, "deletionTimestamp").is_some() {
@@ -504,7 +705,11 @@ impl Objects {
                 if opts.dry_run {
                     return Ok(Deleted::Pending(marked));
                 }
-                match self.storage.update(&key, encode(&mut marked), cur_kv.mod_revision).await {
+                match self
+                    .storage
+                    .update(&key, encode(&mut marked), cur_kv.mod_revision)
+                    .await
+                {
                     Ok(kv) => {
                         meta::set_resource_version(&mut marked, kv.mod_revision);
                         if is_namespace {
@@ -533,13 +738,38 @@ impl Objects {
     }
 
     /// Deletes every object matching the selectors (DELETE on a collection).
-    pub async fn delete_collection(&self, info: &ResourceInfo, ns: Option<&str>, p: &ListParams, opts: &WriteOptions) -> Result<ListOutcome> {
-        let mut listed = self.list(info, ns, &ListParams { limit: None, continue_token: None, ..p.clone() }).await?;
+    pub async fn delete_collection(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        p: &ListParams,
+        opts: &WriteOptions,
+    ) -> Result<ListOutcome> {
+        let mut listed = self
+            .list(
+                info,
+                ns,
+                &ListParams {
+                    limit: None,
+                    continue_token: None,
+                    ..p.clone()
+                },
+            )
+            .await?;
         let mut deleted = Vec::with_capacity(listed.items.len());
         for obj in listed.items.drain(..) {
             let name = meta::name(&obj).unwrap_or_default().to_string();
             let obj_ns = meta::namespace(&obj).map(String::from);
-            match self.delete(info, obj_ns.as_deref(), &name, &Preconditions::default(), opts).await {
+            match self
+                .delete(
+                    info,
+                    obj_ns.as_deref(),
+                    &name,
+                    &Preconditions::default(),
+                    opts,
+                )
+                .await
+            {
                 Ok(Deleted::Now(o) | Deleted::Pending(o)) => deleted.push(o),
                 Err(ApiError::NotFound(_)) => {}
                 Err(e) => return Err(e),
@@ -551,12 +781,20 @@ impl Objects {
     }
 }
 
-fn check_preconditions(info: &ResourceInfo, name: &str, cur: &Value, uid: Option<&str>, rv: Option<u64>) -> Result<()> {
+fn check_preconditions(
+    info: &ResourceInfo,
+    name: &str,
+    cur: &Value,
+    uid: Option<&str>,
+    rv: Option<u64>,
+) -> Result<()> {
     let cur_uid = meta::str_field(cur, "uid").unwrap_or_default();
     if let Some(uid) = uid.filter(|u| *u != cur_uid) {
         return Err(ApiError::Conflict(
             target(info, name),
-            format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {cur_uid}"),
+            format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {cur_uid}"
+            ),
         ));
     }
     let cur_rv = meta::str_field(cur, "resourceVersion").unwrap_or_default();
@@ -574,7 +812,10 @@ mod tests {
     #[test]
     fn continue_tokens_round_trip_and_reject_garbage() {
         let t = encode_continue(42, "default/cm-7");
-        assert_eq!(decode_continue(&t).unwrap(), (42, "default/cm-7".to_string()));
+        assert_eq!(
+            decode_continue(&t).unwrap(),
+            (42, "default/cm-7".to_string())
+        );
         assert!(decode_continue("!!!").is_err());
         let evil = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .encode(json!({"v": "meta.k8s.io/v1", "rv": 1, "start": "../x"}).to_string());

@@ -31,7 +31,11 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
         verb: method.as_str().to_ascii_lowercase(),
         ..Default::default()
     };
-    let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|p| !p.is_empty()).collect();
+    let parts: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .collect();
     let rest = match parts.as_slice() {
         ["api", version, rest @ ..] if !rest.is_empty() => {
             info.api_version = version.to_string();
@@ -61,7 +65,8 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
     info.name = rest.get(1).map(|s| s.to_string());
     info.subresource = rest.get(2).map(|s| s.to_string());
     let watch_param = query.is_some_and(|q| {
-        q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1" || kv == "watch")
+        q.split('&')
+            .any(|kv| kv == "watch=true" || kv == "watch=1" || kv == "watch")
     });
     info.verb = match *method {
         Method::GET | Method::HEAD if legacy_watch || watch_param => "watch",
@@ -84,14 +89,47 @@ mod tests {
 
     #[test]
     fn parses_like_upstream() {
-        let i = parse(&Method::GET, "/api/v1/namespaces/default/configmaps/a", None);
-        assert_eq!((i.verb.as_str(), i.namespace.as_deref(), i.resource.as_str(), i.name.as_deref()), ("get", Some("default"), "configmaps", Some("a")));
+        let i = parse(
+            &Method::GET,
+            "/api/v1/namespaces/default/configmaps/a",
+            None,
+        );
+        assert_eq!(
+            (
+                i.verb.as_str(),
+                i.namespace.as_deref(),
+                i.resource.as_str(),
+                i.name.as_deref()
+            ),
+            ("get", Some("default"), "configmaps", Some("a"))
+        );
         let i = parse(&Method::GET, "/api/v1/namespaces/default", None);
-        assert_eq!((i.resource.as_str(), i.name.as_deref(), i.namespace.as_deref()), ("namespaces", Some("default"), Some("default")));
+        assert_eq!(
+            (
+                i.resource.as_str(),
+                i.name.as_deref(),
+                i.namespace.as_deref()
+            ),
+            ("namespaces", Some("default"), Some("default"))
+        );
         let i = parse(&Method::PUT, "/api/v1/namespaces/x/finalize", None);
-        assert_eq!((i.resource.as_str(), i.subresource.as_deref(), i.verb.as_str()), ("namespaces", Some("finalize"), "update"));
-        let i = parse(&Method::GET, "/apis/coordination.k8s.io/v1/leases", Some("watch=1&x=y"));
-        assert_eq!((i.api_group.as_str(), i.verb.as_str(), i.namespace), ("coordination.k8s.io", "watch", None));
+        assert_eq!(
+            (
+                i.resource.as_str(),
+                i.subresource.as_deref(),
+                i.verb.as_str()
+            ),
+            ("namespaces", Some("finalize"), "update")
+        );
+        let i = parse(
+            &Method::GET,
+            "/apis/coordination.k8s.io/v1/leases",
+            Some("watch=1&x=y"),
+        );
+        assert_eq!(
+            (i.api_group.as_str(), i.verb.as_str(), i.namespace),
+            ("coordination.k8s.io", "watch", None)
+        );
         let i = parse(&Method::DELETE, "/api/v1/namespaces/n/secrets", None);
         assert_eq!(i.verb, "deletecollection");
         assert!(!parse(&Method::GET, "/apis/coordination.k8s.io", None).is_resource_request);

@@ -53,7 +53,9 @@ pub async fn serve(
             match table {
                 None => obj,
                 Some(include) => {
-                    let rv = meta::str_field(&obj, "resourceVersion").unwrap_or_default().to_string();
+                    let rv = meta::str_field(&obj, "resourceVersion")
+                        .unwrap_or_default()
+                        .to_string();
                     to_table(&info, &[obj], json!({"resourceVersion": rv}), include)
                 }
             }
@@ -65,7 +67,10 @@ pub async fn serve(
         if initial_end {
             m["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
-        line("BOOKMARK", json!({"kind": kind, "apiVersion": api_version, "metadata": m}))
+        line(
+            "BOOKMARK",
+            json!({"kind": kind, "apiVersion": api_version, "metadata": m}),
+        )
     };
 
     // Initial state, then the revision to watch from.
@@ -74,7 +79,16 @@ pub async fn serve(
         Some(rv) if rv > 0 && !opts.send_initial_events => rv,
         _ => {
             let listed = objects
-                .list(info, ns, &ListParams { limit: None, continue_token: None, resource_version: None, ..params.clone() })
+                .list(
+                    info,
+                    ns,
+                    &ListParams {
+                        limit: None,
+                        continue_token: None,
+                        resource_version: None,
+                        ..params.clone()
+                    },
+                )
                 .await?;
             for obj in listed.items {
                 initial.push(line("ADDED", render(obj)));
@@ -96,7 +110,9 @@ pub async fn serve(
         let mut stream = match watch {
             Ok(s) => s,
             Err(e) => {
-                let _ = tx.send(line("ERROR", crate::error::storage_error(e).status_json())).await;
+                let _ = tx
+                    .send(line("ERROR", crate::error::storage_error(e).status_json()))
+                    .await;
                 return;
             }
         };
@@ -111,7 +127,9 @@ pub async fn serve(
             let out = match item {
                 None => return,
                 Some(Err(e @ StorageError::Expired { .. })) | Some(Err(e)) => {
-                    let _ = tx.send(line("ERROR", crate::error::storage_error(e).status_json())).await;
+                    let _ = tx
+                        .send(line("ERROR", crate::error::storage_error(e).status_json()))
+                        .await;
                     return;
                 }
                 Some(Ok(WatchItem::Progress(rev))) => {
@@ -124,7 +142,9 @@ pub async fn serve(
                     let Ok(obj) = decode(&ev.kv) else { continue };
                     let now = params.matches(&obj);
                     let before = match (&ev.prev, ev.kind) {
-                        (Some(prev), EventKind::Modified) => decode(prev).map(|p| params.matches(&p)).unwrap_or(false),
+                        (Some(prev), EventKind::Modified) => {
+                            decode(prev).map(|p| params.matches(&p)).unwrap_or(false)
+                        }
                         _ => now,
                     };
                     let kind = match (ev.kind, before, now) {
@@ -144,10 +164,18 @@ pub async fn serve(
         }
     });
     let body = Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
     }));
     let mut resp = Response::new(body);
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
     Ok(resp)
 }

@@ -1,0 +1,620 @@
+//! Admission: the chain of wasm admission plugins in the request path, and
+//! the controller that loads them at runtime from `AdmissionPlugin` objects.
+//!
+//! * Mutating plugins run first, in `(order, name)` order, each seeing the
+//!   previous one's patch applied; then validating plugins run on the final
+//!   object. Rules, `namespaceSelector` and `objectSelector` match as for
+//!   webhooks. A denial rejects the request (`mode: Deny`), becomes a
+//!   `Warning` header (`Warn`) or only an audit annotation and log line
+//!   (`Audit`). A plugin failure (trap, timeout, memory, bad output) rejects
+//!   the request with 500 under `failurePolicy: Fail` and is skipped under
+//!   `Ignore`; either way the server keeps serving.
+//! * The active set is an immutable snapshot behind a lock held only to
+//!   clone an `Arc`: a request sees one consistent chain, and loading,
+//!   replacing or removing a plugin is an atomic swap.
+//! * Plugins come from `--admission-control-config-file` (static, loaded at
+//!   start, cannot be replaced through the API: they can protect the
+//!   `AdmissionPlugin` objects themselves) and from `AdmissionPlugin` objects,
+//!   which every replica follows through a storage watch. A module that fails
+//!   to load is reported in the object's status and the previous version
+//!   keeps serving.
+
+use crate::objects::{Objects, WriteOptions, decode};
+use base64::Engine;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use wasm_apiserver_api::admission::{FailurePolicy, Mode, Phase, PluginSpec, RequestAttributes};
+use wasm_apiserver_api::selector::LabelSelector;
+use wasm_apiserver_api::{ApiError, ResourceInfo, meta, patch};
+use wasm_apiserver_plugins::{
+    AdmissionPlugin, AdmissionRequest, AdmissionResponse, Gvk, Gvr, Limits, Operation, Runtime,
+    UserInfo,
+};
+use wasm_apiserver_storage::{Storage, WatchItem};
+
+/// A loaded plugin with its parsed spec.
+pub struct Active {
+    pub name: String,
+    pub spec: PluginSpec,
+    pub plugin: AdmissionPlugin,
+    /// `metadata.generation` of the object it came from (0: static).
+    pub generation: i64,
+    namespace_selector: Option<LabelSelector>,
+    object_selector: Option<LabelSelector>,
+}
+
+#[derive(Default)]
+struct Chain {
+    statics: Vec<Arc<Active>>,
+    dynamic: BTreeMap<String, Arc<Active>>,
+}
+
+impl Chain {
+    fn phase(&self, phase: Phase) -> Vec<Arc<Active>> {
+        let mut out: Vec<Arc<Active>> = self
+            .statics
+            .iter()
+            .chain(self.dynamic.values())
+            .filter(|a| a.spec.phases.contains(&phase))
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| (a.spec.order, &a.name).cmp(&(b.spec.order, &b.name)));
+        out
+    }
+}
+
+/// What an admission pass is about.
+pub struct Attributes<'a> {
+    pub info: &'a ResourceInfo,
+    pub operation: Operation,
+    pub subresource: Option<&'a str>,
+    pub namespace: Option<&'a str>,
+    pub name: &'a str,
+}
+
+impl Attributes<'_> {
+    fn op_str(&self) -> &'static str {
+        match self.operation {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        }
+    }
+}
+
+/// The admission chain and the loader of its plugins.
+pub struct Admission {
+    runtime: Runtime,
+    plugin_dir: Option<PathBuf>,
+    chain: RwLock<Arc<Chain>>,
+    storage: Arc<dyn Storage>,
+}
+
+/// The identity the server's own controllers write as.
+pub fn system_user(component: &str) -> UserInfo {
+    UserInfo {
+        username: format!("system:wasm-apiserver:{component}"),
+        groups: vec!["system:masters".into()],
+        ..Default::default()
+    }
+}
+
+fn limits(spec: &PluginSpec) -> Limits {
+    let d = Limits::default();
+    Limits {
+        timeout: spec
+            .limits
+            .timeout_millis
+            .map(Duration::from_millis)
+            .unwrap_or(d.timeout),
+        max_memory_bytes: spec.limits.memory_bytes.unwrap_or(d.max_memory_bytes),
+        max_output_bytes: spec.limits.max_output_bytes.unwrap_or(d.max_output_bytes),
+        max_concurrency: spec
+            .limits
+            .max_concurrency
+            .unwrap_or(d.max_concurrency)
+            .max(1),
+        ..d
+    }
+}
+
+impl Admission {
+    pub fn new(runtime: Runtime, plugin_dir: Option<PathBuf>, storage: Arc<dyn Storage>) -> Self {
+        Admission {
+            runtime,
+            plugin_dir,
+            chain: RwLock::new(Arc::new(Chain::default())),
+            storage,
+        }
+    }
+
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    fn snapshot(&self) -> Arc<Chain> {
+        self.chain.read().expect("admission chain lock").clone()
+    }
+
+    fn swap(&self, f: impl FnOnce(&mut Chain)) {
+        let mut guard = self.chain.write().expect("admission chain lock");
+        let mut next = Chain {
+            statics: guard.statics.clone(),
+            dynamic: guard.dynamic.clone(),
+        };
+        f(&mut next);
+        *guard = Arc::new(next);
+    }
+
+    /// Names of the active plugins (statics first).
+    pub fn active_names(&self) -> Vec<String> {
+        let c = self.snapshot();
+        c.statics
+            .iter()
+            .chain(c.dynamic.values())
+            .map(|a| a.name.clone())
+            .collect()
+    }
+
+    /// Reads the component bytes a spec points at and checks its digest.
+    async fn module_bytes(&self, spec: &PluginSpec) -> Result<Vec<u8>, String> {
+        let bytes = match (&spec.module.wasm, &spec.module.file) {
+            (Some(b64), _) => base64::engine::general_purpose::STANDARD
+                .decode(b64.trim())
+                .map_err(|e| format!("spec.module.wasm is not valid base64: {e}"))?,
+            (None, Some(file)) => {
+                let dir = self
+                    .plugin_dir
+                    .as_ref()
+                    .ok_or("spec.module.file needs the server to run with --plugin-dir")?;
+                // `PluginSpec::parse` allows plain file names only.
+                tokio::fs::read(dir.join(file))
+                    .await
+                    .map_err(|e| format!("spec.module.file {file:?}: {e}"))?
+            }
+            (None, None) => return Err("spec.module is empty".into()),
+        };
+        let digest = hex(&Sha256::digest(&bytes));
+        if let Some(want) = &spec.module.sha256
+            && !want.eq_ignore_ascii_case(&digest)
+        {
+            return Err(format!(
+                "spec.module.sha256 mismatch: the module's sha256 is {digest}"
+            ));
+        }
+        Ok(bytes)
+    }
+
+    /// Compiles (or takes from the cache) and instantiates-checks a plugin.
+    pub async fn load(
+        &self,
+        name: &str,
+        spec: PluginSpec,
+        generation: i64,
+    ) -> Result<Active, String> {
+        let bytes = self.module_bytes(&spec).await?;
+        let plugin = self
+            .runtime
+            .load_admission(name, &bytes, &spec.config_string(), limits(&spec))
+            .await
+            .map_err(|e| e.to_string())?;
+        let sel = |s: &Option<wasm_apiserver_api::admission::Selector>| -> Result<Option<LabelSelector>, String> {
+            s.as_ref().map(|s| s.to_label_selector()).transpose()
+        };
+        Ok(Active {
+            name: name.to_string(),
+            namespace_selector: sel(&spec.namespace_selector)?,
+            object_selector: sel(&spec.object_selector)?,
+            spec,
+            plugin,
+            generation,
+        })
+    }
+
+    /// Installs a plugin loaded from the configuration file.
+    pub fn install_static(&self, active: Active) {
+        self.swap(|c| c.statics.push(Arc::new(active)));
+    }
+
+    /// Activates (or atomically replaces) the plugin of an API object.
+    pub fn install(&self, active: Active) {
+        self.swap(|c| {
+            c.dynamic.insert(active.name.clone(), Arc::new(active));
+        });
+    }
+
+    /// Deactivates the plugin of a deleted API object.
+    pub fn remove(&self, name: &str) {
+        self.swap(|c| {
+            c.dynamic.remove(name);
+        });
+    }
+
+    /// The generation and digest of an active API-object plugin.
+    pub fn loaded(&self, name: &str) -> Option<(i64, String)> {
+        self.snapshot()
+            .dynamic
+            .get(name)
+            .map(|a| (a.generation, a.plugin.digest().to_string()))
+    }
+
+    async fn namespace_labels(&self, ns: &str) -> BTreeMap<String, String> {
+        match self
+            .storage
+            .get(&format!("/registry/core/namespaces/{ns}"))
+            .await
+        {
+            Ok(Some(kv)) => decode(&kv).map(|o| meta::labels(&o)).unwrap_or_default(),
+            _ => BTreeMap::new(),
+        }
+    }
+
+    /// The plugins of `phase` whose rules and selectors match.
+    async fn matching(
+        &self,
+        phase: Phase,
+        a: &Attributes<'_>,
+        obj: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Vec<Arc<Active>> {
+        let attrs = RequestAttributes {
+            operation: a.op_str(),
+            group: &a.info.group,
+            version: &a.info.version,
+            resource: &a.info.plural,
+            subresource: a.subresource,
+            namespaced: a.info.namespaced,
+        };
+        let mut ns_labels: Option<BTreeMap<String, String>> = None;
+        let mut out = Vec::new();
+        for p in self.snapshot().phase(phase) {
+            if !p.spec.rules.iter().any(|r| r.matches(&attrs)) {
+                continue;
+            }
+            if let Some(sel) = &p.object_selector {
+                let hit = |o: Option<&Value>| o.is_some_and(|o| sel.matches_object(o));
+                if !sel.is_empty() && !hit(obj) && !hit(old) {
+                    continue;
+                }
+            }
+            if let Some(sel) = p.namespace_selector.as_ref().filter(|s| !s.is_empty()) {
+                let labels = if a.info.plural == "namespaces" {
+                    obj.or(old).map(meta::labels).unwrap_or_default()
+                } else if let Some(ns) = a.namespace {
+                    if ns_labels.is_none() {
+                        ns_labels = Some(self.namespace_labels(ns).await);
+                    }
+                    ns_labels.clone().unwrap_or_default()
+                } else {
+                    // Cluster-scoped objects are not filtered by namespace.
+                    out.push(p);
+                    continue;
+                };
+                if !sel.matches(&labels) {
+                    continue;
+                }
+            }
+            out.push(p);
+        }
+        out
+    }
+
+    fn request(
+        a: &Attributes<'_>,
+        obj: Option<&Value>,
+        old: Option<&Value>,
+        ctx: &WriteOptions,
+    ) -> AdmissionRequest {
+        let kind_of = |info: &ResourceInfo| Gvk {
+            group: info.group.clone(),
+            version: info.version.clone(),
+            kind: info.kind.clone(),
+        };
+        let options_kind = match a.operation {
+            Operation::Create => "CreateOptions",
+            Operation::Update => "UpdateOptions",
+            _ => "DeleteOptions",
+        };
+        let mut options = json!({"kind": options_kind, "apiVersion": "meta.k8s.io/v1"});
+        if ctx.dry_run {
+            options["dryRun"] = json!(["All"]);
+        }
+        AdmissionRequest {
+            uid: uuid_v4(),
+            kind: kind_of(a.info),
+            resource: Gvr {
+                group: a.info.group.clone(),
+                version: a.info.version.clone(),
+                resource: a.info.plural.clone(),
+            },
+            sub_resource: a.subresource.map(String::from),
+            request_kind: None,
+            request_resource: None,
+            request_sub_resource: None,
+            name: (!a.name.is_empty()).then(|| a.name.to_string()),
+            namespace: a.namespace.map(String::from),
+            operation: a.operation,
+            user: ctx.user.clone(),
+            dry_run: ctx.dry_run,
+            object: obj.cloned(),
+            old_object: old.cloned(),
+            options: Some(options),
+        }
+    }
+
+    /// Handles a plugin's answer; `Ok(true)` means "continue".
+    fn decide(p: &Active, resp: &AdmissionResponse, ctx: &WriteOptions) -> Result<(), ApiError> {
+        ctx.add_warnings(
+            resp.warnings
+                .iter()
+                .map(|w| format!("admission plugin {:?}: {w}", p.name)),
+        );
+        ctx.add_audit_annotations(
+            resp.audit_annotations
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        if resp.allowed {
+            return Ok(());
+        }
+        let (code, reason, text) = match &resp.status {
+            Some(s) => (s.code, s.reason.clone(), s.message.clone()),
+            None => (403, String::new(), String::new()),
+        };
+        let message = format!("admission plugin {:?} denied the request: {text}", p.name);
+        match p.spec.mode {
+            Mode::Deny => Err(ApiError::Custom {
+                code: if (400..600).contains(&code) {
+                    code
+                } else {
+                    403
+                },
+                reason: if reason.is_empty() {
+                    "Forbidden".into()
+                } else {
+                    reason
+                },
+                message,
+            }),
+            Mode::Warn => {
+                ctx.add_warnings([message]);
+                Ok(())
+            }
+            Mode::Audit => {
+                tracing::info!(plugin = %p.name, %message, "admission denial in Audit mode");
+                ctx.add_audit_annotations([(format!("{}/audit-denial", p.name), text)]);
+                Ok(())
+            }
+        }
+    }
+
+    fn failed(p: &Active, e: impl std::fmt::Display, kind: &str) -> Result<(), ApiError> {
+        tracing::warn!(plugin = %p.name, error = %e, "admission plugin failed");
+        match p.spec.failure_policy {
+            FailurePolicy::Fail => Err(ApiError::Internal(format!(
+                "failed calling admission plugin {:?}: {kind}",
+                p.name
+            ))),
+            FailurePolicy::Ignore => Ok(()),
+        }
+    }
+
+    /// Runs the mutating plugins; applies their patches to `obj`.
+    pub async fn mutate(
+        &self,
+        a: &Attributes<'_>,
+        obj: &mut Value,
+        old: Option<&Value>,
+        ctx: &WriteOptions,
+    ) -> Result<(), ApiError> {
+        for p in self.matching(Phase::Mutating, a, Some(obj), old).await {
+            let req = Self::request(a, Some(obj), old, ctx);
+            match p.plugin.mutate(&req).await {
+                Ok(resp) => {
+                    Self::decide(&p, &resp, ctx)?;
+                    if let Some(patch_doc) = resp.patch.as_ref().filter(|_| resp.allowed) {
+                        match patch::apply_json_patch(obj, patch_doc) {
+                            Ok(patched) => *obj = patched,
+                            Err(e) => Self::failed(&p, e, "invalid patch")?,
+                        }
+                    }
+                }
+                Err(e) => Self::failed(&p, &e, e.kind())?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the validating plugins on the final object.
+    pub async fn validate(
+        &self,
+        a: &Attributes<'_>,
+        obj: Option<&Value>,
+        old: Option<&Value>,
+        ctx: &WriteOptions,
+    ) -> Result<(), ApiError> {
+        let plugins = self.matching(Phase::Validating, a, obj, old).await;
+        if plugins.is_empty() {
+            return Ok(());
+        }
+        let req = Self::request(a, obj, old, ctx);
+        for p in plugins {
+            match p.plugin.validate(&req).await {
+                Ok(resp) => Self::decide(&p, &resp, ctx)?,
+                Err(e) => Self::failed(&p, &e, e.kind())?,
+            }
+        }
+        Ok(())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn uuid_v4() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+// --- the controller ----------------------------------------------------------
+
+fn plugin_info(objects: &Objects) -> ResourceInfo {
+    use wasm_apiserver_api::admission::{GROUP, PLURAL, VERSION};
+    objects
+        .registry
+        .get(GROUP, VERSION, PLURAL)
+        .expect("admission plugins are built in")
+        .clone()
+}
+
+/// Brings the chain in line with one `AdmissionPlugin` object and records
+/// the outcome in its status. Idempotent: an object whose generation is
+/// already active is left alone.
+pub async fn reconcile(objects: &Objects, obj: &Value) {
+    let Some(admission) = objects.admission.clone() else {
+        return;
+    };
+    let name = meta::name(obj).unwrap_or_default().to_string();
+    let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
+    if meta::str_field(obj, "deletionTimestamp").is_some() {
+        admission.remove(&name);
+        return;
+    }
+    let (phase, message, digest) = match admission.loaded(&name) {
+        Some((g, digest)) if g == generation => ("Active", String::new(), digest),
+        _ => match PluginSpec::parse(&obj["spec"]) {
+            Err(e) => ("Failed", e, String::new()),
+            Ok(spec) => match admission.load(&name, spec, generation).await {
+                Ok(active) => {
+                    let digest = active.plugin.digest().to_string();
+                    admission.install(active);
+                    tracing::info!(plugin = %name, generation, %digest, "admission plugin active");
+                    ("Active", String::new(), digest)
+                }
+                Err(e) => {
+                    tracing::warn!(plugin = %name, generation, error = %e, "admission plugin failed to load");
+                    ("Failed", e, String::new())
+                }
+            },
+        },
+    };
+    let mut status = json!({"phase": phase, "observedGeneration": generation});
+    if !message.is_empty() {
+        status["message"] = json!(message);
+    }
+    if phase == "Active" {
+        status["digest"] = json!(format!("sha256:{digest}"));
+    } else if let Some((g, d)) = admission.loaded(&name) {
+        status["activeGeneration"] = json!(g);
+        status["digest"] = json!(format!("sha256:{d}"));
+    }
+    if obj.get("status") == Some(&status) {
+        return;
+    }
+    let ctx = WriteOptions::system("admission-controller");
+    let info = plugin_info(objects);
+    let result = objects
+        .guaranteed_update(&info, None, &name, Some("status"), &ctx, |cur| {
+            let mut new = cur.clone();
+            new["status"] = status.clone();
+            Ok(new)
+        })
+        .await;
+    if let Err(e) = result {
+        tracing::debug!(plugin = %name, error = %e, "could not record admission plugin status");
+    }
+}
+
+/// Follows `AdmissionPlugin` objects through a storage watch, so every
+/// replica loads, replaces and unloads the same plugins.
+pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let info = plugin_info(&objects);
+        loop {
+            if let Err(e) = follow(&objects, &info).await {
+                tracing::warn!(error = %e, "admission plugin watch ended; relisting");
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
+
+async fn follow(objects: &Objects, info: &ResourceInfo) -> Result<(), ApiError> {
+    let Some(admission) = objects.admission.clone() else {
+        return Ok(());
+    };
+    let listed = objects.list(info, None, &Default::default()).await?;
+    let names: Vec<String> = listed
+        .items
+        .iter()
+        .filter_map(|o| meta::name(o).map(String::from))
+        .collect();
+    for stale in admission
+        .snapshot()
+        .dynamic
+        .keys()
+        .filter(|n| !names.contains(n))
+    {
+        admission.remove(stale);
+    }
+    for obj in &listed.items {
+        reconcile(objects, obj).await;
+    }
+    let mut stream = objects
+        .storage
+        .watch(&info.collection_key(None), listed.resource_version)
+        .await
+        .map_err(crate::error::storage_error)?;
+    while let Some(item) = stream.next().await {
+        let WatchItem::Event(ev) = item.map_err(crate::error::storage_error)? else {
+            continue;
+        };
+        let obj = decode(&ev.kv)?;
+        match ev.kind {
+            wasm_apiserver_storage::EventKind::Deleted => {
+                admission.remove(meta::name(&obj).unwrap_or_default())
+            }
+            _ => reconcile(objects, &obj).await,
+        }
+    }
+    Ok(())
+}
+
+/// Loads the plugins of `--admission-control-config-file`: YAML documents
+/// (or a `List`) of `AdmissionPlugin` objects.
+pub async fn load_config_file(
+    admission: &Admission,
+    path: &std::path::Path,
+) -> anyhow::Result<usize> {
+    use serde::Deserialize;
+    let text = tokio::fs::read_to_string(path).await?;
+    let mut count = 0;
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v = Value::deserialize(doc)?;
+        let items = match v.get("items").and_then(Value::as_array) {
+            Some(items) => items.clone(),
+            None if v.is_null() => continue,
+            None => vec![v],
+        };
+        for item in items {
+            let name = meta::name(&item).ok_or_else(|| {
+                anyhow::anyhow!("{}: a plugin without metadata.name", path.display())
+            })?;
+            let spec = PluginSpec::parse(&item["spec"])
+                .map_err(|e| anyhow::anyhow!("{}: plugin {name}: {e}", path.display()))?;
+            let active = admission
+                .load(name, spec, 0)
+                .await
+                .map_err(|e| anyhow::anyhow!("{}: plugin {name}: {e}", path.display()))?;
+            admission.install_static(active);
+            count += 1;
+        }
+    }
+    Ok(count)
+}
