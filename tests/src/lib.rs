@@ -1,0 +1,590 @@
+//! Harness for the end-to-end tests: starts the real `wasm-apiserver` binary
+//! in a temp dir on a free loopback port and drives it with kubectl.
+//!
+//! # Locating the binary
+//!
+//! `env!("CARGO_BIN_EXE_wasm-apiserver")` only exists inside the package that
+//! defines the binary, so this crate finds it itself: tests run from
+//! `<target>/<profile>/deps/`, and the server binary sits in
+//! `<target>/<profile>/wasm-apiserver`. Before the first server of a test
+//! process starts, [`server_binary`] runs `cargo build -p wasm-apiserver`
+//! once (a no-op when it is fresh; cargo's own lock serialises concurrent
+//! test processes), so a test never runs against a stale binary. Set
+//! `WASM_APISERVER_BIN=/path/to/wasm-apiserver` to skip the build and use
+//! that binary instead.
+//!
+//! # Waiting for readiness
+//!
+//! [`Server::start`] spawns `wasm-apiserver serve --secure-port 0`, polls for
+//! `DATA_DIR/admin.kubeconfig` (written atomically once the server is ready),
+//! reads the URL from it and polls `GET /readyz` until it answers 200. Every
+//! wait has a deadline; on timeout or early exit it panics with the server's
+//! log.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+/// How long a server may take to write its kubeconfig and answer `/readyz`.
+pub const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Interval between two polls of anything the harness waits for.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// A running `wasm-apiserver` with its own temp dir; killed on drop.
+pub struct Server {
+    /// Holds `data/` (the server's `--data-dir`), `server.log` and
+    /// kubectl's `cache/`; removed on drop.
+    root: TempDir,
+    extra_args: Vec<String>,
+    child: Option<Child>,
+    url: String,
+    port: u16,
+}
+
+impl Server {
+    /// Starts a server with default flags.
+    pub fn start() -> Server {
+        Server::start_with_args(&[])
+    }
+
+    /// Starts a server with extra flags after the harness's own
+    /// (e.g. `["--etcd-compaction-interval", "1s"]`); they are kept for
+    /// [`Server::restart`].
+    pub fn start_with_args(extra_args: &[&str]) -> Server {
+        let root = tempfile::Builder::new()
+            .prefix("wasm-apiserver-e2e-")
+            .tempdir()
+            .expect("create temp dir");
+        let mut server = Server {
+            root,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            url: String::new(),
+            port: 0,
+        };
+        server.spawn(0);
+        server
+    }
+
+    /// Base URL, e.g. `http://127.0.0.1:41234`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `admin.kubeconfig` written by the server.
+    pub fn kubeconfig_path(&self) -> PathBuf {
+        self.data_dir().join("admin.kubeconfig")
+    }
+
+    /// The server's `--data-dir`.
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.path().join("data")
+    }
+
+    /// A cache dir for kubectl's discovery cache, private to this server.
+    pub fn kubectl_cache_dir(&self) -> PathBuf {
+        self.root.path().join("cache")
+    }
+
+    /// Everything the server (all its runs) wrote to stdout and stderr.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Whether the server still answers `/readyz`, and the tail of its log:
+    /// for failure messages.
+    pub fn diagnostics(&self) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+        format!(
+            "server {}: GET /readyz -> {:?}\n--- last lines of the server log ---\n{tail}",
+            self.url,
+            http_get(&self.url, "/readyz")
+        )
+    }
+
+    /// Kills the server with SIGKILL (no graceful shutdown) and reaps it.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same data dir and the same port (so
+    /// URLs and kubeconfigs taken before stay valid). Kills it first if it
+    /// is still running.
+    pub fn restart(&mut self) {
+        self.kill9();
+        let port = self.port;
+        self.spawn(port);
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.root.path().join("server.log")
+    }
+
+    fn spawn(&mut self, port: u16) {
+        let kubeconfig = self.kubeconfig_path();
+        // A kubeconfig left by an earlier run must not be taken as a sign of
+        // readiness of this one.
+        match std::fs::remove_file(&kubeconfig) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => panic!("remove {}: {e}", kubeconfig.display()),
+        }
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("open server log");
+        let mut log_for_stdout = log.try_clone().expect("clone log handle");
+        let _ = writeln!(log_for_stdout, "=== starting server on port {port} ===");
+        let child = Command::new(server_binary())
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .args(["--bind-address", "127.0.0.1"])
+            .args(["--secure-port", &port.to_string()])
+            .args(&self.extra_args)
+            .stdin(Stdio::null())
+            .stdout(log_for_stdout)
+            .stderr(log)
+            .spawn()
+            .expect("spawn wasm-apiserver");
+        self.child = Some(child);
+
+        let deadline = Instant::now() + STARTUP_DEADLINE;
+        let url = loop {
+            self.assert_running("while waiting for admin.kubeconfig");
+            if let Ok(text) = std::fs::read_to_string(&kubeconfig) {
+                match kubeconfig_server_url(&text) {
+                    Some(url) => break url,
+                    None => self.fail(&format!(
+                        "admin.kubeconfig has no server URL for its current context:\n{text}"
+                    )),
+                }
+            }
+            if Instant::now() > deadline {
+                self.fail("admin.kubeconfig did not appear in time");
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        };
+        self.port = url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.trim_end_matches('/').parse().ok())
+            .unwrap_or_else(|| self.fail(&format!("no port in server URL {url:?}")));
+        if port != 0 && self.port != port {
+            self.fail(&format!("asked for port {port}, kubeconfig says {url}"));
+        }
+        self.url = url.trim_end_matches('/').to_string();
+
+        loop {
+            self.assert_running("while polling /readyz");
+            if let Ok((200, _)) = http_get(&self.url, "/readyz") {
+                return;
+            }
+            if Instant::now() > deadline {
+                let last = http_get(&self.url, "/readyz");
+                self.fail(&format!(
+                    "GET /readyz did not answer 200 in time (last: {last:?})"
+                ));
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    fn assert_running(&mut self, when: &str) {
+        let status = match self.child.as_mut() {
+            Some(child) => child.try_wait().expect("try_wait"),
+            None => return,
+        };
+        if let Some(status) = status {
+            self.child = None;
+            self.fail(&format!("server exited {when}: {status}"));
+        }
+    }
+
+    fn fail(&self, what: &str) -> ! {
+        panic!(
+            "wasm-apiserver in {}: {what}\n--- server log ---\n{}\n--- end of server log ---",
+            self.root.path().display(),
+            self.log()
+        )
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() && std::env::var_os("E2E_PRINT_SERVER_LOG").is_some() {
+            eprintln!("--- server log ---\n{}\n--- end ---", self.log());
+        }
+    }
+}
+
+/// Reads the `server:` of the current context's cluster from a kubeconfig.
+pub fn kubeconfig_server_url(kubeconfig: &str) -> Option<String> {
+    let doc: serde_yaml::Value = serde_yaml::from_str(kubeconfig).ok()?;
+    let current = doc.get("current-context")?.as_str()?;
+    let named = |list: &str, name: &str| -> Option<serde_yaml::Value> {
+        doc.get(list)?
+            .as_sequence()?
+            .iter()
+            .find(|item| item.get("name").and_then(|n| n.as_str()) == Some(name))
+            .cloned()
+    };
+    let context = named("contexts", current)?;
+    let cluster_name = context
+        .get("context")?
+        .get("cluster")?
+        .as_str()?
+        .to_string();
+    let cluster = named("clusters", &cluster_name)?;
+    Some(cluster.get("cluster")?.get("server")?.as_str()?.to_string())
+}
+
+/// A minimal blocking `GET` over plain HTTP/1.1, for readiness probes and
+/// simple checks without pulling in an HTTP client: returns status and body.
+pub fn http_get(base_url: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let authority = base_url
+        .strip_prefix("http://")
+        .ok_or_else(|| std::io::Error::other(format!("not an http:// URL: {base_url}")))?
+        .trim_end_matches('/');
+    let mut stream = TcpStream::connect(authority)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line in {head:?}")))?;
+    let chunked = head
+        .lines()
+        .any(|l| l.to_ascii_lowercase().replace(' ', "") == "transfer-encoding:chunked");
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok((status, body))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
+        else {
+            break;
+        };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Path of the server binary, built once per test process (see the crate
+/// docs).
+pub fn server_binary() -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(build_server_binary).clone()
+}
+
+fn build_server_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("WASM_APISERVER_BIN") {
+        return PathBuf::from(path);
+    }
+    // <target>/<profile>/deps/<test exe>
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binary is not in <target>/<profile>/deps");
+    let target_dir = profile_dir.parent().expect("profile dir has a parent");
+    let profile = profile_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("profile dir name");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the workspace");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .current_dir(workspace)
+        .args(["build", "-p", "wasm-apiserver", "--bin", "wasm-apiserver"])
+        .arg("--target-dir")
+        .arg(target_dir);
+    match profile {
+        "debug" => {}
+        "release" => {
+            build.arg("--release");
+        }
+        other => {
+            build.args(["--profile", other]);
+        }
+    }
+    let output = build.output().expect("run cargo build -p wasm-apiserver");
+    assert!(
+        output.status.success(),
+        "cargo build -p wasm-apiserver failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let binary = profile_dir.join(format!("wasm-apiserver{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        binary.exists(),
+        "{} missing after cargo build",
+        binary.display()
+    );
+    binary
+}
+
+/// Directory holding the versioned kubectl binaries (`kubectl.1.27` …): the
+/// one the `kubectl` dispatcher on `PATH` links to.
+pub fn kubectl_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let on_path = std::env::var_os("PATH")
+            .and_then(|path| {
+                std::env::split_paths(&path)
+                    .map(|dir| dir.join("kubectl"))
+                    .find(|candidate| candidate.is_file())
+            })
+            .expect("kubectl not found on PATH");
+        let real = std::fs::canonicalize(&on_path).expect("resolve kubectl");
+        real.parent()
+            .expect("kubectl has a parent dir")
+            .to_path_buf()
+    })
+    .clone()
+}
+
+/// The kubectl to run: `None` is the dispatcher on `PATH` (it picks the
+/// version matching the server's `/version`), `Some("1.29")` is
+/// `kubectl.1.29` beside it.
+pub fn kubectl_binary(version: Option<&str>) -> PathBuf {
+    match version {
+        None => PathBuf::from("kubectl"),
+        Some(v) => {
+            let binary = kubectl_dir().join(format!("kubectl.{v}"));
+            assert!(binary.is_file(), "{} does not exist", binary.display());
+            binary
+        }
+    }
+}
+
+/// A kubectl command against `server` (with `--kubeconfig` and a private
+/// `--cache-dir`), not yet started: for watches that must be spawned.
+pub fn kubectl_command(server: &Server, version: Option<&str>, args: &[&str]) -> Command {
+    let mut command = Command::new(kubectl_binary(version));
+    command
+        .arg("--kubeconfig")
+        .arg(server.kubeconfig_path())
+        .arg("--cache-dir")
+        .arg(server.kubectl_cache_dir())
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null());
+    command
+}
+
+/// Runs kubectl to completion.
+pub fn kubectl(server: &Server, version: Option<&str>, args: &[&str]) -> Output {
+    kubectl_command(server, version, args)
+        .output()
+        .expect("run kubectl")
+}
+
+/// Runs kubectl to completion with `stdin` piped in (for `apply -f -`).
+pub fn kubectl_stdin(server: &Server, version: Option<&str>, args: &[&str], stdin: &str) -> Output {
+    let mut child = kubectl_command(server, version, args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn kubectl");
+    let mut pipe = child.stdin.take().expect("stdin piped");
+    pipe.write_all(stdin.as_bytes())
+        .expect("write kubectl stdin");
+    drop(pipe);
+    child.wait_with_output().expect("wait for kubectl")
+}
+
+/// Runs kubectl and panics (showing the command, stdout, stderr and the
+/// server's state) unless it exits 0; returns stdout.
+pub fn kubectl_ok(server: &Server, version: Option<&str>, args: &[&str]) -> String {
+    let output = kubectl(server, version, args);
+    if !output.status.success() {
+        eprintln!("{}", server.diagnostics());
+    }
+    expect_success(&output, version, args)
+}
+
+/// Panics with the command's output unless it exited 0; returns stdout.
+pub fn expect_success(output: &Output, version: Option<&str>, args: &[&str]) -> String {
+    assert!(
+        output.status.success(),
+        "kubectl{} {} failed ({}):\nstdout: {}\nstderr: {}",
+        version.map(|v| format!(".{v}")).unwrap_or_default(),
+        args.join(" "),
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Runs kubectl with `-o json` appended and parses stdout.
+pub fn kubectl_json(server: &Server, version: Option<&str>, args: &[&str]) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    let stdout = kubectl_ok(server, version, &all);
+    serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("kubectl {} printed no JSON ({e}):\n{stdout}", all.join(" ")))
+}
+
+/// Polls `check` every [`POLL_INTERVAL`] until it returns `Some`, or panics
+/// with `what` after `deadline`.
+pub fn poll_until<T>(deadline: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            Instant::now() < end,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// Writes `contents` to a fresh file under the server's temp dir (for
+/// `kubectl apply -f FILE`) and returns its path.
+pub fn write_manifest(server: &Server, name: &str, contents: &str) -> PathBuf {
+    let dir = server.root.path().join("manifests");
+    std::fs::create_dir_all(&dir).expect("create manifests dir");
+    let path = dir.join(name);
+    File::create(&path)
+        .and_then(|mut f| f.write_all(contents.as_bytes()))
+        .expect("write manifest");
+    path
+}
+
+/// A spawned, long-running kubectl (e.g. `get -w -o json`) whose stdout is
+/// collected by a background thread; killed on drop.
+pub struct KubectlWatch {
+    child: Child,
+    chunks: std::sync::mpsc::Receiver<String>,
+    stdout: String,
+}
+
+impl KubectlWatch {
+    /// Spawns `kubectl ARGS` against `server`, with stdout captured and
+    /// stderr sent to a pipe read on failure.
+    pub fn spawn(server: &Server, version: Option<&str>, args: &[&str]) -> KubectlWatch {
+        let mut child = kubectl_command(server, version, args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn kubectl");
+        let mut pipe = child.stdout.take().expect("stdout piped");
+        let (tx, chunks) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0
+                    || tx
+                        .send(String::from_utf8_lossy(&buf[..n]).into_owned())
+                        .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        KubectlWatch {
+            child,
+            chunks,
+            stdout: String::new(),
+        }
+    }
+
+    /// Everything printed to stdout so far.
+    pub fn stdout(&self) -> &str {
+        &self.stdout
+    }
+
+    /// The complete JSON documents printed so far (kubectl prints one per
+    /// object or watch event, back to back).
+    pub fn json_documents(&self) -> Vec<serde_json::Value> {
+        serde_json::Deserializer::from_str(&self.stdout)
+            .into_iter::<serde_json::Value>()
+            .map_while(Result::ok)
+            .collect()
+    }
+
+    /// Reads stdout until one of the JSON documents printed so far satisfies
+    /// `found`, and returns it; panics with everything kubectl printed after
+    /// `deadline` or if it exits first.
+    pub fn wait_for_json(
+        &mut self,
+        deadline: Duration,
+        what: &str,
+        found: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let end = Instant::now() + deadline;
+        loop {
+            if let Some(doc) = self.json_documents().into_iter().find(|d| found(d)) {
+                return doc;
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            match self.chunks.recv_timeout(left.min(POLL_INTERVAL * 4)) {
+                Ok(chunk) => self.stdout.push_str(&chunk),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) if left > Duration::ZERO => {}
+                Err(e) => {
+                    let _ = self.child.kill();
+                    let mut stderr = String::new();
+                    if let Some(mut pipe) = self.child.stderr.take() {
+                        let _ = pipe.read_to_string(&mut stderr);
+                    }
+                    panic!(
+                        "kubectl watch: no {what} ({e:?}); exit: {:?}\nstdout:\n{}\nstderr:\n{stderr}",
+                        self.child.try_wait(),
+                        self.stdout
+                    );
+                }
+            }
+        }
+    }
+}
+
+impl Drop for KubectlWatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
