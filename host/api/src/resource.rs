@@ -192,6 +192,26 @@ impl Registry {
                 Printer::Lease,
             ),
             info(
+                "admissionregistration.k8s.io",
+                "v1",
+                "validatingwebhookconfigurations",
+                "ValidatingWebhookConfiguration",
+                false,
+                &[],
+                &[],
+                Printer::Default,
+            ),
+            info(
+                "admissionregistration.k8s.io",
+                "v1",
+                "mutatingwebhookconfigurations",
+                "MutatingWebhookConfiguration",
+                false,
+                &[],
+                &[],
+                Printer::Default,
+            ),
+            info(
                 crate::admission::GROUP,
                 crate::admission::VERSION,
                 crate::admission::PLURAL,
@@ -279,7 +299,11 @@ mod tests {
         assert_eq!(lease.api_version(), "coordination.k8s.io/v1");
         assert_eq!(
             r.groups().keys().collect::<Vec<_>>(),
-            vec!["admission.wasm-apiserver.io", "coordination.k8s.io"]
+            vec![
+                "admission.wasm-apiserver.io",
+                "admissionregistration.k8s.io",
+                "coordination.k8s.io"
+            ]
         );
     }
 }

@@ -28,7 +28,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use wasm_apiserver_api::admission::{FailurePolicy, Mode, Phase, PluginSpec, RequestAttributes};
+use wasm_apiserver_api::admission::{
+    FailurePolicy, Mode, Phase, PluginSpec, RequestAttributes, Rule, Selector,
+};
 use wasm_apiserver_api::selector::LabelSelector;
 use wasm_apiserver_api::{ApiError, ResourceInfo, meta, patch};
 use wasm_apiserver_plugins::{
@@ -37,21 +39,88 @@ use wasm_apiserver_plugins::{
 };
 use wasm_apiserver_storage::{Storage, WatchItem};
 
-/// A loaded plugin with its parsed spec.
+/// What answers an admission call.
+pub enum Backend {
+    /// A wasm component run in the sandbox.
+    Wasm(AdmissionPlugin),
+    /// An HTTPS admission webhook.
+    Webhook(Arc<crate::webhook::Webhook>),
+}
+
+/// One entry of the chain: a plugin or webhook with its match rules.
 pub struct Active {
     pub name: String,
-    pub spec: PluginSpec,
-    pub plugin: AdmissionPlugin,
-    /// `metadata.generation` of the object it came from (0: static).
+    pub phases: Vec<Phase>,
+    pub order: i32,
+    pub rules: Vec<Rule>,
+    pub failure_policy: FailurePolicy,
+    pub mode: Mode,
+    /// `metadata.generation` of the object it came from (0: static or webhook).
     pub generation: i64,
+    pub backend: Backend,
     namespace_selector: Option<LabelSelector>,
     object_selector: Option<LabelSelector>,
 }
 
-#[derive(Default)]
+impl Active {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        name: String,
+        phases: Vec<Phase>,
+        order: i32,
+        rules: Vec<Rule>,
+        namespace_selector: Option<Selector>,
+        object_selector: Option<Selector>,
+        failure_policy: FailurePolicy,
+        mode: Mode,
+        generation: i64,
+        backend: Backend,
+    ) -> Result<Self, String> {
+        let sel = |s: Option<Selector>| s.map(|s| s.to_label_selector()).transpose();
+        Ok(Active {
+            name,
+            phases,
+            order,
+            rules,
+            failure_policy,
+            mode,
+            generation,
+            backend,
+            namespace_selector: sel(namespace_selector)?,
+            object_selector: sel(object_selector)?,
+        })
+    }
+
+    fn digest(&self) -> String {
+        match &self.backend {
+            Backend::Wasm(p) => p.digest().to_string(),
+            Backend::Webhook(_) => String::new(),
+        }
+    }
+
+    async fn call(
+        &self,
+        phase: Phase,
+        req: &AdmissionRequest,
+    ) -> Result<AdmissionResponse, (&'static str, String)> {
+        match (&self.backend, phase) {
+            (Backend::Wasm(p), Phase::Mutating) => {
+                p.mutate(req).await.map_err(|e| (e.kind(), e.to_string()))
+            }
+            (Backend::Wasm(p), Phase::Validating) => {
+                p.validate(req).await.map_err(|e| (e.kind(), e.to_string()))
+            }
+            (Backend::Webhook(w), _) => w.call(req).await.map_err(|e| (e.kind(), e.to_string())),
+        }
+    }
+}
+
+#[derive(Default, Clone)]
 struct Chain {
     statics: Vec<Arc<Active>>,
     dynamic: BTreeMap<String, Arc<Active>>,
+    /// Webhooks by configuration (`validating/<name>`, `mutating/<name>`).
+    webhooks: BTreeMap<String, Vec<Arc<Active>>>,
 }
 
 impl Chain {
@@ -60,10 +129,11 @@ impl Chain {
             .statics
             .iter()
             .chain(self.dynamic.values())
-            .filter(|a| a.spec.phases.contains(&phase))
+            .chain(self.webhooks.values().flatten())
+            .filter(|a| a.phases.contains(&phase))
             .cloned()
             .collect();
-        out.sort_by(|a, b| (a.spec.order, &a.name).cmp(&(b.spec.order, &b.name)));
+        out.sort_by(|a, b| (a.order, &a.name).cmp(&(b.order, &b.name)));
         out
     }
 }
@@ -144,10 +214,7 @@ impl Admission {
 
     fn swap(&self, f: impl FnOnce(&mut Chain)) {
         let mut guard = self.chain.write().expect("admission chain lock");
-        let mut next = Chain {
-            statics: guard.statics.clone(),
-            dynamic: guard.dynamic.clone(),
-        };
+        let mut next = Chain::clone(&guard);
         f(&mut next);
         *guard = Arc::new(next);
     }
@@ -204,17 +271,18 @@ impl Admission {
             .load_admission(name, &bytes, &spec.config_string(), limits(&spec))
             .await
             .map_err(|e| e.to_string())?;
-        let sel = |s: &Option<wasm_apiserver_api::admission::Selector>| -> Result<Option<LabelSelector>, String> {
-            s.as_ref().map(|s| s.to_label_selector()).transpose()
-        };
-        Ok(Active {
-            name: name.to_string(),
-            namespace_selector: sel(&spec.namespace_selector)?,
-            object_selector: sel(&spec.object_selector)?,
-            spec,
-            plugin,
+        Active::new(
+            name.to_string(),
+            spec.phases,
+            spec.order,
+            spec.rules,
+            spec.namespace_selector,
+            spec.object_selector,
+            spec.failure_policy,
+            spec.mode,
             generation,
-        })
+            Backend::Wasm(plugin),
+        )
     }
 
     /// Installs a plugin loaded from the configuration file.
@@ -241,7 +309,20 @@ impl Admission {
         self.snapshot()
             .dynamic
             .get(name)
-            .map(|a| (a.generation, a.plugin.digest().to_string()))
+            .map(|a| (a.generation, a.digest()))
+    }
+
+    /// Replaces the webhooks of one configuration (`None` removes them).
+    pub fn set_webhooks(&self, key: &str, entries: Option<Vec<Active>>) {
+        self.swap(|c| match entries {
+            Some(e) => {
+                c.webhooks
+                    .insert(key.to_string(), e.into_iter().map(Arc::new).collect());
+            }
+            None => {
+                c.webhooks.remove(key);
+            }
+        });
     }
 
     async fn namespace_labels(&self, ns: &str) -> BTreeMap<String, String> {
@@ -274,7 +355,7 @@ impl Admission {
         let mut ns_labels: Option<BTreeMap<String, String>> = None;
         let mut out = Vec::new();
         for p in self.snapshot().phase(phase) {
-            if !p.spec.rules.iter().any(|r| r.matches(&attrs)) {
+            if !p.rules.iter().any(|r| r.matches(&attrs)) {
                 continue;
             }
             if let Some(sel) = &p.object_selector {
@@ -368,7 +449,7 @@ impl Admission {
             None => (403, String::new(), String::new()),
         };
         let message = format!("admission plugin {:?} denied the request: {text}", p.name);
-        match p.spec.mode {
+        match p.mode {
             Mode::Deny => Err(ApiError::Custom {
                 code: if (400..600).contains(&code) {
                     code
@@ -396,7 +477,7 @@ impl Admission {
 
     fn failed(p: &Active, e: impl std::fmt::Display, kind: &str) -> Result<(), ApiError> {
         tracing::warn!(plugin = %p.name, error = %e, "admission plugin failed");
-        match p.spec.failure_policy {
+        match p.failure_policy {
             FailurePolicy::Fail => Err(ApiError::Internal(format!(
                 "failed calling admission plugin {:?}: {kind}",
                 p.name
@@ -415,7 +496,7 @@ impl Admission {
     ) -> Result<(), ApiError> {
         for p in self.matching(Phase::Mutating, a, Some(obj), old).await {
             let req = Self::request(a, Some(obj), old, ctx);
-            match p.plugin.mutate(&req).await {
+            match p.call(Phase::Mutating, &req).await {
                 Ok(resp) => {
                     Self::decide(&p, &resp, ctx)?;
                     if let Some(patch_doc) = resp.patch.as_ref().filter(|_| resp.allowed) {
@@ -425,7 +506,7 @@ impl Admission {
                         }
                     }
                 }
-                Err(e) => Self::failed(&p, &e, e.kind())?,
+                Err((kind, e)) => Self::failed(&p, e, kind)?,
             }
         }
         Ok(())
@@ -445,9 +526,9 @@ impl Admission {
         }
         let req = Self::request(a, obj, old, ctx);
         for p in plugins {
-            match p.plugin.validate(&req).await {
+            match p.call(Phase::Validating, &req).await {
                 Ok(resp) => Self::decide(&p, &resp, ctx)?,
-                Err(e) => Self::failed(&p, &e, e.kind())?,
+                Err((kind, e)) => Self::failed(&p, e, kind)?,
             }
         }
         Ok(())
@@ -492,7 +573,7 @@ pub async fn reconcile(objects: &Objects, obj: &Value) {
             Err(e) => ("Failed", e, String::new()),
             Ok(spec) => match admission.load(&name, spec, generation).await {
                 Ok(active) => {
-                    let digest = active.plugin.digest().to_string();
+                    let digest = active.digest();
                     admission.install(active);
                     tracing::info!(plugin = %name, generation, %digest, "admission plugin active");
                     ("Active", String::new(), digest)
@@ -531,18 +612,72 @@ pub async fn reconcile(objects: &Objects, obj: &Value) {
     }
 }
 
-/// Follows `AdmissionPlugin` objects through a storage watch, so every
-/// replica loads, replaces and unloads the same plugins.
+/// Applies one webhook configuration object (or its deletion) to the chain.
+pub fn reconcile_webhooks(objects: &Objects, resource: &str, obj: &Value, deleted: bool) {
+    let Some(admission) = &objects.admission else {
+        return;
+    };
+    let mutating = resource == crate::webhook::MUTATING;
+    let key = format!(
+        "{}/{}",
+        if mutating { "mutating" } else { "validating" },
+        meta::name(obj).unwrap_or_default()
+    );
+    if deleted || meta::str_field(obj, "deletionTimestamp").is_some() {
+        admission.set_webhooks(&key, None);
+        return;
+    }
+    match crate::webhook::entries(obj, mutating) {
+        Ok(entries) => admission.set_webhooks(&key, Some(entries)),
+        Err(e) => {
+            tracing::warn!(config = %key, error = %e, "webhook configuration rejected; previous version stays")
+        }
+    }
+}
+
+/// Follows `AdmissionPlugin` objects and webhook configurations through
+/// storage watches, so every replica runs the same chain.
 pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let info = plugin_info(&objects);
-        loop {
-            if let Err(e) = follow(&objects, &info).await {
-                tracing::warn!(error = %e, "admission plugin watch ended; relisting");
+        let kinds = [
+            plugin_info(&objects),
+            objects
+                .registry
+                .get(crate::webhook::GROUP, "v1", crate::webhook::VALIDATING)
+                .expect("built in")
+                .clone(),
+            objects
+                .registry
+                .get(crate::webhook::GROUP, "v1", crate::webhook::MUTATING)
+                .expect("built in")
+                .clone(),
+        ];
+        let loops = kinds.into_iter().map(|info| {
+            let objects = objects.clone();
+            async move {
+                loop {
+                    if let Err(e) = follow(&objects, &info).await {
+                        tracing::warn!(resource = %info.plural, error = %e, "admission watch ended; relisting");
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        });
+        futures::future::join_all(loops).await;
     })
+}
+
+async fn apply(objects: &Objects, info: &ResourceInfo, obj: &Value, deleted: bool) {
+    let Some(admission) = &objects.admission else {
+        return;
+    };
+    if info.group == crate::webhook::GROUP {
+        reconcile_webhooks(objects, &info.plural, obj, deleted);
+    } else if deleted {
+        admission.remove(meta::name(obj).unwrap_or_default());
+    } else {
+        reconcile(objects, obj).await;
+    }
 }
 
 async fn follow(objects: &Objects, info: &ResourceInfo) -> Result<(), ApiError> {
@@ -550,21 +685,25 @@ async fn follow(objects: &Objects, info: &ResourceInfo) -> Result<(), ApiError> 
         return Ok(());
     };
     let listed = objects.list(info, None, &Default::default()).await?;
-    let names: Vec<String> = listed
-        .items
-        .iter()
-        .filter_map(|o| meta::name(o).map(String::from))
-        .collect();
-    for stale in admission
-        .snapshot()
-        .dynamic
-        .keys()
-        .filter(|n| !names.contains(n))
-    {
-        admission.remove(stale);
+    if info.group == wasm_apiserver_api::admission::GROUP {
+        let names: Vec<String> = listed
+            .items
+            .iter()
+            .filter_map(|o| meta::name(o).map(String::from))
+            .collect();
+        let stale: Vec<String> = admission
+            .snapshot()
+            .dynamic
+            .keys()
+            .filter(|n| !names.contains(n))
+            .cloned()
+            .collect();
+        for name in stale {
+            admission.remove(&name);
+        }
     }
     for obj in &listed.items {
-        reconcile(objects, obj).await;
+        apply(objects, info, obj, false).await;
     }
     let mut stream = objects
         .storage
@@ -576,12 +715,13 @@ async fn follow(objects: &Objects, info: &ResourceInfo) -> Result<(), ApiError> 
             continue;
         };
         let obj = decode(&ev.kv)?;
-        match ev.kind {
-            wasm_apiserver_storage::EventKind::Deleted => {
-                admission.remove(meta::name(&obj).unwrap_or_default())
-            }
-            _ => reconcile(objects, &obj).await,
-        }
+        apply(
+            objects,
+            info,
+            &obj,
+            ev.kind == wasm_apiserver_storage::EventKind::Deleted,
+        )
+        .await;
     }
     Ok(())
 }

@@ -117,8 +117,13 @@ fn with_warnings(mut resp: Response, opts: &WriteOptions) -> Response {
 /// `AdmissionPlugin` writes take effect on this replica before the response
 /// (other replicas follow through the watch).
 async fn after_write(state: &AppState, res: &ResourceInfo, obj: &Value, opts: &WriteOptions) {
-    if !opts.dry_run && res.group == wasm_apiserver_api::admission::GROUP {
+    if opts.dry_run {
+        return;
+    }
+    if res.group == wasm_apiserver_api::admission::GROUP {
         crate::admission::reconcile(&state.objects, obj).await;
+    } else if res.group == crate::webhook::GROUP {
+        crate::admission::reconcile_webhooks(&state.objects, &res.plural, obj, false);
     }
 }
 
@@ -421,11 +426,12 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
             let resp = match objects.delete(res, ns, name, &pre, &opts).await? {
                 Deleted::Pending(obj) => json_response(StatusCode::OK, &obj),
                 Deleted::Now(obj) => {
-                    if !opts.dry_run
-                        && res.group == wasm_apiserver_api::admission::GROUP
-                        && let Some(adm) = &objects.admission
-                    {
-                        adm.remove(name);
+                    if !opts.dry_run && res.group == wasm_apiserver_api::admission::GROUP {
+                        if let Some(adm) = &objects.admission {
+                            adm.remove(name);
+                        }
+                    } else if !opts.dry_run && res.group == crate::webhook::GROUP {
+                        crate::admission::reconcile_webhooks(objects, &res.plural, &obj, true);
                     }
                     let uid = meta::str_field(&obj, "uid").map(String::from);
                     let target = Target::new(&res.group, &res.plural, name);

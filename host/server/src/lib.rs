@@ -19,6 +19,7 @@ pub mod objects;
 pub mod request;
 pub mod server;
 pub mod watch;
+pub mod webhook;
 
 pub use config::ServeArgs;
 pub use server::{AppState, router, run};

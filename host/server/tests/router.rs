@@ -523,3 +523,56 @@ async fn hostile_plugins_are_contained_per_failure_policy() {
         "{text}"
     );
 }
+
+#[path = "support/webhook.rs"]
+mod webhook_support;
+
+#[tokio::test]
+async fn validating_webhook_runs_in_the_same_chain() {
+    let a = app().await;
+    let hook = webhook_support::start("team").await;
+    let config = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "team-check"},
+        "webhooks": [{
+            "name": "team.example.com",
+            "clientConfig": {"url": hook.url, "caBundle": hook.ca_bundle},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+        }]
+    });
+    let path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+    assert_eq!(a.post(path, config).await.status, StatusCode::CREATED);
+    let denied = a.post(CMS, cm("no-team", json!({}))).await;
+    assert_eq!(denied.status, StatusCode::FORBIDDEN, "{}", denied.body);
+    assert!(
+        denied.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("missing required label(s): team")
+    );
+    assert_eq!(
+        a.post(CMS, cm("team", json!({"team": "x"}))).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(hook.calls.load(std::sync::atomic::Ordering::Relaxed), 2);
+
+    // An unreachable webhook fails closed under failurePolicy Fail...
+    drop(hook);
+    let r = a.post(CMS, cm("down", json!({"team": "x"}))).await;
+    assert_status(&r, 500, "InternalError");
+    // ...and deleting the configuration removes it from the chain.
+    assert_eq!(
+        a.call("DELETE", &format!("{path}/team-check"), "", None)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        a.post(CMS, cm("free", json!({}))).await.status,
+        StatusCode::CREATED
+    );
+}
