@@ -1,0 +1,333 @@
+//! End-to-end admission with kubectl against the real binary: plugins loaded
+//! at runtime as `AdmissionPlugin` objects, swapped and removed without a
+//! restart, mutation, Warn mode, hostile plugins under both failure
+//! policies, and static plugins from `--admission-control-config-file`
+//! guarding the plugin objects themselves.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+use wasm_apiserver_e2e::{Server, http_get, kubectl, kubectl_json, kubectl_ok, write_manifest};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The guest components, built once per test binary.
+fn plugin_dir() -> String {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = std::process::Command::new("bash")
+            .arg(repo().join("scripts/build-plugins.sh"))
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("RUSTFLAGS")
+            .output()
+            .expect("run scripts/build-plugins.sh");
+        assert!(
+            out.status.success(),
+            "build-plugins.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    repo()
+        .join("plugins/target/wasm32-wasip2/release")
+        .display()
+        .to_string()
+}
+
+fn start(extra: &[&str]) -> Server {
+    let dir = plugin_dir();
+    let mut args = vec!["--plugin-dir", dir.as_str()];
+    args.extend_from_slice(extra);
+    Server::start_with_args(&args)
+}
+
+fn plugin_yaml(
+    name: &str,
+    file: &str,
+    phase: &str,
+    mode: &str,
+    failure: &str,
+    config: &str,
+) -> String {
+    format!(
+        r#"apiVersion: admission.wasm-apiserver.io/v1alpha1
+kind: AdmissionPlugin
+metadata:
+  name: {name}
+spec:
+  module: {{file: {file}}}
+  phases: [{phase}]
+  mode: {mode}
+  failurePolicy: {failure}
+  limits: {{timeoutMillis: 300, memoryBytes: 16777216}}
+  rules:
+  - operations: [CREATE, UPDATE]
+    apiGroups: [""]
+    apiVersions: ["*"]
+    resources: [configmaps]
+  config: {config}
+"#
+    )
+}
+
+fn apply(server: &Server, name: &str, yaml: &str) {
+    let path = write_manifest(server, &format!("{name}.yaml"), yaml);
+    kubectl_ok(server, None, &["apply", "-f", path.to_str().unwrap()]);
+}
+
+fn create_cm(server: &Server, name: &str, labels: &[&str]) -> std::process::Output {
+    let out = kubectl(
+        server,
+        None,
+        &["create", "configmap", name, "--from-literal=k=v"],
+    );
+    if out.status.success() && !labels.is_empty() {
+        let mut args = vec!["label", "configmap", name];
+        args.extend_from_slice(labels);
+        kubectl_ok(server, None, &args);
+    }
+    out
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn plugins_load_swap_and_unload_at_runtime() {
+    let s = start(&[]);
+    apply(
+        &s,
+        "p",
+        &plugin_yaml(
+            "require-team",
+            "require_labels.wasm",
+            "Validating",
+            "Deny",
+            "Fail",
+            r#"{labels: [team]}"#,
+        ),
+    );
+    let status = kubectl_json(&s, None, &["get", "admissionplugin", "require-team"]);
+    assert_eq!(status["status"]["phase"], "Active", "{status}");
+
+    let denied = create_cm(&s, "a", &[]);
+    assert!(!denied.status.success());
+    assert!(
+        stderr(&denied).contains("admission plugin \"require-team\" denied the request"),
+        "{}",
+        stderr(&denied)
+    );
+    assert!(
+        stderr(&denied).contains("missing required label(s): team"),
+        "{}",
+        stderr(&denied)
+    );
+
+    // Change the policy: now `owner` is required. No restart.
+    apply(
+        &s,
+        "p",
+        &plugin_yaml(
+            "require-team",
+            "require_labels.wasm",
+            "Validating",
+            "Deny",
+            "Fail",
+            r#"{labels: [owner]}"#,
+        ),
+    );
+    let denied = create_cm(&s, "b", &[]);
+    assert!(
+        stderr(&denied).contains("missing required label(s): owner"),
+        "{}",
+        stderr(&denied)
+    );
+
+    // Labels set at creation satisfy it.
+    let path = write_manifest(
+        &s,
+        "ok.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok, labels: {owner: me}}\ndata: {k: v}\n",
+    );
+    kubectl_ok(&s, None, &["apply", "-f", path.to_str().unwrap()]);
+
+    kubectl_ok(&s, None, &["delete", "admissionplugin", "require-team"]);
+    assert!(
+        create_cm(&s, "c", &[]).status.success(),
+        "deleting the plugin lets requests through"
+    );
+}
+
+#[test]
+fn mutating_patch_is_stored_and_warn_mode_warns() {
+    let s = start(&[]);
+    apply(
+        &s,
+        "m",
+        &plugin_yaml(
+            "defaults",
+            "default_labels.wasm",
+            "Mutating",
+            "Deny",
+            "Fail",
+            r#"{labels: {managed-by: wasm-apiserver}}"#,
+        ),
+    );
+    assert!(create_cm(&s, "m", &[]).status.success());
+    let cm = kubectl_json(&s, None, &["get", "configmap", "m"]);
+    assert_eq!(
+        cm["metadata"]["labels"]["managed-by"], "wasm-apiserver",
+        "{cm}"
+    );
+
+    apply(
+        &s,
+        "w",
+        &plugin_yaml(
+            "warn-team",
+            "require_labels.wasm",
+            "Validating",
+            "Warn",
+            "Fail",
+            r#"{labels: [team]}"#,
+        ),
+    );
+    let out = create_cm(&s, "w", &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("Warning:")
+            && stderr(&out).contains("missing required label(s): team"),
+        "{}",
+        stderr(&out)
+    );
+    kubectl_ok(&s, None, &["get", "configmap", "w"]);
+}
+
+#[test]
+fn hostile_plugins_are_contained() {
+    let s = start(&[]);
+    for fixture in [
+        "hostile_loop",
+        "hostile_memory",
+        "hostile_trap",
+        "hostile_output",
+    ] {
+        let name = fixture.replace('_', "-");
+        apply(
+            &s,
+            &name,
+            &plugin_yaml(
+                &name,
+                &format!("{fixture}.wasm"),
+                "Validating",
+                "Deny",
+                "Fail",
+                "{}",
+            ),
+        );
+        let out = create_cm(&s, &format!("{name}-1"), &[]);
+        assert!(!out.status.success(), "{fixture} under Fail must reject");
+        assert!(
+            stderr(&out).contains(&format!("failed calling admission plugin \"{name}\"")),
+            "{}",
+            stderr(&out)
+        );
+        let (code, body) = http_get(s.url(), "/readyz").expect("readyz");
+        assert_eq!(
+            (code, body.trim()),
+            (200, "ok"),
+            "{fixture} took the server down"
+        );
+
+        apply(
+            &s,
+            &name,
+            &plugin_yaml(
+                &name,
+                &format!("{fixture}.wasm"),
+                "Validating",
+                "Deny",
+                "Ignore",
+                "{}",
+            ),
+        );
+        let out = create_cm(&s, &format!("{name}-2"), &[]);
+        assert!(
+            out.status.success(),
+            "{fixture} under Ignore: {}",
+            stderr(&out)
+        );
+        kubectl_ok(&s, None, &["delete", "admissionplugin", &name]);
+    }
+    let (code, metrics) = http_get(s.url(), "/metrics").expect("metrics");
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("wasm_apiserver_plugin_timeouts_total{plugin=\"hostile-loop\""),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn static_plugins_guard_the_plugin_objects_and_survive_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("admission.yaml");
+    std::fs::write(
+        &config,
+        r#"apiVersion: admission.wasm-apiserver.io/v1alpha1
+kind: AdmissionPlugin
+metadata: {name: plugins-need-approval}
+spec:
+  module: {file: require_labels.wasm}
+  phases: [Validating]
+  rules:
+  - operations: [CREATE, UPDATE]
+    apiGroups: [admission.wasm-apiserver.io]
+    apiVersions: ["*"]
+    resources: [admissionplugins]
+  config: {labels: [approved-by]}
+"#,
+    )
+    .unwrap();
+    let mut s = start(&["--admission-control-config-file", config.to_str().unwrap()]);
+    let yaml = plugin_yaml(
+        "p",
+        "require_labels.wasm",
+        "Validating",
+        "Deny",
+        "Fail",
+        "{labels: [team]}",
+    );
+    let path = write_manifest(&s, "p.yaml", &yaml);
+    let out = kubectl(&s, None, &["apply", "-f", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("missing required label(s): approved-by"),
+        "{}",
+        stderr(&out)
+    );
+
+    let approved = yaml.replace("  name: p\n", "  name: p\n  labels: {approved-by: admin}\n");
+    apply(&s, "p", &approved);
+    assert!(
+        !create_cm(&s, "x", &[]).status.success(),
+        "the approved plugin is active"
+    );
+
+    // After a restart the stored plugin is loaded again from storage.
+    s.restart();
+    let denied = wasm_apiserver_e2e::poll_until(
+        Duration::from_secs(30),
+        "plugin active after restart",
+        || {
+            let out = create_cm(&s, "y", &[]);
+            (!out.status.success()).then_some(out)
+        },
+    );
+    assert!(
+        stderr(&denied).contains("missing required label(s): team"),
+        "{}",
+        stderr(&denied)
+    );
+}
