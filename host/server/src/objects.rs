@@ -428,6 +428,15 @@ impl Objects {
     fn defaults(info: &ResourceInfo, obj: &mut Value) {
         match (info.group.as_str(), info.kind.as_str()) {
             ("", "Namespace") => {
+                // Upstream labels every namespace with its own name.
+                let name = meta::name(obj).unwrap_or_default().to_string();
+                if !name.is_empty() {
+                    let m = meta::metadata_mut(obj);
+                    let labels = m.entry("labels").or_insert_with(|| json!({}));
+                    if labels.is_object() {
+                        labels["kubernetes.io/metadata.name"] = json!(name);
+                    }
+                }
                 if meta::str_field(obj, "deletionTimestamp").is_none() {
                     obj["status"] = json!({"phase": "Active"});
                 }

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Builds the polyglot example policies into wasm components:
+#
+#   examples/python-policy/app.py -> examples/target/python-policy.wasm  (componentize-py)
+#   examples/js-policy/app.js     -> examples/target/js-policy.wasm      (componentize-js)
+#
+# Idempotent and fast on reruns:
+# * installs componentize-py 0.25.1 (pip) only when that version is not
+#   installed, and the npm dependencies of examples/js-policy (`npm ci`) only
+#   when node_modules lacks a devDependency of package.json at its pinned
+#   version (componentize-js 0.23.0, and preview2-shim 0.25.0, which
+#   componentize-js imports at run time without declaring it);
+# * rebuilds a component only when a hash of its inputs (source, wit/,
+#   lock file, tool version, build command) differs from the one recorded
+#   beside it (examples/target/<name>.inputs).
+#
+# Needs python3 (with pip), node and npm; reaches only PyPI and the npm
+# registry, and only when installing.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="$root/examples/target"
+mkdir -p "$out"
+
+# Two concurrent runs (e.g. two test binaries) must not interleave.
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"$out/.lock"
+    flock 9
+fi
+
+PY_VERSION=0.25.1
+
+need() {
+    command -v "$1" >/dev/null 2>&1 || {
+        echo "build-example-plugins: '$1' is required but not on PATH" >&2
+        exit 1
+    }
+}
+
+now() { date +%s.%N; }
+since() { awk -v s="$1" -v e="$(now)" 'BEGIN { printf "%.1f s", e - s }'; }
+
+# Hash of the given files plus any extra strings on stdin.
+inputs_hash() {
+    { sha256sum "$@" | sed "s|$root/||"; cat; } | sha256sum | cut -d' ' -f1
+}
+
+# build NAME HASH COMMAND...: runs COMMAND (which writes $tmp) unless
+# examples/target/NAME.wasm is up to date with HASH.
+build() {
+    local name="$1" hash="$2"
+    shift 2
+    local wasm="$out/$name.wasm" stamp="$out/$name.inputs"
+    if [[ -f "$wasm" && -f "$stamp" && "$(cat "$stamp")" == "$hash" ]]; then
+        printf '%10d  %s (up to date)\n' "$(stat -c %s "$wasm")" "${wasm#"$root"/}"
+        return
+    fi
+    tmp="$out/.$name.wasm.tmp"
+    rm -f "$tmp" "$stamp"
+    local start
+    start="$(now)"
+    "$@"
+    mv -f "$tmp" "$wasm"
+    echo "$hash" >"$stamp"
+    printf '%10d  %s (built in %s)\n' "$(stat -c %s "$wasm")" "${wasm#"$root"/}" "$(since "$start")"
+}
+
+wit_files=("$root"/wit/*.wit)
+
+# --- Python -----------------------------------------------------------------
+need python3
+py_installed() {
+    python3 -c 'import importlib.metadata as m; print(m.version("componentize-py"))' 2>/dev/null || true
+}
+if [[ "$(py_installed)" != "$PY_VERSION" ]]; then
+    start="$(now)"
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check \
+        "componentize-py==$PY_VERSION" >&2
+    echo "installed componentize-py $PY_VERSION in $(since "$start")" >&2
+fi
+# Run the installed package directly: no reliance on PATH or pyenv shims.
+componentize_py() {
+    PYTHONDONTWRITEBYTECODE=1 python3 -c \
+        'import sys; from componentize_py import script; sys.argv[0] = "componentize-py"; sys.exit(script())' "$@"
+}
+py_build() {
+    (cd "$root/examples/python-policy" &&
+        componentize_py -d "$root/wit" -w admission-plugin componentize app -o "$tmp" >/dev/null)
+}
+py_hash="$(echo "componentize-py $PY_VERSION -w admission-plugin componentize app" |
+    inputs_hash "$root/examples/python-policy/app.py" "${wit_files[@]}")"
+build python-policy "$py_hash" py_build
+
+# --- JavaScript -------------------------------------------------------------
+need node
+need npm
+js_dir="$root/examples/js-policy"
+# True when node_modules holds every devDependency at its pinned version.
+js_deps_ok() {
+    (cd "$js_dir" && node -e '
+        const deps = require("./package.json").devDependencies;
+        for (const [name, version] of Object.entries(deps)) {
+            let found;
+            try { found = require(`./node_modules/${name}/package.json`).version; } catch {}
+            if (found !== version) process.exit(1);
+        }' 2>/dev/null)
+}
+if ! js_deps_ok; then
+    start="$(now)"
+    (cd "$js_dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+    echo "installed npm dependencies of examples/js-policy in $(since "$start")" >&2
+fi
+js_build() {
+    # -d http -d fetch-event: no wasi:http imports; the world does not need them.
+    (cd "$js_dir" &&
+        ./node_modules/.bin/componentize-js --wit "$root/wit" -n admission-plugin \
+            -d http -d fetch-event -o "$tmp" app.js >/dev/null)
+}
+js_hash="$(echo "componentize-js -n admission-plugin -d http -d fetch-event" |
+    inputs_hash "$js_dir/app.js" "$js_dir/package-lock.json" "${wit_files[@]}")"
+build js-policy "$js_hash" js_build

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what the etcd storage backend and its tests need, from Debian:
+#   protobuf-compiler  `protoc`, needed to build etcd-client (cargo feature `etcd`)
+#   libprotobuf-dev    the well-known .proto files protoc imports
+#                      (google/protobuf/descriptor.proto; only a Recommends)
+#   etcd-server        the `etcd` binary the tests start on loopback ports
+# Idempotent: installs only what is missing, and runs `apt-get update` once,
+# only when something is. Run as root (no sudo).
+set -euo pipefail
+
+missing=()
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+[ -f /usr/include/google/protobuf/descriptor.proto ] || missing+=(libprotobuf-dev)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-etcd-deps.sh: need root to install: ${missing[*]}" >&2
+    exit 1
+fi
+
+echo "install-etcd-deps.sh: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+command -v protoc >/dev/null && command -v etcd >/dev/null \
+    && [ -f /usr/include/google/protobuf/descriptor.proto ]
+
