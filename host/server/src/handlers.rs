@@ -273,11 +273,12 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
     // Scope checks: namespaced objects need a namespace (except cluster-wide
     // list/watch); cluster-scoped ones must not have one.
     let mut ns = info.namespace.as_deref();
+    let cluster_scoped_with_ns = !res.namespaced && ns.is_some();
+    let namespaced_without_ns =
+        res.namespaced && ns.is_none() && !matches!(info.verb.as_str(), "list" | "watch");
     if res.plural == "namespaces" {
         ns = None;
-    } else if !res.namespaced && ns.is_some() {
-        return Err(not_found());
-    } else if res.namespaced && ns.is_none() && !matches!(info.verb.as_str(), "list" | "watch") {
+    } else if cluster_scoped_with_ns || namespaced_without_ns {
         return Err(not_found());
     }
     if let Some(sub) = &info.subresource

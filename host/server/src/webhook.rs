@@ -277,15 +277,8 @@ mod tests {
     #[test]
     fn configs_need_https_and_a_ca() {
         let cfg = |url: &str, ca: &str| json!({"metadata": {"name": "c"}, "webhooks": [{"name": "w.example.com", "clientConfig": {"url": url, "caBundle": ca}}]});
-        assert!(
-            entries(&cfg("http://127.0.0.1:1/x", "AAAA"), false)
-                .unwrap_err()
-                .contains("https")
-        );
-        assert!(
-            entries(&cfg("https://127.0.0.1:1/x", ""), false)
-                .unwrap_err()
-                .contains("caBundle")
-        );
+        let err = |url, ca| entries(&cfg(url, ca), false).err().unwrap_or_default();
+        assert!(err("http://127.0.0.1:1/x", "AAAA").contains("https"));
+        assert!(err("https://127.0.0.1:1/x", "").contains("caBundle"));
     }
 }

@@ -45,15 +45,30 @@ pub struct EmbeddedOptions {
 
 impl Default for EmbeddedOptions {
     fn default() -> Self {
-        EmbeddedOptions { progress_interval: Duration::from_secs(5), broadcast_capacity: 8192 }
+        EmbeddedOptions {
+            progress_interval: Duration::from_secs(5),
+            broadcast_capacity: 8192,
+        }
     }
 }
 
 enum Op {
-    Create { key: String, value: Vec<u8> },
-    Update { key: String, value: Vec<u8>, expected: u64 },
-    Delete { key: String, expected: Option<u64> },
-    Compact { revision: u64 },
+    Create {
+        key: String,
+        value: Vec<u8>,
+    },
+    Update {
+        key: String,
+        value: Vec<u8>,
+        expected: u64,
+    },
+    Delete {
+        key: String,
+        expected: Option<u64>,
+    },
+    Compact {
+        revision: u64,
+    },
 }
 
 struct Request {
@@ -112,7 +127,11 @@ fn encode_event(e: &Event) -> Vec<u8> {
     out.extend_from_slice(&(e.kv.key.len() as u32).to_be_bytes());
     out.extend_from_slice(e.kv.key.as_bytes());
     out.extend_from_slice(&e.kv.create_revision.to_be_bytes());
-    let value: &[u8] = if e.kind == EventKind::Deleted { &[] } else { &e.kv.value };
+    let value: &[u8] = if e.kind == EventKind::Deleted {
+        &[]
+    } else {
+        &e.kv.value
+    };
     out.extend_from_slice(&(value.len() as u32).to_be_bytes());
     out.extend_from_slice(value);
     match &e.prev {
@@ -158,7 +177,16 @@ fn decode_event(revision: u64, b: &[u8]) -> Result<Event> {
     } else {
         value
     };
-    Ok(Event { kind, kv: KeyValue { key, value, create_revision: create, mod_revision: revision }, prev })
+    Ok(Event {
+        kind,
+        kv: KeyValue {
+            key,
+            value,
+            create_revision: create,
+            mod_revision: revision,
+        },
+        prev,
+    })
 }
 
 // --- the writer --------------------------------------------------------------
@@ -172,7 +200,10 @@ fn apply(
     events: &mut Vec<Event>,
 ) -> Result<Option<KeyValue>> {
     let current = |kv: &redb::Table<&str, &[u8]>, key: &str| -> Result<Option<KeyValue>> {
-        kv.get(key).map_err(internal)?.map(|v| decode_kv(key, v.value())).transpose()
+        kv.get(key)
+            .map_err(internal)?
+            .map(|v| decode_kv(key, v.value()))
+            .transpose()
     };
     let event = match op {
         Op::Create { key, value } => {
@@ -182,14 +213,25 @@ fn apply(
             let r = *rev + 1;
             Event {
                 kind: EventKind::Created,
-                kv: KeyValue { key: key.clone(), value: value.clone(), create_revision: r, mod_revision: r },
+                kv: KeyValue {
+                    key: key.clone(),
+                    value: value.clone(),
+                    create_revision: r,
+                    mod_revision: r,
+                },
                 prev: None,
             }
         }
-        Op::Update { key, value, expected } => {
+        Op::Update {
+            key,
+            value,
+            expected,
+        } => {
             let prev = current(kv, key)?.ok_or(StorageError::NotFound)?;
             if prev.mod_revision != *expected {
-                return Err(StorageError::Conflict { current: prev.mod_revision });
+                return Err(StorageError::Conflict {
+                    current: prev.mod_revision,
+                });
             }
             Event {
                 kind: EventKind::Modified,
@@ -205,21 +247,34 @@ fn apply(
         Op::Delete { key, expected } => {
             let prev = current(kv, key)?.ok_or(StorageError::NotFound)?;
             if expected.is_some_and(|e| e != prev.mod_revision) {
-                return Err(StorageError::Conflict { current: prev.mod_revision });
+                return Err(StorageError::Conflict {
+                    current: prev.mod_revision,
+                });
             }
             Event {
                 kind: EventKind::Deleted,
-                kv: KeyValue { mod_revision: *rev + 1, ..prev.clone() },
+                kv: KeyValue {
+                    mod_revision: *rev + 1,
+                    ..prev.clone()
+                },
                 prev: Some(prev),
             }
         }
         Op::Compact { revision } => {
-            let compacted = meta.get(COMPACTED).map_err(internal)?.map(|v| v.value()).unwrap_or(0);
+            let compacted = meta
+                .get(COMPACTED)
+                .map_err(internal)?
+                .map(|v| v.value())
+                .unwrap_or(0);
             if *revision > *rev {
-                return Err(StorageError::TooLarge { requested: *revision, current: *rev });
+                return Err(StorageError::TooLarge {
+                    requested: *revision,
+                    current: *rev,
+                });
             }
             if *revision > compacted {
-                log.retain_in(..=*revision, |_, _| false).map_err(internal)?;
+                log.retain_in(..=*revision, |_, _| false)
+                    .map_err(internal)?;
                 meta.insert(COMPACTED, *revision).map_err(internal)?;
             }
             return Ok(None);
@@ -231,17 +286,26 @@ fn apply(
             kv.remove(event.kv.key.as_str()).map_err(internal)?;
         }
         _ => {
-            let enc = encode_kv(event.kv.create_revision, event.kv.mod_revision, &event.kv.value);
-            kv.insert(event.kv.key.as_str(), enc.as_slice()).map_err(internal)?;
+            let enc = encode_kv(
+                event.kv.create_revision,
+                event.kv.mod_revision,
+                &event.kv.value,
+            );
+            kv.insert(event.kv.key.as_str(), enc.as_slice())
+                .map_err(internal)?;
         }
     }
-    log.insert(*rev, encode_event(&event).as_slice()).map_err(internal)?;
+    log.insert(*rev, encode_event(&event).as_slice())
+        .map_err(internal)?;
     let out = event.kv.clone();
     events.push(event);
     Ok(Some(out))
 }
 
-fn write_batch(db: &Database, batch: &[Request]) -> Result<(Vec<Result<Option<KeyValue>>>, Vec<Event>)> {
+/// Each operation's own outcome, and the events of the committed batch.
+type BatchOutcome = (Vec<Result<Option<KeyValue>>>, Vec<Event>);
+
+fn write_batch(db: &Database, batch: &[Request]) -> Result<BatchOutcome> {
     let txn = db.begin_write().map_err(internal)?;
     let mut results = Vec::with_capacity(batch.len());
     let mut events = Vec::new();
@@ -249,9 +313,20 @@ fn write_batch(db: &Database, batch: &[Request]) -> Result<(Vec<Result<Option<Ke
         let mut kv = txn.open_table(KV).map_err(internal)?;
         let mut log = txn.open_table(LOG).map_err(internal)?;
         let mut meta = txn.open_table(META).map_err(internal)?;
-        let mut rev = meta.get(REVISION).map_err(internal)?.map(|v| v.value()).unwrap_or(0);
+        let mut rev = meta
+            .get(REVISION)
+            .map_err(internal)?
+            .map(|v| v.value())
+            .unwrap_or(0);
         for req in batch {
-            results.push(apply(&req.op, &mut rev, &mut kv, &mut log, &mut meta, &mut events));
+            results.push(apply(
+                &req.op,
+                &mut rev,
+                &mut kv,
+                &mut log,
+                &mut meta,
+                &mut events,
+            ));
         }
         meta.insert(REVISION, rev).map_err(internal)?;
     }
@@ -259,7 +334,11 @@ fn write_batch(db: &Database, batch: &[Request]) -> Result<(Vec<Result<Option<Ke
     Ok((results, events))
 }
 
-fn writer_loop(db: Arc<Database>, mut rx: mpsc::UnboundedReceiver<Request>, events: broadcast::Sender<Arc<Vec<Event>>>) {
+fn writer_loop(
+    db: Arc<Database>,
+    mut rx: mpsc::UnboundedReceiver<Request>,
+    events: broadcast::Sender<Arc<Vec<Event>>>,
+) {
     while let Some(first) = rx.blocking_recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -293,7 +372,8 @@ fn writer_loop(db: Arc<Database>, mut rx: mpsc::UnboundedReceiver<Request>, even
 impl EmbeddedStore {
     /// Opens (or creates) the store in `path` (a file).
     pub fn open(path: &Path, options: EmbeddedOptions) -> Result<Self> {
-        let db = Database::create(path).map_err(|e| StorageError::Unavailable(format!("{}: {e}", path.display())))?;
+        let db = Database::create(path)
+            .map_err(|e| StorageError::Unavailable(format!("{}: {e}", path.display())))?;
         {
             let txn = db.begin_write().map_err(internal)?;
             txn.open_table(KV).map_err(internal)?;
@@ -309,7 +389,14 @@ impl EmbeddedStore {
             .name("embedded-store-writer".into())
             .spawn(move || writer_loop(wdb, rx, wev))
             .map_err(internal)?;
-        Ok(EmbeddedStore { inner: Arc::new(Inner { db, writer: tx, events, options }) })
+        Ok(EmbeddedStore {
+            inner: Arc::new(Inner {
+                db,
+                writer: tx,
+                events,
+                options,
+            }),
+        })
     }
 
     async fn write(&self, op: Op) -> Result<Option<KeyValue>> {
@@ -318,12 +405,19 @@ impl EmbeddedStore {
             .writer
             .send(Request { op, reply })
             .map_err(|_| StorageError::Unavailable("store is closed".into()))?;
-        rx.await.map_err(|_| StorageError::Unavailable("store writer stopped".into()))?
+        rx.await
+            .map_err(|_| StorageError::Unavailable("store writer stopped".into()))?
     }
 
     fn revisions(txn: &redb::ReadTransaction) -> Result<(u64, u64)> {
         let meta = txn.open_table(META).map_err(internal)?;
-        let get = |k| -> Result<u64> { Ok(meta.get(k).map_err(internal)?.map(|v| v.value()).unwrap_or(0)) };
+        let get = |k| -> Result<u64> {
+            Ok(meta
+                .get(k)
+                .map_err(internal)?
+                .map(|v| v.value())
+                .unwrap_or(0))
+        };
         Ok((get(REVISION)?, get(COMPACTED)?))
     }
 
@@ -333,7 +427,10 @@ impl EmbeddedStore {
         let txn = db.begin_read().map_err(internal)?;
         let (current, compacted) = Self::revisions(&txn)?;
         if after < compacted {
-            return Err(StorageError::Expired { requested: after, compacted });
+            return Err(StorageError::Expired {
+                requested: after,
+                compacted,
+            });
         }
         let log = txn.open_table(LOG).map_err(internal)?;
         let mut out = Vec::new();
@@ -353,21 +450,40 @@ impl Storage for EmbeddedStore {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
         let txn = self.inner.db.begin_read().map_err(internal)?;
         let kv = txn.open_table(KV).map_err(internal)?;
-        kv.get(key).map_err(internal)?.map(|v| decode_kv(key, v.value())).transpose()
+        kv.get(key)
+            .map_err(internal)?
+            .map(|v| decode_kv(key, v.value()))
+            .transpose()
     }
 
     async fn create(&self, key: &str, value: Vec<u8>) -> Result<KeyValue> {
-        let kv = self.write(Op::Create { key: key.into(), value }).await?;
+        let kv = self
+            .write(Op::Create {
+                key: key.into(),
+                value,
+            })
+            .await?;
         kv.ok_or_else(|| internal("create returned nothing"))
     }
 
     async fn update(&self, key: &str, value: Vec<u8>, expected: u64) -> Result<KeyValue> {
-        let kv = self.write(Op::Update { key: key.into(), value, expected }).await?;
+        let kv = self
+            .write(Op::Update {
+                key: key.into(),
+                value,
+                expected,
+            })
+            .await?;
         kv.ok_or_else(|| internal("update returned nothing"))
     }
 
     async fn delete(&self, key: &str, expected: Option<u64>) -> Result<KeyValue> {
-        let kv = self.write(Op::Delete { key: key.into(), expected }).await?;
+        let kv = self
+            .write(Op::Delete {
+                key: key.into(),
+                expected,
+            })
+            .await?;
         kv.ok_or_else(|| internal("delete returned nothing"))
     }
 
@@ -376,12 +492,22 @@ impl Storage for EmbeddedStore {
         let (current, compacted) = Self::revisions(&txn)?;
         let at = opts.revision.filter(|r| *r > 0).unwrap_or(current);
         if at > current {
-            return Err(StorageError::TooLarge { requested: at, current });
+            return Err(StorageError::TooLarge {
+                requested: at,
+                current,
+            });
         }
         if at < compacted {
-            return Err(StorageError::Expired { requested: at, compacted });
+            return Err(StorageError::Expired {
+                requested: at,
+                compacted,
+            });
         }
-        let start = opts.start_key.clone().filter(|s| s.as_str() >= prefix).unwrap_or_else(|| prefix.to_string());
+        let start = opts
+            .start_key
+            .clone()
+            .filter(|s| s.as_str() >= prefix)
+            .unwrap_or_else(|| prefix.to_string());
         let end = prefix_end(prefix);
         let in_range = |k: &str| k >= start.as_str() && k.starts_with(prefix);
         // Undo every change after `at`: the state of a key at `at` is the
@@ -432,12 +558,20 @@ impl Storage for EmbeddedStore {
             };
             if let Some(item) = item {
                 if items.len() == limit {
-                    return Ok(ListResult { items, revision: at, next_key: Some(item.key) });
+                    return Ok(ListResult {
+                        items,
+                        revision: at,
+                        next_key: Some(item.key),
+                    });
                 }
                 items.push(item);
             }
         }
-        Ok(ListResult { items, revision: at, next_key: None })
+        Ok(ListResult {
+            items,
+            revision: at,
+            next_key: None,
+        })
     }
 
     async fn watch(&self, prefix: &str, after: u64) -> Result<WatchStream> {
@@ -510,7 +644,9 @@ impl Storage for EmbeddedStore {
     }
 }
 
-fn tokio_stream_from<T: Send + 'static>(mut rx: mpsc::Receiver<T>) -> impl futures::Stream<Item = T> + Send {
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: mpsc::Receiver<T>,
+) -> impl futures::Stream<Item = T> + Send {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
@@ -520,12 +656,39 @@ mod tests {
 
     #[test]
     fn log_records_round_trip() {
-        let kv = KeyValue { key: "/a/b".into(), value: b"new".to_vec(), create_revision: 3, mod_revision: 7 };
-        let prev = KeyValue { mod_revision: 5, value: b"old".to_vec(), ..kv.clone() };
+        let kv = KeyValue {
+            key: "/a/b".into(),
+            value: b"new".to_vec(),
+            create_revision: 3,
+            mod_revision: 7,
+        };
+        let prev = KeyValue {
+            mod_revision: 5,
+            value: b"old".to_vec(),
+            ..kv.clone()
+        };
         for ev in [
-            Event { kind: EventKind::Created, kv: KeyValue { create_revision: 7, ..kv.clone() }, prev: None },
-            Event { kind: EventKind::Modified, kv: kv.clone(), prev: Some(prev.clone()) },
-            Event { kind: EventKind::Deleted, kv: KeyValue { value: b"old".to_vec(), ..kv.clone() }, prev: Some(prev) },
+            Event {
+                kind: EventKind::Created,
+                kv: KeyValue {
+                    create_revision: 7,
+                    ..kv.clone()
+                },
+                prev: None,
+            },
+            Event {
+                kind: EventKind::Modified,
+                kv: kv.clone(),
+                prev: Some(prev.clone()),
+            },
+            Event {
+                kind: EventKind::Deleted,
+                kv: KeyValue {
+                    value: b"old".to_vec(),
+                    ..kv.clone()
+                },
+                prev: Some(prev),
+            },
         ] {
             assert_eq!(decode_event(7, &encode_event(&ev)).unwrap(), ev);
         }
