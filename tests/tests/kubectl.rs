@@ -835,7 +835,6 @@ fn api_resources(v: Option<&str>) {
     kubectl_ok(&server, v, &["get", "ns", "default"]);
 }
 
-
 fn chunked_list(v: Option<&str>) {
     let server = Server::start();
     let expected: Vec<String> = (0..7).map(|i| format!("chunk-{i}")).collect();

@@ -66,18 +66,39 @@ pub async fn crud_and_compare_and_swap(h: &mut dyn Harness) {
     let a = s.create("/t/a", v("1")).await.unwrap();
     assert_eq!(a.create_revision, a.mod_revision);
     assert_eq!(s.current_revision().await.unwrap(), a.mod_revision);
-    assert_eq!(s.create("/t/a", v("x")).await, Err(StorageError::AlreadyExists));
+    assert_eq!(
+        s.create("/t/a", v("x")).await,
+        Err(StorageError::AlreadyExists)
+    );
     assert_eq!(s.get("/t/a").await.unwrap(), Some(a.clone()));
 
     let stale = s.update("/t/a", v("x"), a.mod_revision + 100).await;
-    assert_eq!(stale, Err(StorageError::Conflict { current: a.mod_revision }));
+    assert_eq!(
+        stale,
+        Err(StorageError::Conflict {
+            current: a.mod_revision
+        })
+    );
     let a2 = s.update("/t/a", v("2"), a.mod_revision).await.unwrap();
     assert!(a2.mod_revision > a.mod_revision);
     assert_eq!(a2.create_revision, a.create_revision);
-    assert_eq!(s.update("/t/a", v("3"), a.mod_revision).await, Err(StorageError::Conflict { current: a2.mod_revision }));
-    assert_eq!(s.update("/t/missing", v("3"), 1).await, Err(StorageError::NotFound));
+    assert_eq!(
+        s.update("/t/a", v("3"), a.mod_revision).await,
+        Err(StorageError::Conflict {
+            current: a2.mod_revision
+        })
+    );
+    assert_eq!(
+        s.update("/t/missing", v("3"), 1).await,
+        Err(StorageError::NotFound)
+    );
 
-    assert_eq!(s.delete("/t/a", Some(a.mod_revision)).await, Err(StorageError::Conflict { current: a2.mod_revision }));
+    assert_eq!(
+        s.delete("/t/a", Some(a.mod_revision)).await,
+        Err(StorageError::Conflict {
+            current: a2.mod_revision
+        })
+    );
     let gone = s.delete("/t/a", Some(a2.mod_revision)).await.unwrap();
     assert_eq!(gone.value, v("2"));
     assert!(gone.mod_revision > a2.mod_revision);
@@ -90,18 +111,38 @@ pub async fn crud_and_compare_and_swap(h: &mut dyn Harness) {
 pub async fn list_pages_at_a_fixed_revision(h: &mut dyn Harness) {
     let s = h.open().await;
     for i in 0..10 {
-        s.create(&format!("/p/k{i}"), v(&format!("v{i}"))).await.unwrap();
+        s.create(&format!("/p/k{i}"), v(&format!("v{i}")))
+            .await
+            .unwrap();
     }
     s.create("/pz/other", v("x")).await.unwrap();
     s.create("/o/other", v("x")).await.unwrap();
 
-    let first = s.list("/p/", ListOptions { limit: Some(4), ..Default::default() }).await.unwrap();
-    assert_eq!(first.items.iter().map(|kv| kv.key.as_str()).collect::<Vec<_>>(), ["/p/k0", "/p/k1", "/p/k2", "/p/k3"]);
+    let first = s
+        .list(
+            "/p/",
+            ListOptions {
+                limit: Some(4),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        first
+            .items
+            .iter()
+            .map(|kv| kv.key.as_str())
+            .collect::<Vec<_>>(),
+        ["/p/k0", "/p/k1", "/p/k2", "/p/k3"]
+    );
     assert_eq!(first.next_key.as_deref(), Some("/p/k4"));
 
     // Change the range between pages: the pages still show the old revision.
     let k5 = s.get("/p/k5").await.unwrap().unwrap();
-    s.update("/p/k5", v("changed"), k5.mod_revision).await.unwrap();
+    s.update("/p/k5", v("changed"), k5.mod_revision)
+        .await
+        .unwrap();
     s.delete("/p/k7", None).await.unwrap();
     s.create("/p/k45", v("new")).await.unwrap();
 
@@ -109,23 +150,47 @@ pub async fn list_pages_at_a_fixed_revision(h: &mut dyn Harness) {
     let mut next = first.next_key.clone();
     while let Some(start) = next {
         let page = s
-            .list("/p/", ListOptions { revision: Some(first.revision), start_key: Some(start), limit: Some(4) })
+            .list(
+                "/p/",
+                ListOptions {
+                    revision: Some(first.revision),
+                    start_key: Some(start),
+                    limit: Some(4),
+                },
+            )
             .await
             .unwrap();
         assert_eq!(page.revision, first.revision);
         seen.extend(page.items);
         next = page.next_key;
     }
-    let want: Vec<(String, Vec<u8>)> = (0..10).map(|i| (format!("/p/k{i}"), v(&format!("v{i}")))).collect();
+    let want: Vec<(String, Vec<u8>)> = (0..10)
+        .map(|i| (format!("/p/k{i}"), v(&format!("v{i}"))))
+        .collect();
     let got: Vec<(String, Vec<u8>)> = seen.into_iter().map(|kv| (kv.key, kv.value)).collect();
     assert_eq!(got, want);
 
     let now = s.list("/p/", ListOptions::default()).await.unwrap();
     assert_eq!(now.items.len(), 10, "k45 added, k7 deleted");
-    assert!(now.items.iter().any(|kv| kv.key == "/p/k5" && kv.value == v("changed")));
+    assert!(
+        now.items
+            .iter()
+            .any(|kv| kv.key == "/p/k5" && kv.value == v("changed"))
+    );
     let current = s.current_revision().await.unwrap();
-    let too_new = s.list("/p/", ListOptions { revision: Some(current + 10), ..Default::default() }).await;
-    assert!(matches!(too_new, Err(StorageError::TooLarge { .. })), "{too_new:?}");
+    let too_new = s
+        .list(
+            "/p/",
+            ListOptions {
+                revision: Some(current + 10),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(
+        matches!(too_new, Err(StorageError::TooLarge { .. })),
+        "{too_new:?}"
+    );
 }
 
 pub async fn watch_replays_exactly_the_missed_events(h: &mut dyn Harness) {
@@ -139,16 +204,33 @@ pub async fn watch_replays_exactly_the_missed_events(h: &mut dyn Harness) {
 
     let mut w = s.watch("/w/", from).await.unwrap();
     let e1 = next_event(&mut w).await;
-    assert_eq!((e1.kind, e1.kv.key.as_str(), e1.kv.value.clone(), e1.revision()), (EventKind::Created, "/w/a", v("1"), a.mod_revision));
+    assert_eq!(
+        (
+            e1.kind,
+            e1.kv.key.as_str(),
+            e1.kv.value.clone(),
+            e1.revision()
+        ),
+        (EventKind::Created, "/w/a", v("1"), a.mod_revision)
+    );
     let e2 = next_event(&mut w).await;
-    assert_eq!((e2.kind, e2.revision()), (EventKind::Modified, a2.mod_revision));
+    assert_eq!(
+        (e2.kind, e2.revision()),
+        (EventKind::Modified, a2.mod_revision)
+    );
     assert_eq!(e2.prev.as_ref().map(|p| p.value.clone()), Some(v("1")));
     let e3 = next_event(&mut w).await;
-    assert_eq!((e3.kind, e3.revision(), e3.kv.value.clone()), (EventKind::Deleted, del.mod_revision, v("2")));
+    assert_eq!(
+        (e3.kind, e3.revision(), e3.kv.value.clone()),
+        (EventKind::Deleted, del.mod_revision, v("2"))
+    );
     // Then live events follow.
     let b = s.create("/w/b", v("live")).await.unwrap();
     let e4 = next_event(&mut w).await;
-    assert_eq!((e4.kind, e4.kv.key.as_str(), e4.revision()), (EventKind::Created, "/w/b", b.mod_revision));
+    assert_eq!(
+        (e4.kind, e4.kv.key.as_str(), e4.revision()),
+        (EventKind::Created, "/w/b", b.mod_revision)
+    );
 }
 
 pub async fn watch_sees_every_concurrent_write_in_order(h: &mut dyn Harness) {
@@ -174,7 +256,10 @@ pub async fn watch_sees_every_concurrent_write_in_order(h: &mut dyn Harness) {
     for t in writers {
         t.await.unwrap();
     }
-    assert!(revs.windows(2).all(|p| p[1] == p[0] + 1), "contiguous revisions: {revs:?}");
+    assert!(
+        revs.windows(2).all(|p| p[1] == p[0] + 1),
+        "contiguous revisions: {revs:?}"
+    );
     assert_eq!(revs[0], from + 1);
 }
 
@@ -186,15 +271,44 @@ pub async fn compaction_expires_old_revisions(h: &mut dyn Harness) {
     s.compact(b.mod_revision).await.unwrap();
 
     let old_watch = s.watch("/e/", a.mod_revision).await;
-    assert!(matches!(old_watch, Err(StorageError::Expired { .. })), "watch before compaction must expire");
-    let old_list = s.list("/e/", ListOptions { revision: Some(a.mod_revision), ..Default::default() }).await;
-    assert!(matches!(old_list, Err(StorageError::Expired { .. })), "list before compaction must expire");
+    assert!(
+        matches!(old_watch, Err(StorageError::Expired { .. })),
+        "watch before compaction must expire"
+    );
+    let old_list = s
+        .list(
+            "/e/",
+            ListOptions {
+                revision: Some(a.mod_revision),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(
+        matches!(old_list, Err(StorageError::Expired { .. })),
+        "list before compaction must expire"
+    );
 
     let mut w = s.watch("/e/", b.mod_revision).await.unwrap();
     let e = next_event(&mut w).await;
     assert_eq!((e.kind, e.kv.key.as_str()), (EventKind::Modified, "/e/a"));
-    let list = s.list("/e/", ListOptions { revision: Some(b.mod_revision), ..Default::default() }).await.unwrap();
-    assert_eq!(list.items.iter().map(|kv| kv.value.clone()).collect::<Vec<_>>(), vec![v("1"), v("1")]);
+    let list = s
+        .list(
+            "/e/",
+            ListOptions {
+                revision: Some(b.mod_revision),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        list.items
+            .iter()
+            .map(|kv| kv.value.clone())
+            .collect::<Vec<_>>(),
+        vec![v("1"), v("1")]
+    );
 }
 
 pub async fn restart_keeps_data_and_revision(h: &mut dyn Harness) {
@@ -209,5 +323,9 @@ pub async fn restart_keeps_data_and_revision(h: &mut dyn Harness) {
     let b = s.create("/r/b", v("1")).await.unwrap();
     assert_eq!(b.mod_revision, rev + 1);
     let mut w = s.watch("/r/", a.mod_revision).await.unwrap();
-    assert_eq!(next_event(&mut w).await.kind, EventKind::Modified, "history survives restart");
+    assert_eq!(
+        next_event(&mut w).await.kind,
+        EventKind::Modified,
+        "history survives restart"
+    );
 }

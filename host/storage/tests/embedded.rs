@@ -13,10 +13,15 @@ struct Embedded {
 
 impl Embedded {
     fn new() -> Self {
-        Embedded { dir: tempfile::tempdir().unwrap() }
+        Embedded {
+            dir: tempfile::tempdir().unwrap(),
+        }
     }
     fn options() -> EmbeddedOptions {
-        EmbeddedOptions { progress_interval: Duration::from_millis(200), broadcast_capacity: 16 }
+        EmbeddedOptions {
+            progress_interval: Duration::from_millis(200),
+            broadcast_capacity: 16,
+        }
     }
 }
 
@@ -48,7 +53,11 @@ async fn idle_watch_reports_progress() {
     let a = s.create("/p/a", b"1".to_vec()).await.unwrap();
     s.create("/q/b", b"1".to_vec()).await.unwrap();
     let mut w = s.watch("/p/", a.mod_revision).await.unwrap();
-    let item = tokio::time::timeout(Duration::from_secs(5), w.next()).await.unwrap().unwrap().unwrap();
+    let item = tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     // Progress covers writes outside the prefix too.
     assert_eq!(item, WatchItem::Progress(a.mod_revision + 1));
 }
