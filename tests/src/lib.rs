@@ -3,15 +3,13 @@
 //!
 //! # Locating the binary
 //!
-//! `env!("CARGO_BIN_EXE_wasm-apiserver")` only exists inside the package that
-//! defines the binary, so this crate finds it itself: tests run from
-//! `<target>/<profile>/deps/`, and the server binary sits in
-//! `<target>/<profile>/wasm-apiserver`. Before the first server of a test
-//! process starts, [`server_binary`] runs `cargo build -p wasm-apiserver`
-//! once (a no-op when it is fresh; cargo's own lock serialises concurrent
-//! test processes), so a test never runs against a stale binary. Set
-//! `WASM_APISERVER_BIN=/path/to/wasm-apiserver` to skip the build and use
-//! that binary instead.
+//! This package has a bin target, `wasm-apiserver-e2e`, that calls the same
+//! entry point as `wasm-apiserver` (`wasm_apiserver::cli::main`). `cargo
+//! test` builds it with the tests, so the server under test is always the
+//! current code, built once with the same dependency features as everything
+//! else. Tests run from `<target>/<profile>/deps/`; the binary sits in
+//! `<target>/<profile>/`. Set `WASM_APISERVER_BIN=/path/to/wasm-apiserver` to
+//! test another binary instead.
 //!
 //! # Waiting for readiness
 //!
@@ -307,59 +305,18 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
-/// Path of the server binary, built once per test process (see the crate
-/// docs).
+/// Path of the server binary: `WASM_APISERVER_BIN`, or the
+/// `wasm-apiserver-e2e` bin target of this package, which `cargo test` builds
+/// next to the test executables before running them.
 pub fn server_binary() -> PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(build_server_binary).clone()
-}
-
-fn build_server_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("WASM_APISERVER_BIN") {
         return PathBuf::from(path);
     }
     // <target>/<profile>/deps/<test exe>
     let exe = std::env::current_exe().expect("current_exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test binary is not in <target>/<profile>/deps");
-    let target_dir = profile_dir.parent().expect("profile dir has a parent");
-    let profile = profile_dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .expect("profile dir name");
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ sits in the workspace");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut build = Command::new(cargo);
-    build
-        .current_dir(workspace)
-        .args(["build", "-p", "wasm-apiserver", "--bin", "wasm-apiserver"])
-        .arg("--target-dir")
-        .arg(target_dir);
-    match profile {
-        "debug" => {}
-        "release" => {
-            build.arg("--release");
-        }
-        other => {
-            build.args(["--profile", other]);
-        }
-    }
-    let output = build.output().expect("run cargo build -p wasm-apiserver");
-    assert!(
-        output.status.success(),
-        "cargo build -p wasm-apiserver failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let binary = profile_dir.join(format!("wasm-apiserver{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        binary.exists(),
-        "{} missing after cargo build",
-        binary.display()
-    );
+    let profile_dir = exe.parent().and_then(Path::parent).expect("test binary is not in <target>/<profile>/deps");
+    let binary = profile_dir.join(format!("wasm-apiserver-e2e{}", std::env::consts::EXE_SUFFIX));
+    assert!(binary.exists(), "{} missing: run the tests with `cargo test -p wasm-apiserver-e2e`", binary.display());
     binary
 }
 

@@ -42,6 +42,25 @@ pub struct ServeArgs {
     #[arg(long)]
     pub admission_control_config_file: Option<PathBuf>,
 
+    /// Serving certificate (PEM); default: one issued by the cluster CA in
+    /// `<data-dir>/pki`, created on first start.
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// Private key of `--tls-cert-file` (PEM).
+    #[arg(long)]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// CA bundle (PEM) whose client certificates authenticate users (CN =
+    /// user, O = groups), in addition to the cluster CA.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+
+    /// Allow anonymous requests (user `system:anonymous`, group
+    /// `system:unauthenticated`); `--anonymous-auth=false` answers 401.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub anonymous_auth: bool,
+
     /// Maximum request body size in bytes (kube-apiserver's `--max-request-bytes`).
     #[arg(long, default_value_t = 3 * 1024 * 1024)]
     pub max_request_bytes: usize,
@@ -59,6 +78,10 @@ impl ServeArgs {
             max_request_bytes: 3 * 1024 * 1024,
             plugin_dir: None,
             admission_control_config_file: None,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            client_ca_file: None,
+            anonymous_auth: true,
         }
     }
 }

@@ -2,12 +2,15 @@
 //! request info → authentication → authorization. Admission runs inside the
 //! object store, where the decoded object is known.
 //!
-//! Authentication and authorization are placeholders until the access-control
-//! work lands: every request acts as the cluster admin, which is why the
-//! server binds to loopback by default.
+//! Authentication is [`crate::authn`]; authorization is AlwaysAllow until
+//! the access-control work lands.
 
 use crate::request::{self, RequestInfo};
-use axum::extract::Request;
+use crate::error::ErrorResponse;
+use crate::server::{AppState, ConnectionInfo};
+use axum::extract::{Request, State};
+use axum::response::IntoResponse;
+use std::sync::Arc;
 use axum::middleware::Next;
 use axum::response::Response;
 
@@ -20,14 +23,16 @@ pub async fn with_request_info(mut req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
-/// Authentication (placeholder): everyone is the admin.
-pub async fn authenticate(mut req: Request, next: Next) -> Response {
-    req.extensions_mut().insert(UserInfo {
-        username: "system:admin".into(),
-        groups: vec!["system:masters".into(), "system:authenticated".into()],
-        ..Default::default()
-    });
-    next.run(req).await
+/// Authentication: sets the request's [`UserInfo`] or answers 401.
+pub async fn authenticate(State(state): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+    let conn = req.extensions().get::<ConnectionInfo>().cloned();
+    match state.authn.authenticate(conn.as_ref(), req.headers()).await {
+        Ok(user) => {
+            req.extensions_mut().insert(user);
+            next.run(req).await
+        }
+        Err(e) => ErrorResponse(e).into_response(),
+    }
 }
 
 /// Authorization (placeholder): AlwaysAllow.

@@ -9,6 +9,8 @@
 //! runs admission before anything reaches storage (see [`objects`]).
 
 pub mod admission;
+pub mod authn;
+pub mod cli;
 pub mod config;
 pub mod discovery;
 pub mod error;
@@ -18,6 +20,7 @@ pub mod namespaces;
 pub mod objects;
 pub mod request;
 pub mod server;
+pub mod tls;
 pub mod watch;
 pub mod webhook;
 

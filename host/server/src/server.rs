@@ -6,7 +6,7 @@ use crate::config::ServeArgs;
 use crate::objects::Objects;
 use crate::{discovery, filters, handlers, namespaces};
 use axum::Router;
-use axum::middleware::from_fn;
+use axum::middleware::{from_fn, from_fn_with_state};
 use axum::routing::{any, get};
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -28,6 +28,7 @@ pub struct AppState {
     /// The address clients reach this server at.
     pub address: SocketAddr,
     pub max_request_bytes: usize,
+    pub authn: crate::authn::Authenticator,
 }
 
 impl AppState {
@@ -52,6 +53,7 @@ impl AppState {
             registry,
             address,
             max_request_bytes,
+            authn: Default::default(),
         }
     }
 }
@@ -61,7 +63,7 @@ impl AppState {
 pub fn router(state: Arc<AppState>) -> Router {
     let pipeline = ServiceBuilder::new()
         .layer(from_fn(filters::with_request_info))
-        .layer(from_fn(filters::authenticate))
+        .layer(from_fn_with_state(state.clone(), filters::authenticate))
         .layer(from_fn(filters::authorize));
     Router::new()
         .route("/api", get(discovery::api_versions))
@@ -80,25 +82,87 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// Writes `admin.kubeconfig` atomically, so its presence means "ready".
-fn write_kubeconfig(dir: &Path, address: SocketAddr) -> std::io::Result<()> {
-    let host = if address.ip().is_unspecified() {
-        "127.0.0.1".to_string()
-    } else {
-        address.ip().to_string()
-    };
-    let host = if address.is_ipv6() && !host.starts_with('[') {
-        format!("[{host}]")
-    } else {
-        host
-    };
+/// Writes `admin.kubeconfig` atomically, so its presence means "ready": the
+/// cluster CA and the admin client certificate (`system:masters`).
+fn write_kubeconfig(dir: &Path, address: SocketAddr, pki: &crate::tls::Pki) -> std::io::Result<()> {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let host = if address.ip().is_unspecified() { "127.0.0.1".to_string() } else { address.ip().to_string() };
+    let host = if address.is_ipv6() && !host.starts_with('[') { format!("[{host}]") } else { host };
     let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: wasm-apiserver\n  cluster:\n    server: http://{host}:{port}\ncontexts:\n- name: admin@wasm-apiserver\n  context:\n    cluster: wasm-apiserver\n    user: admin\n    namespace: default\ncurrent-context: admin@wasm-apiserver\nusers:\n- name: admin\n  user: {{}}\n",
-        port = address.port()
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: wasm-apiserver\n  cluster:\n    server: https://{host}:{port}\n    certificate-authority-data: {ca}\ncontexts:\n- name: admin@wasm-apiserver\n  context:\n    cluster: wasm-apiserver\n    user: admin\n    namespace: default\ncurrent-context: admin@wasm-apiserver\nusers:\n- name: admin\n  user:\n    client-certificate-data: {cert}\n    client-key-data: {key}\n",
+        port = address.port(),
+        ca = b64(&pki.ca_pem),
+        cert = b64(&pki.admin_cert_pem),
+        key = b64(&pki.admin_key_pem),
     );
     let tmp = dir.join("admin.kubeconfig.tmp");
-    std::fs::write(&tmp, text)?;
+    {
+        use std::io::Write;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+        opts.open(&tmp)?.write_all(text.as_bytes())?;
+    }
     std::fs::rename(tmp, dir.join("admin.kubeconfig"))
+}
+
+/// What the connection knows about a request: the peer address and the
+/// verified client certificate's subject (CN, O).
+#[derive(Debug, Clone)]
+pub struct ConnectionInfo {
+    pub peer: SocketAddr,
+    pub client_cert: Option<(String, Vec<String>)>,
+}
+
+/// Accepts TLS connections and serves the router on each (HTTP/1.1 and h2).
+async fn serve_tls(listener: tokio::net::TcpListener, tls: rustls::ServerConfig, app: Router) -> anyhow::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tower::ServiceExt;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let shutdown = shutdown();
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+        };
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        tokio::spawn(async move {
+            let _ = tcp.set_nodelay(true);
+            let tls = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let client_cert = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|cert| crate::tls::subject(cert));
+            let conn = ConnectionInfo { peer, client_cert };
+            let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(conn.clone());
+                app.clone().oneshot(req.map(axum::body::Body::new))
+            });
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            if let Err(e) = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
 }
 
 /// Runs the server until SIGINT/SIGTERM.
@@ -128,12 +192,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let n = crate::admission::load_config_file(&admission, path).await?;
         tracing::info!(plugins = n, file = %path.display(), "static admission plugins loaded");
     }
-    let state = Arc::new(AppState::new(
-        storage.clone(),
-        address,
-        args.max_request_bytes,
-        Some(admission),
-    ));
+    let mut state = AppState::new(storage.clone(), address, args.max_request_bytes, Some(admission));
+    state.authn = crate::authn::Authenticator { anonymous: args.anonymous_auth };
+    let state = Arc::new(state);
 
     namespaces::ensure_initial(&state.objects).await?;
     crate::admission::spawn_controller(state.objects.clone());
@@ -142,12 +203,25 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         wasm_apiserver_storage::spawn_compactor(storage.clone(), args.etcd_compaction_interval);
     }
 
-    write_kubeconfig(&args.data_dir, address)?;
-    tracing::info!(%address, kubeconfig = %args.data_dir.join("admin.kubeconfig").display(), "serving (plain HTTP; authentication is not enabled yet)");
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown())
-        .await?;
-    Ok(())
+    let mut hosts = vec!["127.0.0.1".to_string(), "localhost".to_string(), "::1".to_string()];
+    if !args.bind_address.is_unspecified() && !args.bind_address.is_loopback() {
+        hosts.push(args.bind_address.to_string());
+    }
+    let pki = crate::tls::ensure(&args.data_dir, &hosts)?;
+    let (cert_pem, key_pem) = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(c), Some(k)) => (std::fs::read_to_string(c)?, std::fs::read_to_string(k)?),
+        (None, None) => (pki.serving_cert_pem.clone(), pki.serving_key_pem.clone()),
+        _ => anyhow::bail!("--tls-cert-file and --tls-private-key-file go together"),
+    };
+    let mut client_cas = vec![pki.ca_pem.clone()];
+    if let Some(path) = &args.client_ca_file {
+        client_cas.push(std::fs::read_to_string(path)?);
+    }
+    let tls = crate::tls::server_config(&cert_pem, &key_pem, &client_cas)?;
+
+    write_kubeconfig(&args.data_dir, address, &pki)?;
+    tracing::info!(%address, kubeconfig = %args.data_dir.join("admin.kubeconfig").display(), "serving HTTPS");
+    serve_tls(listener, tls, router(state)).await
 }
 
 async fn shutdown() {

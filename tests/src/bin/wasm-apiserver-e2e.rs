@@ -1,0 +1,7 @@
+//! The server binary the end-to-end tests start: the same entry point as
+//! `wasm-apiserver`, built by `cargo test` inside this package so it always
+//! matches the code under test (no separate `cargo build`, no stale binary).
+
+fn main() -> anyhow::Result<()> {
+    wasm_apiserver::cli::main()
+}
