@@ -72,6 +72,11 @@ impl Server {
     }
 
     /// Base URL, e.g. `http://127.0.0.1:41234`.
+    /// `GET path` over HTTPS as the admin (see [`https_get`]).
+    pub fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        https_get(&self.data_dir().join("pki"), &self.url, path)
+    }
+
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -110,7 +115,7 @@ impl Server {
         format!(
             "server {}: GET /readyz -> {:?}\n--- last lines of the server log ---\n{tail}",
             self.url,
-            http_get(&self.url, "/readyz")
+            self.get("/readyz")
         )
     }
 
@@ -193,11 +198,11 @@ impl Server {
 
         loop {
             self.assert_running("while polling /readyz");
-            if let Ok((200, _)) = http_get(&self.url, "/readyz") {
+            if let Ok((200, _)) = self.get("/readyz") {
                 return;
             }
             if Instant::now() > deadline {
-                let last = http_get(&self.url, "/readyz");
+                let last = self.get("/readyz");
                 self.fail(&format!(
                     "GET /readyz did not answer 200 in time (last: {last:?})"
                 ));
@@ -256,21 +261,55 @@ pub fn kubeconfig_server_url(kubeconfig: &str) -> Option<String> {
     Some(cluster.get("cluster")?.get("server")?.as_str()?.to_string())
 }
 
-/// A minimal blocking `GET` over plain HTTP/1.1, for readiness probes and
-/// simple checks without pulling in an HTTP client: returns status and body.
-pub fn http_get(base_url: &str, path: &str) -> std::io::Result<(u16, String)> {
+/// A minimal blocking `GET` over HTTPS/1.1 for readiness probes and simple
+/// checks, trusting the server's CA and presenting the admin client
+/// certificate from its `pki/` directory: returns status and body.
+pub fn https_get(pki: &Path, base_url: &str, path: &str) -> std::io::Result<(u16, String)> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
     let authority = base_url
-        .strip_prefix("http://")
-        .ok_or_else(|| std::io::Error::other(format!("not an http:// URL: {base_url}")))?
+        .strip_prefix("https://")
+        .ok_or_else(|| std::io::Error::other(format!("not an https:// URL: {base_url}")))?
         .trim_end_matches('/');
-    let mut stream = TcpStream::connect(authority)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let io = |e: &dyn std::fmt::Display| std::io::Error::other(e.to_string());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(pki.join("ca.crt")).map_err(|e| io(&e))? {
+        roots.add(cert.map_err(|e| io(&e))?).map_err(|e| io(&e))?;
+    }
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(pki.join("admin.crt"))
+        .map_err(|e| io(&e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| io(&e))?;
+    let key = PrivateKeyDer::from_pem_file(pki.join("admin.key")).map_err(|e| io(&e))?;
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| io(&e))?
+    .with_root_certificates(roots)
+    .with_client_auth_cert(chain, key)
+    .map_err(|e| io(&e))?;
+    let host = authority
+        .rsplit_once(':')
+        .map_or(authority, |(h, _)| h)
+        .trim_matches(['[', ']']);
+    let name = ServerName::try_from(host.to_string()).map_err(|e| io(&e))?;
+    let conn =
+        rustls::ClientConnection::new(std::sync::Arc::new(config), name).map_err(|e| io(&e))?;
+    let tcp = TcpStream::connect(authority)?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut stream = rustls::StreamOwned::new(conn, tcp);
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
     )?;
     let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
+    match stream.read_to_end(&mut response) {
+        Ok(_) => {}
+        // Servers may close without close_notify after a full response.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !response.is_empty() => {}
+        Err(e) => return Err(e),
+    }
     let response = String::from_utf8_lossy(&response);
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
     let status = head
@@ -314,9 +353,19 @@ pub fn server_binary() -> PathBuf {
     }
     // <target>/<profile>/deps/<test exe>
     let exe = std::env::current_exe().expect("current_exe");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("test binary is not in <target>/<profile>/deps");
-    let binary = profile_dir.join(format!("wasm-apiserver-e2e{}", std::env::consts::EXE_SUFFIX));
-    assert!(binary.exists(), "{} missing: run the tests with `cargo test -p wasm-apiserver-e2e`", binary.display());
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binary is not in <target>/<profile>/deps");
+    let binary = profile_dir.join(format!(
+        "wasm-apiserver-e2e{}",
+        std::env::consts::EXE_SUFFIX
+    ));
+    assert!(
+        binary.exists(),
+        "{} missing: run the tests with `cargo test -p wasm-apiserver-e2e`",
+        binary.display()
+    );
     binary
 }
 

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
-use wasm_apiserver_e2e::{Server, http_get, kubectl, kubectl_json, kubectl_ok, write_manifest};
+use wasm_apiserver_e2e::{Server, kubectl, kubectl_json, kubectl_ok, write_manifest};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -234,7 +234,7 @@ fn hostile_plugins_are_contained() {
             "{}",
             stderr(&out)
         );
-        let (code, body) = http_get(s.url(), "/readyz").expect("readyz");
+        let (code, body) = s.get("/readyz").expect("readyz");
         assert_eq!(
             (code, body.trim()),
             (200, "ok"),
@@ -261,7 +261,7 @@ fn hostile_plugins_are_contained() {
         );
         kubectl_ok(&s, None, &["delete", "admissionplugin", &name]);
     }
-    let (code, metrics) = http_get(s.url(), "/metrics").expect("metrics");
+    let (code, metrics) = s.get("/metrics").expect("metrics");
     assert_eq!(code, 200);
     assert!(
         metrics.contains("wasm_apiserver_plugin_timeouts_total{plugin=\"hostile-loop\""),

@@ -19,9 +19,14 @@ use wasm_apiserver_e2e::Server;
 /// How long one watch event may take to arrive.
 const EVENT_DEADLINE: Duration = Duration::from_secs(15);
 
+/// A client from the server's admin kubeconfig (HTTPS, cluster CA, admin
+/// client certificate).
 fn client(server: &Server) -> Client {
-    let mut config = Config::new(server.url().parse().expect("server URL"));
-    config.default_namespace = "default".into();
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(server.kubeconfig_path()).expect("read kubeconfig");
+    let options = kube::config::KubeConfigOptions::default();
+    let config = futures::executor::block_on(Config::from_custom_kubeconfig(kubeconfig, &options))
+        .expect("kube config");
     Client::try_from(config).expect("kube client")
 }
 

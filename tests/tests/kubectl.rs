@@ -742,7 +742,7 @@ fn kill9_restart_keeps_data(v: Option<&str>) {
 
     server.kill9();
     assert!(
-        wasm_apiserver_e2e::http_get(&url, "/readyz").is_err(),
+        server.get("/readyz").is_err(),
         "server still answers after kill -9"
     );
     server.restart();

@@ -29,16 +29,28 @@ fn unauthorized() -> ApiError {
 fn x509_user(cn: &str, orgs: &[String]) -> UserInfo {
     let mut groups = orgs.to_vec();
     groups.push("system:authenticated".into());
-    UserInfo { username: cn.to_string(), groups, ..Default::default() }
+    UserInfo {
+        username: cn.to_string(),
+        groups,
+        ..Default::default()
+    }
 }
 
 pub fn anonymous_user() -> UserInfo {
-    UserInfo { username: "system:anonymous".into(), groups: vec!["system:unauthenticated".into()], ..Default::default() }
+    UserInfo {
+        username: "system:anonymous".into(),
+        groups: vec!["system:unauthenticated".into()],
+        ..Default::default()
+    }
 }
 
 impl Authenticator {
     /// Authenticates one request.
-    pub async fn authenticate(&self, conn: Option<&ConnectionInfo>, headers: &HeaderMap) -> Result<UserInfo, ApiError> {
+    pub async fn authenticate(
+        &self,
+        conn: Option<&ConnectionInfo>,
+        headers: &HeaderMap,
+    ) -> Result<UserInfo, ApiError> {
         if let Some((cn, orgs)) = conn.and_then(|c| c.client_cert.as_ref()) {
             return Ok(x509_user(cn, orgs));
         }
@@ -46,7 +58,10 @@ impl Authenticator {
             let _token = auth
                 .to_str()
                 .ok()
-                .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+                .and_then(|v| {
+                    v.strip_prefix("Bearer ")
+                        .or_else(|| v.strip_prefix("bearer "))
+                })
                 .map(str::trim)
                 .filter(|t| !t.is_empty())
                 .ok_or_else(unauthorized)?;

@@ -5,14 +5,14 @@
 //! Authentication is [`crate::authn`]; authorization is AlwaysAllow until
 //! the access-control work lands.
 
-use crate::request::{self, RequestInfo};
 use crate::error::ErrorResponse;
+use crate::request::{self, RequestInfo};
 use crate::server::{AppState, ConnectionInfo};
 use axum::extract::{Request, State};
-use axum::response::IntoResponse;
-use std::sync::Arc;
 use axum::middleware::Next;
+use axum::response::IntoResponse;
 use axum::response::Response;
+use std::sync::Arc;
 
 pub use wasm_apiserver_plugins::UserInfo;
 
@@ -24,7 +24,11 @@ pub async fn with_request_info(mut req: Request, next: Next) -> Response {
 }
 
 /// Authentication: sets the request's [`UserInfo`] or answers 401.
-pub async fn authenticate(State(state): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+pub async fn authenticate(
+    State(state): State<Arc<AppState>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let conn = req.extensions().get::<ConnectionInfo>().cloned();
     match state.authn.authenticate(conn.as_ref(), req.headers()).await {
         Ok(user) => {

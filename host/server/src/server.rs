@@ -87,8 +87,16 @@ pub fn router(state: Arc<AppState>) -> Router {
 fn write_kubeconfig(dir: &Path, address: SocketAddr, pki: &crate::tls::Pki) -> std::io::Result<()> {
     use base64::Engine;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let host = if address.ip().is_unspecified() { "127.0.0.1".to_string() } else { address.ip().to_string() };
-    let host = if address.is_ipv6() && !host.starts_with('[') { format!("[{host}]") } else { host };
+    let host = if address.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else {
+        address.ip().to_string()
+    };
+    let host = if address.is_ipv6() && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host
+    };
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: wasm-apiserver\n  cluster:\n    server: https://{host}:{port}\n    certificate-authority-data: {ca}\ncontexts:\n- name: admin@wasm-apiserver\n  context:\n    cluster: wasm-apiserver\n    user: admin\n    namespace: default\ncurrent-context: admin@wasm-apiserver\nusers:\n- name: admin\n  user:\n    client-certificate-data: {cert}\n    client-key-data: {key}\n",
         port = address.port(),
@@ -117,7 +125,11 @@ pub struct ConnectionInfo {
 }
 
 /// Accepts TLS connections and serves the router on each (HTTP/1.1 and h2).
-async fn serve_tls(listener: tokio::net::TcpListener, tls: rustls::ServerConfig, app: Router) -> anyhow::Result<()> {
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    tls: rustls::ServerConfig,
+    app: Router,
+) -> anyhow::Result<()> {
     use hyper_util::rt::{TokioExecutor, TokioIo};
     use tower::ServiceExt;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
@@ -138,7 +150,12 @@ async fn serve_tls(listener: tokio::net::TcpListener, tls: rustls::ServerConfig,
         let app = app.clone();
         tokio::spawn(async move {
             let _ = tcp.set_nodelay(true);
-            let tls = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await {
+            let tls = match tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                acceptor.accept(tcp),
+            )
+            .await
+            {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -153,12 +170,17 @@ async fn serve_tls(listener: tokio::net::TcpListener, tls: rustls::ServerConfig,
                 .and_then(|chain| chain.first())
                 .and_then(|cert| crate::tls::subject(cert));
             let conn = ConnectionInfo { peer, client_cert };
-            let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(conn.clone());
-                app.clone().oneshot(req.map(axum::body::Body::new))
-            });
+            let svc = hyper::service::service_fn(
+                move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(conn.clone());
+                    app.clone().oneshot(req.map(axum::body::Body::new))
+                },
+            );
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            if let Err(e) = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).await {
+            if let Err(e) = builder
+                .serve_connection_with_upgrades(TokioIo::new(tls), svc)
+                .await
+            {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });
@@ -192,8 +214,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let n = crate::admission::load_config_file(&admission, path).await?;
         tracing::info!(plugins = n, file = %path.display(), "static admission plugins loaded");
     }
-    let mut state = AppState::new(storage.clone(), address, args.max_request_bytes, Some(admission));
-    state.authn = crate::authn::Authenticator { anonymous: args.anonymous_auth };
+    let mut state = AppState::new(
+        storage.clone(),
+        address,
+        args.max_request_bytes,
+        Some(admission),
+    );
+    state.authn = crate::authn::Authenticator {
+        anonymous: args.anonymous_auth,
+    };
     let state = Arc::new(state);
 
     namespaces::ensure_initial(&state.objects).await?;
@@ -203,7 +232,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         wasm_apiserver_storage::spawn_compactor(storage.clone(), args.etcd_compaction_interval);
     }
 
-    let mut hosts = vec!["127.0.0.1".to_string(), "localhost".to_string(), "::1".to_string()];
+    let mut hosts = vec![
+        "127.0.0.1".to_string(),
+        "localhost".to_string(),
+        "::1".to_string(),
+    ];
     if !args.bind_address.is_unspecified() && !args.bind_address.is_loopback() {
         hosts.push(args.bind_address.to_string());
     }

@@ -51,9 +51,14 @@ pub fn ensure(dir: &Path, hosts: &[String]) -> anyhow::Result<Pki> {
         _ => {
             let key = rcgen::KeyPair::generate()?;
             let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-            params.distinguished_name.push(rcgen::DnType::CommonName, "wasm-apiserver-ca");
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, "wasm-apiserver-ca");
             params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-            params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
+            params.key_usages = vec![
+                rcgen::KeyUsagePurpose::KeyCertSign,
+                rcgen::KeyUsagePurpose::CrlSign,
+            ];
             validity(&mut params, 3650);
             let cert = params.self_signed(&key)?;
             write_secret(&file("ca.key"), &key.serialize_pem())?;
@@ -64,7 +69,9 @@ pub fn ensure(dir: &Path, hosts: &[String]) -> anyhow::Result<Pki> {
     let ca_key = rcgen::KeyPair::from_pem(&ca_key_pem).context("pki/ca.key")?;
     let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).context("pki/ca.crt")?;
 
-    let issue = |name: &str, mut params: rcgen::CertificateParams| -> anyhow::Result<(String, String)> {
+    let issue = |name: &str,
+                 mut params: rcgen::CertificateParams|
+     -> anyhow::Result<(String, String)> {
         if let (Some(c), Some(k)) = (read(&format!("{name}.crt")), read(&format!("{name}.key"))) {
             return Ok((c, k));
         }
@@ -77,28 +84,46 @@ pub fn ensure(dir: &Path, hosts: &[String]) -> anyhow::Result<Pki> {
     };
 
     let mut serving = rcgen::CertificateParams::new(hosts.to_vec())?;
-    serving.distinguished_name.push(rcgen::DnType::CommonName, "wasm-apiserver");
+    serving
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "wasm-apiserver");
     serving.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     let (serving_cert_pem, serving_key_pem) = issue("apiserver", serving)?;
 
     let mut admin = rcgen::CertificateParams::new(Vec::<String>::new())?;
-    admin.distinguished_name.push(rcgen::DnType::CommonName, ADMIN_USER);
-    admin.distinguished_name.push(rcgen::DnType::OrganizationName, ADMIN_GROUP);
+    admin
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, ADMIN_USER);
+    admin
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, ADMIN_GROUP);
     admin.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
     let (admin_cert_pem, admin_key_pem) = issue("admin", admin)?;
 
-    Ok(Pki { ca_pem, serving_cert_pem, serving_key_pem, admin_cert_pem, admin_key_pem })
+    Ok(Pki {
+        ca_pem,
+        serving_cert_pem,
+        serving_key_pem,
+        admin_cert_pem,
+        admin_key_pem,
+    })
 }
 
 fn certs(pem: &str, what: &str) -> anyhow::Result<Vec<CertificateDer<'static>>> {
-    let out: Vec<_> = CertificateDer::pem_slice_iter(pem.as_bytes()).collect::<Result<_, _>>().with_context(|| what.to_string())?;
+    let out: Vec<_> = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .with_context(|| what.to_string())?;
     anyhow::ensure!(!out.is_empty(), "{what}: no certificates");
     Ok(out)
 }
 
 /// The rustls configuration of the secure port: serves `cert_pem`/`key_pem`,
 /// and verifies client certificates against `client_cas` when one is sent.
-pub fn server_config(cert_pem: &str, key_pem: &str, client_cas: &[String]) -> anyhow::Result<rustls::ServerConfig> {
+pub fn server_config(
+    cert_pem: &str,
+    key_pem: &str,
+    client_cas: &[String],
+) -> anyhow::Result<rustls::ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     for pem in client_cas {
@@ -106,9 +131,12 @@ pub fn server_config(cert_pem: &str, key_pem: &str, client_cas: &[String]) -> an
             roots.add(c)?;
         }
     }
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .allow_unauthenticated()
-        .build()?;
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .allow_unauthenticated()
+    .build()?;
     let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).context("TLS private key")?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
@@ -123,8 +151,16 @@ pub fn server_config(cert_pem: &str, key_pem: &str, client_cas: &[String]) -> an
 pub fn subject(der: &[u8]) -> Option<(String, Vec<String>)> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let subject = cert.subject();
-    let cn = subject.iter_common_name().next()?.as_str().ok()?.to_string();
-    let groups = subject.iter_organization().filter_map(|o| o.as_str().ok().map(String::from)).collect();
+    let cn = subject
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()?
+        .to_string();
+    let groups = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(String::from))
+        .collect();
     Some((cn, groups))
 }
 
@@ -140,7 +176,10 @@ mod tests {
         assert_eq!(a.ca_pem, b.ca_pem);
         assert_eq!(a.serving_cert_pem, b.serving_cert_pem);
         let admin = certs(&a.admin_cert_pem, "admin").unwrap();
-        assert_eq!(subject(&admin[0]), Some((ADMIN_USER.to_string(), vec![ADMIN_GROUP.to_string()])));
+        assert_eq!(
+            subject(&admin[0]),
+            Some((ADMIN_USER.to_string(), vec![ADMIN_GROUP.to_string()]))
+        );
         server_config(&a.serving_cert_pem, &a.serving_key_pem, &[a.ca_pem.clone()]).unwrap();
         // A lost leaf is re-issued by the same CA.
         std::fs::remove_file(dir.path().join("pki/admin.crt")).unwrap();
