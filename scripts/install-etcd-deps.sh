@@ -4,6 +4,7 @@
 #   libprotobuf-dev    the well-known .proto files protoc imports
 #                      (google/protobuf/descriptor.proto; only a Recommends)
 #   etcd-server        the `etcd` binary the tests start on loopback ports
+#   openssl            makes the certificates of the etcd TLS test
 # Idempotent: installs only what is missing, and runs `apt-get update` once,
 # only when something is. Run as root (no sudo).
 set -euo pipefail
@@ -12,6 +13,7 @@ missing=()
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/descriptor.proto ] || missing+=(libprotobuf-dev)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0
@@ -26,6 +28,6 @@ echo "install-etcd-deps.sh: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-command -v protoc >/dev/null && command -v etcd >/dev/null \
+command -v protoc >/dev/null && command -v etcd >/dev/null && command -v openssl >/dev/null \
     && [ -f /usr/include/google/protobuf/descriptor.proto ]
 

@@ -15,6 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod embedded;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod suite;
 
 /// A stored value and its revisions.
