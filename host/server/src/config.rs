@@ -23,6 +23,29 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 6443)]
     pub secure_port: u16,
 
+    /// etcd endpoints (comma-separated, e.g. `http://127.0.0.1:2379`); empty
+    /// uses the embedded store in `--data-dir`. Needs a build with the `etcd`
+    /// feature.
+    #[arg(long, value_delimiter = ',')]
+    pub etcd_servers: Vec<String>,
+
+    /// Extra prefix before every key in etcd (keys already start with
+    /// `/registry/`), to share one etcd between clusters.
+    #[arg(long, default_value = "")]
+    pub etcd_prefix: String,
+
+    /// CA bundle of etcd's serving certificate.
+    #[arg(long)]
+    pub etcd_cafile: Option<PathBuf>,
+
+    /// Client certificate for etcd.
+    #[arg(long)]
+    pub etcd_certfile: Option<PathBuf>,
+
+    /// Client key for etcd.
+    #[arg(long)]
+    pub etcd_keyfile: Option<PathBuf>,
+
     /// How often history older than one interval is compacted (kube-apiserver's
     /// `--etcd-compaction-interval`); 0 disables compaction.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
@@ -78,6 +101,11 @@ impl ServeArgs {
             max_request_bytes: 3 * 1024 * 1024,
             plugin_dir: None,
             admission_control_config_file: None,
+            etcd_servers: Vec::new(),
+            etcd_prefix: String::new(),
+            etcd_cafile: None,
+            etcd_certfile: None,
+            etcd_keyfile: None,
             tls_cert_file: None,
             tls_private_key_file: None,
             client_ca_file: None,

@@ -187,18 +187,37 @@ async fn serve_tls(
     }
 }
 
+/// Opens the embedded store, or etcd when `--etcd-servers` is given.
+async fn open_storage(args: &ServeArgs) -> anyhow::Result<Arc<dyn Storage>> {
+    if args.etcd_servers.is_empty() {
+        let store = EmbeddedStore::open(
+            &args.data_dir.join("store.redb"),
+            EmbeddedOptions { progress_interval: args.watch_progress_interval, ..Default::default() },
+        )?;
+        return Ok(Arc::new(store));
+    }
+    #[cfg(feature = "etcd")]
+    {
+        use wasm_apiserver_storage::etcd::{EtcdOptions, EtcdStore, EtcdTls};
+        let tls = (args.etcd_cafile.is_some() || args.etcd_certfile.is_some()).then(|| EtcdTls {
+            ca_file: args.etcd_cafile.clone(),
+            cert_file: args.etcd_certfile.clone(),
+            key_file: args.etcd_keyfile.clone(),
+        });
+        let options = EtcdOptions { progress_interval: args.watch_progress_interval, tls, ..Default::default() };
+        let store = EtcdStore::connect(&args.etcd_servers, &args.etcd_prefix, options).await?;
+        tracing::info!(servers = ?args.etcd_servers, "storage: etcd");
+        Ok(Arc::new(store))
+    }
+    #[cfg(not(feature = "etcd"))]
+    anyhow::bail!("--etcd-servers needs a build with the `etcd` feature (cargo build --features etcd)")
+}
+
 /// Runs the server until SIGINT/SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)?;
     let _ = std::fs::remove_file(args.data_dir.join("admin.kubeconfig"));
-    let store = EmbeddedStore::open(
-        &args.data_dir.join("store.redb"),
-        EmbeddedOptions {
-            progress_interval: args.watch_progress_interval,
-            ..Default::default()
-        },
-    )?;
-    let storage: Arc<dyn Storage> = Arc::new(store);
+    let storage = open_storage(&args).await?;
     let listener = tokio::net::TcpListener::bind((args.bind_address, args.secure_port)).await?;
     let address = listener.local_addr()?;
     let runtime = wasm_apiserver_plugins::Runtime::new(wasm_apiserver_plugins::RuntimeConfig {
