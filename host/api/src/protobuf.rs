@@ -172,6 +172,99 @@ const LEASE: &[Field] = &[
     ),
 ];
 
+const POLICY_RULE: &[Field] = &[
+    (1, "verbs", Ty::Str, true),
+    (2, "apiGroups", Ty::Str, true),
+    (3, "resources", Ty::Str, true),
+    (4, "resourceNames", Ty::Str, true),
+    (5, "nonResourceURLs", Ty::Str, true),
+];
+
+const LABEL_SELECTOR: &[Field] = &[
+    (1, "matchLabels", Ty::MapStr, false),
+    (
+        2,
+        "matchExpressions",
+        Ty::Msg(&[(1, "key", Ty::Str, false), (2, "operator", Ty::Str, false), (3, "values", Ty::Str, true)]),
+        true,
+    ),
+];
+
+const ROLE: &[Field] = &[(1, "metadata", Ty::Msg(OBJECT_META), false), (2, "rules", Ty::Msg(POLICY_RULE), true)];
+
+const CLUSTER_ROLE: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (2, "rules", Ty::Msg(POLICY_RULE), true),
+    (3, "aggregationRule", Ty::Msg(&[(1, "clusterRoleSelectors", Ty::Msg(LABEL_SELECTOR), true)]), false),
+];
+
+const BINDING: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (
+        2,
+        "subjects",
+        Ty::Msg(&[
+            (1, "kind", Ty::Str, false),
+            (2, "apiGroup", Ty::Str, false),
+            (3, "name", Ty::Str, false),
+            (4, "namespace", Ty::Str, false),
+        ]),
+        true,
+    ),
+    (
+        3,
+        "roleRef",
+        Ty::Msg(&[(1, "apiGroup", Ty::Str, false), (2, "kind", Ty::Str, false), (3, "name", Ty::Str, false)]),
+        false,
+    ),
+];
+
+const RESOURCE_ATTRIBUTES: &[Field] = &[
+    (1, "namespace", Ty::Str, false),
+    (2, "verb", Ty::Str, false),
+    (3, "group", Ty::Str, false),
+    (4, "version", Ty::Str, false),
+    (5, "resource", Ty::Str, false),
+    (6, "subresource", Ty::Str, false),
+    (7, "name", Ty::Str, false),
+];
+
+const NON_RESOURCE_ATTRIBUTES: &[Field] = &[(1, "path", Ty::Str, false), (2, "verb", Ty::Str, false)];
+
+const SUBJECT_ACCESS_REVIEW: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (
+        2,
+        "spec",
+        Ty::Msg(&[
+            (1, "resourceAttributes", Ty::Msg(RESOURCE_ATTRIBUTES), false),
+            (2, "nonResourceAttributes", Ty::Msg(NON_RESOURCE_ATTRIBUTES), false),
+            (3, "user", Ty::Str, false),
+            (4, "groups", Ty::Str, true),
+            (6, "uid", Ty::Str, false),
+        ]),
+        false,
+    ),
+];
+
+const SELF_SUBJECT_ACCESS_REVIEW: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (
+        2,
+        "spec",
+        Ty::Msg(&[
+            (1, "resourceAttributes", Ty::Msg(RESOURCE_ATTRIBUTES), false),
+            (2, "nonResourceAttributes", Ty::Msg(NON_RESOURCE_ATTRIBUTES), false),
+        ]),
+        false,
+    ),
+];
+
+const SELF_SUBJECT_RULES_REVIEW: &[Field] =
+    &[(1, "metadata", Ty::Msg(OBJECT_META), false), (2, "spec", Ty::Msg(&[(1, "namespace", Ty::Str, false)]), false)];
+
+const SELF_SUBJECT_REVIEW: &[Field] = &[(1, "metadata", Ty::Msg(OBJECT_META), false)];
+
 const DELETE_OPTIONS: &[Field] = &[
     (1, "gracePeriodSeconds", Ty::Int, false),
     (
@@ -206,6 +299,13 @@ fn schema(api_version: &str, kind: &str) -> Option<&'static [Field]> {
         ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
         ("v1", "Event") => EVENT,
         ("coordination.k8s.io/v1", "Lease") => LEASE,
+        ("rbac.authorization.k8s.io/v1", "Role") => ROLE,
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => CLUSTER_ROLE,
+        ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => BINDING,
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => SELF_SUBJECT_ACCESS_REVIEW,
+        ("authorization.k8s.io/v1", "SubjectAccessReview" | "LocalSubjectAccessReview") => SUBJECT_ACCESS_REVIEW,
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => SELF_SUBJECT_RULES_REVIEW,
+        ("authentication.k8s.io/v1", "SelfSubjectReview") => SELF_SUBJECT_REVIEW,
         (_, "DeleteOptions") => DELETE_OPTIONS,
         _ => return None,
     })

@@ -39,7 +39,15 @@ pub struct ResourceInfo {
     pub short_names: Vec<String>,
     pub subresources: Vec<String>,
     pub printer: Printer,
+    /// A review resource (SubjectAccessReview...): `create` computes an
+    /// answer and nothing is stored.
+    pub create_only: bool,
 }
+
+/// The RBAC API group.
+pub const RBAC: &str = "rbac.authorization.k8s.io";
+/// The authorization (access review) API group.
+pub const AUTHZ: &str = "authorization.k8s.io";
 
 /// The verbs every resource in the registry supports.
 pub const VERBS: &[&str] = &[
@@ -123,7 +131,12 @@ fn info(
         short_names: short.iter().map(|s| s.to_string()).collect(),
         subresources: subresources.iter().map(|s| s.to_string()).collect(),
         printer,
+        create_only: false,
     }
+}
+
+fn review(group: &str, plural: &str, kind: &str, namespaced: bool) -> ResourceInfo {
+    ResourceInfo { create_only: true, ..info(group, "v1", plural, kind, namespaced, &[], &[], Printer::Default) }
 }
 
 impl Registry {
@@ -191,6 +204,15 @@ impl Registry {
                 &[],
                 Printer::Lease,
             ),
+            info(RBAC, "v1", "roles", "Role", true, &[], &[], Printer::Default),
+            info(RBAC, "v1", "clusterroles", "ClusterRole", false, &[], &[], Printer::Default),
+            info(RBAC, "v1", "rolebindings", "RoleBinding", true, &[], &[], Printer::Default),
+            info(RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", false, &[], &[], Printer::Default),
+            review(AUTHZ, "selfsubjectaccessreviews", "SelfSubjectAccessReview", false),
+            review(AUTHZ, "subjectaccessreviews", "SubjectAccessReview", false),
+            review(AUTHZ, "localsubjectaccessreviews", "LocalSubjectAccessReview", true),
+            review(AUTHZ, "selfsubjectrulesreviews", "SelfSubjectRulesReview", false),
+            review("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview", false),
             info(
                 "admissionregistration.k8s.io",
                 "v1",
@@ -302,7 +324,10 @@ mod tests {
             vec![
                 "admission.wasm-apiserver.io",
                 "admissionregistration.k8s.io",
-                "coordination.k8s.io"
+                "authentication.k8s.io",
+                "authorization.k8s.io",
+                "coordination.k8s.io",
+                "rbac.authorization.k8s.io"
             ]
         );
     }

@@ -79,7 +79,8 @@ pub fn label_value_error(value: &str) -> Option<String> {
 pub fn name_error(info: &ResourceInfo, name: &str) -> Option<String> {
     match info.plural.as_str() {
         "namespaces" => dns1123_label_error(name),
-        "events" => path_segment_error(name),
+        // RBAC names may contain ':' (`system:discovery`), as upstream.
+        _ if info.plural == "events" || info.group == crate::resource::RBAC => path_segment_error(name),
         _ => dns1123_subdomain_error(name),
     }
 }

@@ -1,22 +1,39 @@
-//! The benchmark of issue 2: throughput and watch latency of the API server on
-//! the embedded store, over real HTTP/1.1 on loopback.
+//! The benchmarks of issues 2, 3 and 5: throughput and watch latency of the
+//! API server on the embedded store and on etcd, and the cost of admission
+//! (wasm plugins vs an HTTPS webhook), over real HTTP/1.1 on loopback.
 //!
 //! ```text
-//! cargo bench -p wasm-apiserver --bench apiserver [-- SCENARIO...]
+//! cargo bench -p wasm-apiserver [--features etcd] --bench apiserver [-- SCENARIO...]
 //! ```
 //!
 //! Scenarios (a name given on the command line runs only the scenarios whose
-//! name contains it): `create`, `get`, `list-1k`, `watch`. Each is a function
-//! that returns one or more [`Row`]s; the table at the end is Markdown, so runs
-//! can be pasted side by side. `BENCH_SECONDS` (default 5) sets the measured
-//! window of the closed-loop scenarios and `BENCH_CLIENTS` (default 64) their
-//! concurrency.
+//! name contains it): `create`, `get`, `list-1k`, `watch` (issue 2, embedded
+//! store), `admission` (issue 3) and `etcd` (issue 5; needs the `etcd`
+//! feature and `etcd` on PATH). Each is a function that returns one or more
+//! [`Row`]s; the table at the end is Markdown, so runs can be pasted side by
+//! side, and the targets and ratios of each issue follow it. `BENCH_SECONDS`
+//! (default 5) sets the measured window of the closed-loop scenarios and
+//! `BENCH_CLIENTS` (default 64) their concurrency.
+//!
+//! * `admission`: creates with no admission plugin, one and five wasm
+//!   validating plugins (`require_labels.wasm`, built by
+//!   `scripts/build-plugins.sh`), and one HTTPS webhook on loopback doing the
+//!   same check; each on a fresh server, with 1 and [`ADMISSION_CLIENTS`]
+//!   clients. Plus the plugin runtime alone: cold compile, cached load, and
+//!   instantiate + `validate` per call.
+//! * `etcd`: starts its own `etcd` on free loopback ports; raw etcd-client
+//!   puts and watches, then the API server on etcd (creates and watch
+//!   delivery). Run it with `create watch` for the embedded-store rows to
+//!   compare with.
 //!
 //! The server and the load generator live in one process but in two tokio
 //! runtimes (threads `srv-*` and `cli-*`), so they compete for the same cores
 //! as two processes would; per-thread CPU time from `/proc/self/task` splits
-//! the cores used between server (including the store's writer thread) and
-//! client. Each closed-loop client owns one keep-alive connection.
+//! the cores used between server (including the store's writer thread and the
+//! webhook's runtime, `hook-*`) and client; etcd's CPU is read from its
+//! process. Each closed-loop client owns one keep-alive connection. The
+//! server binary serves HTTPS; here the router is served over plain HTTP, so
+//! client-side TLS is not part of any number (the webhook's TLS is).
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -28,14 +45,24 @@ use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
 use tokio::time::timeout;
+use wasm_apiserver::admission::Admission;
 use wasm_apiserver::server::{AppState, router};
+use wasm_apiserver_plugins::{
+    AdmissionRequest, Gvk, Gvr, Limits, Operation, Runtime, RuntimeConfig, UserInfo,
+};
 use wasm_apiserver_storage::Storage;
 use wasm_apiserver_storage::embedded::{EmbeddedOptions, EmbeddedStore};
+
+#[path = "../tests/support/webhook.rs"]
+mod webhook_support;
 
 /// Namespace of the create scenario.
 const NS_CREATE: &str = "bench-create";
@@ -59,6 +86,34 @@ const WATCH_DRAIN: Duration = Duration::from_secs(10);
 
 const TARGET_CREATES_PER_SEC: f64 = 10_000.0;
 const TARGET_WATCH_P99: Duration = Duration::from_millis(50);
+
+/// Concurrency of the loaded admission rows (each variant also runs with 1
+/// client, for latency without queueing).
+const ADMISSION_CLIENTS: usize = 16;
+/// How many AdmissionPlugin objects the "five plugins" variant creates.
+const MANY_PLUGINS: usize = 5;
+/// The label the plugins and the webhook require.
+const REQUIRED_LABEL: &str = "team";
+/// Cold compiles (each with an empty cache dir) and cached loads measured.
+const COLD_LOADS: usize = 3;
+const CACHED_LOADS: usize = 5;
+/// Sequential `validate` calls timed (after [`PLUGIN_WARMUP_CALLS`]).
+const PLUGIN_CALLS: usize = 5000;
+const PLUGIN_WARMUP_CALLS: usize = 200;
+const TARGET_ADDED_P50: Duration = Duration::from_micros(50);
+const TARGET_WEBHOOK_COST_RATIO: f64 = 20.0;
+
+/// How long etcd may take to answer after it is started.
+#[cfg(feature = "etcd")]
+const ETCD_START: Duration = Duration::from_secs(30);
+/// How long replaying the raw puts through one watch may take.
+#[cfg(feature = "etcd")]
+const ETCD_REPLAY: Duration = Duration::from_secs(30);
+#[cfg(feature = "etcd")]
+const TARGET_ETCD_CREATE_RATIO: f64 = 0.5;
+
+/// Pid of the `etcd` the `etcd` scenario runs (0: none), for its CPU column.
+static ETCD_PID: AtomicU32 = AtomicU32::new(0);
 
 type Body = Full<Bytes>;
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -92,15 +147,26 @@ fn main() -> Result<(), Error> {
         .thread_name("cli-worker")
         .enable_all()
         .build()?;
+    // The webhook of the `admission` scenario: another process in real life.
+    let hook_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores)
+        .thread_name("hook-worker")
+        .enable_all()
+        .build()?;
+    let (srv, hook) = (server_rt.handle().clone(), hook_rt.handle().clone());
 
     let dir = tempfile::tempdir()?;
     let addr = server_rt.block_on(start_server(&dir.path().join("store.redb")))?;
     let api = Api::new(addr);
 
-    println!("wasm-apiserver benchmark: embedded store, HTTP/1.1 on {addr}");
+    println!(
+        "wasm-apiserver benchmark: embedded store (unless a row says etcd), plain HTTP/1.1 on {addr} \
+         (the router in-process; the binary serves HTTPS, TLS to the API server is not measured)"
+    );
     println!(
         "{cores} cores, shared by client and server (one process, a {cores}-worker tokio runtime each, \
-         plus the store's writer thread); window {}s after {}ms warm-up",
+         plus the store's writer thread; etcd and the webhook on the same cores); \
+         window {}s after {}ms warm-up",
         window.as_secs(),
         WARMUP.as_millis()
     );
@@ -117,7 +183,12 @@ fn main() -> Result<(), Error> {
 
     let started = Instant::now();
     let rows = client_rt.block_on(async {
-        api.setup().await?;
+        if ["create", "get", "list-1k", "watch"]
+            .iter()
+            .any(|s| wanted(s))
+        {
+            api.setup().await?;
+        }
         let mut rows = Vec::new();
         if wanted("create") {
             rows.push(create(&api, clients, window).await?);
@@ -131,6 +202,12 @@ fn main() -> Result<(), Error> {
         if wanted("watch") {
             rows.extend(watch(&api, WATCHERS, WATCH_WRITES, WATCH_PACE).await?);
         }
+        if wanted("admission") {
+            rows.extend(admission(&srv, &hook, dir.path(), window).await?);
+        }
+        if wanted("etcd") {
+            rows.extend(etcd(&srv, dir.path(), clients, window).await?);
+        }
         Ok::<_, Error>(rows)
     })?;
 
@@ -141,25 +218,51 @@ fn main() -> Result<(), Error> {
     println!("\ntotal run time {:.1}s", started.elapsed().as_secs_f64());
 
     client_rt.shutdown_timeout(Duration::from_secs(1));
+    hook_rt.shutdown_timeout(Duration::from_secs(1));
     server_rt.shutdown_timeout(Duration::from_secs(1));
     Ok(())
 }
 
 /// Opens the store, serves the router on a free loopback port and creates the
 /// initial namespaces.
-async fn start_server(path: &std::path::Path) -> Result<SocketAddr, Error> {
+async fn start_server(path: &Path) -> Result<SocketAddr, Error> {
     let storage: Arc<dyn Storage> =
         Arc::new(EmbeddedStore::open(path, EmbeddedOptions::default())?);
+    let served = serve(storage, None).await?;
+    let addr = served.addr;
+    // Serves until the process ends.
+    std::mem::forget(served);
+    Ok(addr)
+}
+
+/// A router served on a loopback port; stops accepting when dropped.
+struct Served {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Serves the router over `storage` (with `admission`, if any) on a free
+/// loopback port, with the initial namespaces. Call it on the server runtime.
+async fn serve(
+    storage: Arc<dyn Storage>,
+    admission: Option<Arc<Admission>>,
+) -> Result<Served, Error> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let state = Arc::new(AppState::new(storage, addr, 3 * 1024 * 1024, None));
+    let state = Arc::new(AppState::new(storage, addr, 3 * 1024 * 1024, admission));
     wasm_apiserver::namespaces::ensure_initial(&state.objects).await?;
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, router(state)).await {
             eprintln!("server stopped: {e}");
         }
     });
-    Ok(addr)
+    Ok(Served { addr, task })
 }
 
 // --- results -------------------------------------------------------------------
@@ -196,18 +299,25 @@ impl Row {
     }
 }
 
+/// A latency: in µs below a millisecond, else in ms.
 fn ms(d: Option<Duration>) -> String {
     d.map_or_else(
         || "-".into(),
-        |d| format!("{:.2} ms", d.as_secs_f64() * 1e3),
+        |d| {
+            if d < Duration::from_millis(1) {
+                format!("{} µs", d.as_micros())
+            } else {
+                format!("{:.2} ms", d.as_secs_f64() * 1e3)
+            }
+        },
     )
 }
 
 fn print_table(rows: &[Row]) {
     println!(
-        "| scenario | clients | ops | errors | seconds | ops/s | p50 | p99 | max | server cores | client cores | other procs | note |"
+        "| scenario | clients | ops | errors | seconds | ops/s | p50 | p99 | max | server cores | client cores | etcd cores | other procs | note |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in rows {
         let cores = |f: fn(&Cpu) -> f64| {
             r.cpu
@@ -219,8 +329,12 @@ fn print_table(rows: &[Row]) {
             cores(|c| c.client),
             cores(|c| c.others),
         );
+        let etcd = r
+            .cpu
+            .and_then(|c| c.etcd)
+            .map_or_else(|| "-".into(), |e| format!("{e:.2}"));
         println!(
-            "| {} | {} | {} | {} | {:.2} | {:.0} | {} | {} | {} | {srv} | {cli} | {others} | {} |",
+            "| {} | {} | {} | {} | {:.2} | {:.0} | {} | {} | {} | {srv} | {cli} | {etcd} | {others} | {} |",
             r.scenario,
             r.clients,
             r.ops,
@@ -268,6 +382,103 @@ fn print_targets(rows: &[Row]) {
         let verdict = if r.errors == 0 { "met" } else { "MISSED" };
         println!("target watch delivery 100%: {verdict} ({})", r.note);
     }
+    print_admission_targets(rows);
+    #[cfg(feature = "etcd")]
+    print_etcd_targets(rows);
+}
+
+/// The row of `scenario` with `clients` clients.
+fn find<'a>(rows: &'a [Row], scenario: &str, clients: usize) -> Option<&'a Row> {
+    rows.iter()
+        .find(|r| r.scenario == scenario && r.clients == clients)
+}
+
+fn met(ok: bool) -> &'static str {
+    if ok { "met" } else { "MISSED" }
+}
+
+/// Issue 3: what one wasm plugin adds to a create, and how much cheaper it is
+/// than a webhook doing the same check.
+fn print_admission_targets(rows: &[Row]) {
+    let p50 = |v: &str, clients| {
+        find(rows, &admission_scenario(v), clients)
+            .and_then(|r| r.percentile(0.5))
+            .map(|d| d.as_micros() as f64)
+    };
+    let (Some(none), Some(one), Some(five), Some(hook)) = (
+        p50(NO_ADMISSION, 1),
+        p50(ONE_PLUGIN, 1),
+        p50(MANY_PLUGINS_LABEL, 1),
+        p50(WEBHOOK, 1),
+    ) else {
+        return;
+    };
+    let (added_one, added_five, added_hook) = (one - none, five - none, hook - none);
+    println!(
+        "\nadmission, 1 client, p50 of a create: none {none:.0} µs; 1 wasm plugin {one:.0} µs \
+         ({added_one:+.0} µs); {MANY_PLUGINS} wasm plugins {five:.0} µs ({added_five:+.0} µs, \
+         {:+.1} µs per plugin); HTTPS webhook {hook:.0} µs ({added_hook:+.0} µs)",
+        added_five / MANY_PLUGINS as f64
+    );
+    let target = TARGET_ADDED_P50.as_micros() as f64;
+    println!(
+        "target one wasm plugin adds <= {target:.0} µs p50: {} ({added_one:+.0} µs)",
+        met(added_one <= target)
+    );
+    // The p50s have 1 µs resolution: an addition below it counts as 1 µs.
+    let ratio = added_hook / added_one.max(1.0);
+    println!(
+        "target wasm >= {TARGET_WEBHOOK_COST_RATIO:.0}x cheaper than the webhook (added p50, \
+         1 client): {} ({ratio:.1}x: {added_hook:+.0} µs vs {added_one:+.0} µs{})",
+        met(ratio >= TARGET_WEBHOOK_COST_RATIO),
+        if added_one < 1.0 {
+            ", the wasm addition below resolution, counted as 1 µs"
+        } else {
+            ""
+        }
+    );
+    let loaded = |v: &str| find(rows, &admission_scenario(v), ADMISSION_CLIENTS);
+    if let (Some(none), Some(one), Some(five), Some(hook)) = (
+        loaded(NO_ADMISSION),
+        loaded(ONE_PLUGIN),
+        loaded(MANY_PLUGINS_LABEL),
+        loaded(WEBHOOK),
+    ) {
+        let pct = |r: &Row| (r.rate() / none.rate() - 1.0) * 100.0;
+        println!(
+            "admission, {ADMISSION_CLIENTS} clients, creates/s: none {:.0}; 1 wasm plugin {:.0} \
+             ({:+.1}%); {MANY_PLUGINS} wasm plugins {:.0} ({:+.1}%); HTTPS webhook {:.0} ({:+.1}%); \
+             throughput 1 wasm plugin / webhook = {:.2}x",
+            none.rate(),
+            one.rate(),
+            pct(one),
+            five.rate(),
+            pct(five),
+            hook.rate(),
+            pct(hook),
+            one.rate() / hook.rate()
+        );
+        // Server CPU per create (webhook threads included), from the CPU columns.
+        let cpu_us = |r: &Row| r.cpu.map(|c| c.server * 1e6 / r.rate().max(1.0));
+        if let (Some(n), Some(o), Some(h)) = (cpu_us(none), cpu_us(one), cpu_us(hook)) {
+            println!(
+                "server CPU per create ({ADMISSION_CLIENTS} clients): none {n:.0} µs; 1 wasm \
+                 plugin {o:.0} µs ({:+.0}); HTTPS webhook incl. the webhook's own {h:.0} µs \
+                 ({:+.0}); added-CPU ratio webhook / wasm = {:.1}x",
+                o - n,
+                h - n,
+                (h - n) / (o - n).max(1.0)
+            );
+        }
+    }
+    if let Some(r) = rows.iter().find(|r| r.scenario == PLUGIN_CALL_SCENARIO) {
+        println!(
+            "per call, instantiate + validate in-process: p50 {}, p99 {} ({})",
+            ms(r.percentile(0.5)),
+            ms(r.percentile(0.99)),
+            r.note
+        );
+    }
 }
 
 /// Process CPU time split into server threads and everything else, and the
@@ -276,6 +487,8 @@ struct CpuSample {
     at: Instant,
     server: u64,
     total: u64,
+    /// The `etcd` process, when one runs.
+    etcd: Option<u64>,
     machine: u64,
 }
 
@@ -301,7 +514,9 @@ fn cpu_sample() -> Option<CpuSample> {
             continue;
         };
         if let Some((comm, ticks)) = parse(&stat)
-            && (comm.starts_with("srv-") || comm.starts_with("embedded-store"))
+            && (comm.starts_with("srv-")
+                || comm.starts_with("hook-")
+                || comm.starts_with("embedded-store"))
         {
             server += ticks;
         }
@@ -322,10 +537,17 @@ fn cpu_sample() -> Option<CpuSample> {
         .filter(|(i, _)| !matches!(i, 3 | 4))
         .map(|(_, t)| t)
         .sum();
+    let etcd = match ETCD_PID.load(Ordering::Relaxed) {
+        0 => None,
+        pid => std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| parse(&s).map(|(_, ticks)| ticks)),
+    };
     Some(CpuSample {
         at,
         server,
         total,
+        etcd,
         machine,
     })
 }
@@ -335,6 +557,8 @@ fn cpu_sample() -> Option<CpuSample> {
 struct Cpu {
     server: f64,
     client: f64,
+    /// The `etcd` process, when one ran.
+    etcd: Option<f64>,
     others: f64,
 }
 
@@ -346,10 +570,15 @@ fn cpu_since(before: &Option<CpuSample>) -> Option<Cpu> {
     let server = cores(now.server, before.server);
     let total = cores(now.total, before.total);
     let machine = cores(now.machine, before.machine);
+    let etcd = match (before.etcd, now.etcd) {
+        (Some(b), Some(n)) => Some(cores(n, b)),
+        _ => None,
+    };
     Some(Cpu {
         server,
         client: (total - server).max(0.0),
-        others: (machine - total).max(0.0),
+        etcd,
+        others: (machine - total - etcd.unwrap_or(0.0)).max(0.0),
     })
 }
 
@@ -401,24 +630,8 @@ impl Api {
 
     /// Sets up the namespaces and the [`LIST_SIZE`] ConfigMaps of [`NS_LIST`].
     async fn setup(&self) -> Result<(), Error> {
-        let mut conn = self.connect().await?;
-        for ns in [NS_CREATE, NS_LIST, NS_WATCH] {
-            let body =
-                format!(r#"{{"apiVersion":"v1","kind":"Namespace","metadata":{{"name":"{ns}"}}}}"#);
-            let req = self.request(
-                Method::POST,
-                Uri::from_static("/api/v1/namespaces"),
-                Some(("application/json", body.into())),
-            );
-            let (status, body) = send(&mut conn, req).await?;
-            if status != StatusCode::CREATED {
-                return Err(format!(
-                    "creating namespace {ns}: {status} {}",
-                    String::from_utf8_lossy(&body)
-                )
-                .into());
-            }
-        }
+        self.create_namespaces(&[NS_CREATE, NS_LIST, NS_WATCH])
+            .await?;
         let uri: Uri = format!("/api/v1/namespaces/{NS_LIST}/configmaps").parse()?;
         let tasks: Vec<_> = (0..16)
             .map(|t| {
@@ -452,6 +665,48 @@ impl Api {
         }
         Ok(())
     }
+
+    /// Creates the namespaces `names`.
+    async fn create_namespaces(&self, names: &[&str]) -> Result<(), Error> {
+        let mut conn = self.connect().await?;
+        for ns in names {
+            let body =
+                format!(r#"{{"apiVersion":"v1","kind":"Namespace","metadata":{{"name":"{ns}"}}}}"#);
+            let req = self.request(
+                Method::POST,
+                Uri::from_static("/api/v1/namespaces"),
+                Some(("application/json", body.into())),
+            );
+            let (status, body) = send(&mut conn, req).await?;
+            if status != StatusCode::CREATED {
+                return Err(format!(
+                    "creating namespace {ns}: {status} {}",
+                    String::from_utf8_lossy(&body)
+                )
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    /// POSTs `body` (JSON) to `path` and expects 201 Created; returns the
+    /// created object.
+    async fn create(&self, path: &str, body: String) -> Result<serde_json::Value, Error> {
+        let req = self.request(
+            Method::POST,
+            path.parse()?,
+            Some(("application/json", body.into())),
+        );
+        let (status, body) = send(&mut self.connect().await?, req).await?;
+        if status != StatusCode::CREATED {
+            return Err(format!(
+                "POST {path}: {status} {}",
+                String::from_utf8_lossy(&body)
+            )
+            .into());
+        }
+        Ok(serde_json::from_slice(&body)?)
+    }
 }
 
 /// Sends a request and reads the whole answer.
@@ -470,8 +725,14 @@ async fn send(
 
 /// A ConfigMap of about 200 bytes.
 fn configmap(name: &str, seq: u64) -> Bytes {
+    configmap_labelled(name, seq, "tier")
+}
+
+/// A ConfigMap of about 200 bytes with the labels `app` and `label`
+/// (`tier`, or [`REQUIRED_LABEL`]: the same size either way).
+fn configmap_labelled(name: &str, seq: u64, label: &str) -> Bytes {
     format!(
-        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","labels":{{"app":"bench","tier":"load"}}}},"data":{{"seq":"{seq}","payload":"0123456789abcdef0123456789abcdef0123456789abcdef"}}}}"#
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","labels":{{"app":"bench","{label}":"load"}}}},"data":{{"seq":"{seq}","payload":"0123456789abcdef0123456789abcdef0123456789abcdef"}}}}"#
     )
     .into()
 }
@@ -738,14 +999,7 @@ async fn watch(
         )
     };
     send(&mut conn, patch(0)).await?;
-    let warm_deadline = Instant::now() + REQUEST_TIMEOUT;
-    while warm.load(Ordering::Acquire) < watchers && Instant::now() < warm_deadline {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    let warmed = warm.load(Ordering::Acquire);
-    if warmed < watchers {
-        eprintln!("watch: only {warmed} of {watchers} watchers saw the warm-up event");
-    }
+    wait_warm(&warm, watchers).await;
 
     // The paced writes.
     let cpu = cpu_sample();
@@ -767,10 +1021,47 @@ async fn watch(
         }
     }
     let writes_done = Instant::now();
+    let received = drain(tasks, &stop_tx).await?;
+    let finished = Instant::now();
+    let cpu = cpu_since(&cpu);
+    Ok(watch_rows(
+        "",
+        "paced PATCH",
+        WatchRun {
+            watchers,
+            writes,
+            pace,
+            started,
+            sent,
+            write_latencies,
+            write_errors,
+            writes_done,
+            received,
+            finished,
+            cpu,
+        },
+    ))
+}
 
-    // Wait for the watchers to see everything (bounded), then stop them.
+/// Waits (bounded) until `watchers` watchers have seen the warm-up event.
+async fn wait_warm(warm: &AtomicUsize, watchers: usize) {
+    let warm_deadline = Instant::now() + REQUEST_TIMEOUT;
+    while warm.load(Ordering::Acquire) < watchers && Instant::now() < warm_deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let warmed = warm.load(Ordering::Acquire);
+    if warmed < watchers {
+        eprintln!("watch: only {warmed} of {watchers} watchers saw the warm-up event");
+    }
+}
+
+/// Waits for the watchers to see everything (bounded), then stops them.
+async fn drain(
+    mut tasks: Vec<JoinHandle<Received>>,
+    stop_tx: &tokio::sync::watch::Sender<bool>,
+) -> Result<Vec<Received>, Error> {
     let drain_deadline = tokio::time::Instant::now() + WATCH_DRAIN;
-    let mut received = Vec::with_capacity(watchers);
+    let mut received = Vec::with_capacity(tasks.len());
     for t in &mut tasks {
         match tokio::time::timeout_at(drain_deadline, &mut *t).await {
             Ok(r) => received.push(r?),
@@ -781,9 +1072,41 @@ async fn watch(
     for t in tasks.into_iter().skip(received.len()) {
         received.push(timeout(Duration::from_secs(2), t).await??);
     }
-    let finished = Instant::now();
-    let cpu = cpu_since(&cpu);
+    Ok(received)
+}
 
+/// What a paced-write watch run measured.
+struct WatchRun {
+    watchers: usize,
+    writes: usize,
+    pace: Duration,
+    started: Instant,
+    /// When write `seq` was sent (index 0: `started`).
+    sent: Vec<Instant>,
+    write_latencies: Vec<u32>,
+    write_errors: u64,
+    writes_done: Instant,
+    received: Vec<Received>,
+    finished: Instant,
+    cpu: Option<Cpu>,
+}
+
+/// The two rows of a watch run, their scenarios prefixed with `prefix`:
+/// the paced writes (`what`) and the delivery to the watchers.
+fn watch_rows(prefix: &str, what: &str, run: WatchRun) -> Vec<Row> {
+    let WatchRun {
+        watchers,
+        writes,
+        pace,
+        started,
+        sent,
+        mut write_latencies,
+        write_errors,
+        writes_done,
+        received,
+        finished,
+        cpu,
+    } = run;
     let expected = (watchers * writes) as u64;
     let mut latencies = Vec::with_capacity(expected as usize);
     let (mut duplicates, mut out_of_order, mut errors) = (0u64, 0u64, 0u64);
@@ -826,9 +1149,9 @@ async fn watch(
         ));
     }
     write_latencies.sort_unstable();
-    Ok(vec![
+    vec![
         Row {
-            scenario: "watch writes (paced PATCH)".into(),
+            scenario: format!("{prefix}watch writes ({what})"),
             clients: 1,
             ops: write_latencies.len() as u64,
             errors: write_errors,
@@ -838,7 +1161,7 @@ async fn watch(
             note: format!("during watch delivery to {watchers} watchers"),
         },
         Row {
-            scenario: format!("watch delivery ({watchers} watchers)"),
+            scenario: format!("{prefix}watch delivery ({watchers} watchers)"),
             clients: watchers,
             ops: delivered,
             errors: expected - delivered,
@@ -847,7 +1170,7 @@ async fn watch(
             cpu,
             note,
         },
-    ])
+    ]
 }
 
 /// What one watcher saw: `(data.seq, when parsed)` per event.
@@ -919,4 +1242,798 @@ async fn watcher(
         }
         buf.drain(..consumed);
     }
+}
+
+// --- admission (issue 3) ---------------------------------------------------------------
+
+/// The admission variants, as named in the scenarios.
+const NO_ADMISSION: &str = "none";
+const ONE_PLUGIN: &str = "1 wasm plugin";
+const MANY_PLUGINS_LABEL: &str = "5 wasm plugins";
+const WEBHOOK: &str = "HTTPS webhook";
+const PLUGIN_CALL_SCENARIO: &str = "plugin: instantiate + validate, per call";
+
+fn admission_scenario(variant: &str) -> String {
+    format!("admission {variant}: create ConfigMap")
+}
+
+/// Where `scripts/build-plugins.sh` puts the first-party components.
+fn plugin_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugins/target/wasm32-wasip2/release")
+}
+
+/// The cost of admission on `create`: the plugin runtime alone, then one
+/// fresh server (embedded store, admission chain on) per variant, each
+/// loaded with 1 and [`ADMISSION_CLIENTS`] clients. Every create carries the
+/// required label, so every one is allowed; a create without it is checked
+/// to be denied first, so the check is known to be in the path.
+async fn admission(
+    srv: &Handle,
+    hook_rt: &Handle,
+    dir: &Path,
+    window: Duration,
+) -> Result<Vec<Row>, Error> {
+    let path = plugin_dir().join("require_labels.wasm");
+    let wasm = std::fs::read(&path).map_err(|e| {
+        format!(
+            "{}: {e} (run scripts/build-plugins.sh first)",
+            path.display()
+        )
+    })?;
+    let mut rows = srv
+        .spawn(plugin_costs(wasm, dir.join("plugin-costs")))
+        .await??;
+
+    let cache = dir.join("plugin-cache");
+    let variants = [NO_ADMISSION, ONE_PLUGIN, MANY_PLUGINS_LABEL, WEBHOOK];
+    for (n, variant) in variants.into_iter().enumerate() {
+        let store = dir.join(format!("admission-{n}.redb"));
+        let cache = cache.clone();
+        let server = srv
+            .spawn(async move {
+                let storage: Arc<dyn Storage> =
+                    Arc::new(EmbeddedStore::open(&store, EmbeddedOptions::default())?);
+                let runtime = Runtime::new(RuntimeConfig {
+                    cache_dir: Some(cache),
+                    ..Default::default()
+                })?;
+                let admission = Admission::new(runtime, Some(plugin_dir()), storage.clone());
+                serve(storage, Some(Arc::new(admission))).await
+            })
+            .await??;
+        let api = Api::new(server.addr);
+        api.create_namespaces(&[NS_CREATE]).await?;
+        let mut hook = None;
+        match variant {
+            NO_ADMISSION => {}
+            WEBHOOK => {
+                let h = hook_rt
+                    .spawn(webhook_support::start(REQUIRED_LABEL))
+                    .await?;
+                api.create(
+                    "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+                    webhook_configuration(&h.url, &h.ca_bundle),
+                )
+                .await?;
+                hook = Some(h);
+            }
+            _ => {
+                let n = if variant == ONE_PLUGIN {
+                    1
+                } else {
+                    MANY_PLUGINS
+                };
+                for i in 0..n {
+                    let created = api
+                        .create(
+                            "/apis/admission.wasm-apiserver.io/v1alpha1/admissionplugins",
+                            admission_plugin(&format!("require-team-{i}")),
+                        )
+                        .await?;
+                    let phase = &created["status"]["phase"];
+                    if phase != "Active" {
+                        return Err(format!("plugin {i} is {phase}: {created}").into());
+                    }
+                }
+            }
+        }
+
+        // The check is in the path: a create without the label is denied.
+        let (status, _) = send(
+            &mut api.connect().await?,
+            api.request(
+                Method::POST,
+                format!("/api/v1/namespaces/{NS_CREATE}/configmaps").parse()?,
+                Some(("application/json", configmap("unlabelled", 0))),
+            ),
+        )
+        .await?;
+        let expect = if variant == NO_ADMISSION {
+            StatusCode::CREATED
+        } else {
+            StatusCode::FORBIDDEN
+        };
+        if status != expect {
+            return Err(
+                format!("admission {variant}: unlabelled create got {status}, not {expect}").into(),
+            );
+        }
+
+        for clients in [1, ADMISSION_CLIENTS] {
+            let mut row = admission_create(&api, variant, clients, window).await?;
+            row.note = format!("~200 B objects, all allowed; unlabelled create: {status}");
+            if let Some(h) = &hook {
+                let calls = h.calls.swap(0, Ordering::Relaxed);
+                row.note
+                    .push_str(&format!("; webhook answered {calls} reviews"));
+            }
+            rows.push(row);
+        }
+        drop(server);
+    }
+    Ok(rows)
+}
+
+/// Closed-loop creates of ConfigMaps carrying [`REQUIRED_LABEL`].
+async fn admission_create(
+    api: &Api,
+    variant: &str,
+    clients: usize,
+    window: Duration,
+) -> Result<Row, Error> {
+    let uri: Uri = format!("/api/v1/namespaces/{NS_CREATE}/configmaps").parse()?;
+    let make: MakeRequest = Arc::new(move |api, w, i| {
+        api.request(
+            Method::POST,
+            uri.clone(),
+            Some((
+                "application/json",
+                configmap_labelled(&format!("c{clients}-{w}-{i}"), i, REQUIRED_LABEL),
+            )),
+        )
+    });
+    closed_loop(
+        api,
+        &admission_scenario(variant),
+        clients,
+        window,
+        StatusCode::CREATED,
+        make,
+    )
+    .await
+}
+
+/// An AdmissionPlugin running `require_labels.wasm` on ConfigMap creates.
+fn admission_plugin(name: &str) -> String {
+    serde_json::json!({
+        "apiVersion": "admission.wasm-apiserver.io/v1alpha1",
+        "kind": "AdmissionPlugin",
+        "metadata": {"name": name},
+        "spec": {
+            "module": {"file": "require_labels.wasm"},
+            "phases": ["Validating"],
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+            "config": {"labels": [REQUIRED_LABEL]},
+        }
+    })
+    .to_string()
+}
+
+/// A ValidatingWebhookConfiguration sending ConfigMap creates to `url`.
+fn webhook_configuration(url: &str, ca_bundle: &str) -> String {
+    serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "require-team"},
+        "webhooks": [{
+            "name": "team.bench.example.com",
+            "clientConfig": {"url": url, "caBundle": ca_bundle},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+        }]
+    })
+    .to_string()
+}
+
+/// The plugin runtime alone, in-process: cold compile (a new runtime on an
+/// empty cache dir), cached load (a new runtime on a filled one), and
+/// instantiate + `validate` per call. Loads include instantiating the
+/// plugin once to check its configuration. Run it on the server runtime.
+async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf) -> Result<Vec<Row>, Error> {
+    let config = format!(r#"{{"labels":["{REQUIRED_LABEL}"]}}"#);
+    let runtime = |cache: PathBuf| {
+        Runtime::new(RuntimeConfig {
+            cache_dir: Some(cache),
+            ..Default::default()
+        })
+    };
+    let loads = |name: &str, n: usize, fresh_cache: bool| {
+        let (dir, wasm, config, name) = (dir.clone(), &wasm, &config, name.to_owned());
+        async move {
+            let cpu = cpu_sample();
+            let mut times = Vec::with_capacity(n);
+            let (mut hits, mut misses) = (0, 0);
+            let mut plugin = None;
+            for i in 0..n {
+                let cache = if fresh_cache {
+                    dir.join(format!("cold-{i}"))
+                } else {
+                    dir.join("cold-0")
+                };
+                let rt = runtime(cache)?;
+                let t = Instant::now();
+                let p = rt
+                    .load_admission(&name, wasm, config, Limits::default())
+                    .await?;
+                times.push(t.elapsed());
+                let stats = rt.cache_stats();
+                (hits, misses) = (hits + stats.hits, misses + stats.misses);
+                plugin = Some(p);
+            }
+            let cpu = cpu_since(&cpu);
+            let seconds = times.iter().sum::<Duration>().as_secs_f64();
+            let mut latencies: Vec<u32> = times.iter().map(|t| t.as_micros() as u32).collect();
+            latencies.sort_unstable();
+            let row = Row {
+                scenario: String::new(),
+                clients: 1,
+                ops: n as u64,
+                errors: 0,
+                seconds,
+                latencies,
+                cpu,
+                note: format!(
+                    "{} KiB component, new Runtime each; cache hits {hits}, misses {misses}",
+                    wasm.len() / 1024
+                ),
+            };
+            Ok::<_, Error>((row, plugin))
+        }
+    };
+    let (mut cold, _) = loads("bench-cold", COLD_LOADS, true).await?;
+    cold.scenario = "plugin: cold compile + load (require_labels.wasm)".into();
+    let (mut cached, plugin) = loads("bench-cached", CACHED_LOADS, false).await?;
+    cached.scenario = "plugin: cached load (same cache dir)".into();
+    let plugin = plugin.ok_or("no plugin loaded")?;
+
+    let request = AdmissionRequest {
+        uid: "bench".into(),
+        kind: Gvk {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+        },
+        resource: Gvr {
+            group: String::new(),
+            version: "v1".into(),
+            resource: "configmaps".into(),
+        },
+        sub_resource: None,
+        request_kind: None,
+        request_resource: None,
+        request_sub_resource: None,
+        name: Some("c-0".into()),
+        namespace: Some(NS_CREATE.into()),
+        operation: Operation::Create,
+        user: UserInfo {
+            username: "system:admin".into(),
+            ..Default::default()
+        },
+        dry_run: false,
+        object: Some(serde_json::from_slice(&configmap_labelled(
+            "c-0",
+            0,
+            REQUIRED_LABEL,
+        ))?),
+        old_object: None,
+        options: None,
+    };
+    for _ in 0..PLUGIN_WARMUP_CALLS {
+        plugin.validate(&request).await?;
+    }
+    let mut nanos = Vec::with_capacity(PLUGIN_CALLS);
+    let mut errors = 0;
+    let cpu = cpu_sample();
+    let started = Instant::now();
+    for _ in 0..PLUGIN_CALLS {
+        let t = Instant::now();
+        match plugin.validate(&request).await {
+            Ok(r) if r.allowed => nanos.push(t.elapsed().as_nanos() as u64),
+            _ => errors += 1,
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = cpu_since(&cpu);
+    nanos.sort_unstable();
+    let at = |q: f64| {
+        let i = ((q * nanos.len() as f64).ceil() as usize).clamp(1, nanos.len().max(1)) - 1;
+        nanos.get(i).map_or(0.0, |n| *n as f64 / 1e3)
+    };
+    let mean = nanos.iter().sum::<u64>() as f64 / nanos.len().max(1) as f64 / 1e3;
+    let per_call = Row {
+        scenario: PLUGIN_CALL_SCENARIO.into(),
+        clients: 1,
+        ops: nanos.len() as u64,
+        errors,
+        seconds,
+        latencies: nanos.iter().map(|n| (n / 1000) as u32).collect(),
+        cpu,
+        note: format!(
+            "sequential, fresh Store each; mean {mean:.1} µs, p50 {:.1} µs, p99 {:.1} µs",
+            at(0.5),
+            at(0.99)
+        ),
+    };
+    Ok(vec![cold, cached, per_call])
+}
+
+// --- etcd (issue 5) ----------------------------------------------------------------------
+
+/// Without the `etcd` feature the scenario only says how to get it.
+#[cfg(not(feature = "etcd"))]
+async fn etcd(
+    _srv: &Handle,
+    _dir: &Path,
+    _clients: usize,
+    _window: Duration,
+) -> Result<Vec<Row>, Error> {
+    eprintln!("etcd: skipped, build with `--features etcd` (and etcd on PATH)");
+    Ok(Vec::new())
+}
+
+/// Raw etcd-client puts and watches against the API server on the etcd
+/// backend, on one `etcd` started for the run: raw puts, a replay of them
+/// through one watch, [`WATCHERS`] raw watches of one key under paced
+/// puts; then the API server's creates and watch delivery (its watch cache
+/// makes one etcd watch of all its client watches).
+#[cfg(feature = "etcd")]
+async fn etcd(
+    srv: &Handle,
+    dir: &Path,
+    clients: usize,
+    window: Duration,
+) -> Result<Vec<Row>, Error> {
+    use wasm_apiserver_storage::etcd::{EtcdOptions, EtcdStore};
+
+    let etcd = Etcd::start(&dir.join("etcd")).await?;
+    let mut raw = etcd.client().await?;
+    let version = raw.status().await?.version().to_string();
+
+    // The API server on etcd first, to learn the size of a stored ConfigMap;
+    // its watch cache starts at its first watch, after the raw scenarios.
+    let endpoints = vec![etcd.endpoint.clone()];
+    let store = srv
+        .spawn(async move { EtcdStore::connect(&endpoints, "", EtcdOptions::default()).await })
+        .await??;
+    let server = srv
+        .spawn(serve(Arc::new(store.clone()), None))
+        .await??;
+    let api = Api::new(server.addr);
+    api.create_namespaces(&[NS_CREATE, NS_WATCH]).await?;
+    api.create(
+        &format!("/api/v1/namespaces/{NS_CREATE}/configmaps"),
+        String::from_utf8(configmap("probe", 0).to_vec())?,
+    )
+    .await?;
+    let stored = raw
+        .get(
+            format!("/registry/configmaps/{NS_CREATE}/"),
+            Some(etcd_client::GetOptions::new().with_prefix().with_limit(1)),
+        )
+        .await?;
+    let value_size = stored.kvs().first().map_or(400, |kv| kv.value().len());
+    let prefix = format!("etcd {version}: ");
+
+    let mut rows = Vec::new();
+    let before = raw.get("/bench-raw/", None).await?;
+    let from = before.header().map_or(0, |h| h.revision());
+    let mut put = etcd_raw_put(&raw, clients, window, value_size).await?;
+    put.scenario = format!("{prefix}raw put (etcd-client)");
+    let after = raw.get("/bench-raw/", None).await?;
+    let to = after.header().map_or(0, |h| h.revision());
+    rows.push(put);
+    let mut replay = etcd_raw_replay(&raw, from + 1, to).await?;
+    replay.scenario = format!("{prefix}raw watch replay (1 watch)");
+    rows.push(replay);
+    rows.extend(etcd_raw_watch(&raw, &prefix, WATCHERS, WATCH_WRITES, WATCH_PACE).await?);
+
+    let mut create_row = create(&api, clients, window).await?;
+    create_row.scenario = format!("{prefix}apiserver create ConfigMap (POST)");
+    create_row.note = format!("~200 B objects, {value_size} B as stored");
+    rows.push(create_row);
+    let mut watched = watch(&api, WATCHERS, WATCH_WRITES, WATCH_PACE).await?;
+    for r in &mut watched {
+        r.scenario = format!("{prefix}apiserver {}", r.scenario);
+    }
+    if let Some(r) = watched.last_mut() {
+        r.note.push_str(&format!(
+            ", {} etcd watch(es) for {WATCHERS} client watches",
+            store.etcd_watch_count()
+        ));
+    }
+    rows.extend(watched);
+    drop(server);
+    drop(etcd);
+    Ok(rows)
+}
+
+/// One `etcd` on free loopback ports, its data in a directory of the run;
+/// killed on drop.
+#[cfg(feature = "etcd")]
+struct Etcd {
+    child: std::process::Child,
+    endpoint: String,
+}
+
+#[cfg(feature = "etcd")]
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        ETCD_PID.store(0, Ordering::Relaxed);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl Etcd {
+    /// Starts etcd in `dir` and waits (bounded) until it answers; tries
+    /// again on fresh ports if one was taken meanwhile.
+    async fn start(dir: &Path) -> Result<Etcd, Error> {
+        let free_port = || -> Result<u16, Error> {
+            Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port())
+        };
+        for attempt in 0..3 {
+            let data = dir.join(format!("attempt-{attempt}"));
+            std::fs::create_dir_all(&data)?;
+            let (client, peer) = (free_port()?, free_port()?);
+            let endpoint = format!("http://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let log = std::fs::File::create(data.join("etcd.log"))?;
+            let child = std::process::Command::new("etcd")
+                .args(["--name", "n1", "--data-dir"])
+                .arg(data.join("data"))
+                .args(["--listen-client-urls", &endpoint])
+                .args(["--advertise-client-urls", &endpoint])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &format!("n1={peer_url}")])
+                .args(["--logger", "zap", "--log-level", "warn"])
+                .stdin(std::process::Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()
+                .map_err(|e| format!("starting etcd: {e} (scripts/install-etcd-deps.sh)"))?;
+            ETCD_PID.store(child.id(), Ordering::Relaxed);
+            let mut etcd = Etcd { child, endpoint };
+            let deadline = Instant::now() + ETCD_START;
+            while Instant::now() < deadline && etcd.child.try_wait()?.is_none() {
+                if let Ok(mut c) = etcd.client().await
+                    && timeout(Duration::from_secs(1), c.status()).await.is_ok_and(|r| r.is_ok())
+                {
+                    return Ok(etcd);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            eprintln!(
+                "etcd did not start; its log:\n{}",
+                std::fs::read_to_string(data.join("etcd.log")).unwrap_or_default()
+            );
+        }
+        Err("could not start etcd".into())
+    }
+
+    /// A raw etcd client (one HTTP/2 connection, shared by its clones).
+    async fn client(&self) -> Result<etcd_client::Client, Error> {
+        let options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(Duration::from_millis(500))
+            .with_timeout(REQUEST_TIMEOUT);
+        Ok(timeout(
+            CONNECT_TIMEOUT,
+            etcd_client::Client::connect([self.endpoint.as_str()], Some(options)),
+        )
+        .await??)
+    }
+}
+
+/// `clients` closed loops of plain puts (new keys, `value_size` bytes each)
+/// through clones of one client.
+#[cfg(feature = "etcd")]
+async fn etcd_raw_put(
+    client: &etcd_client::Client,
+    clients: usize,
+    window: Duration,
+    value_size: usize,
+) -> Result<Row, Error> {
+    let value = vec![b'x'; value_size];
+    let begin = Instant::now() + WARMUP;
+    let end = begin + window;
+    let tasks: Vec<_> = (0..clients)
+        .map(|w| {
+            let (mut client, value) = (client.clone(), value.clone());
+            tokio::spawn(async move {
+                let mut stats = WorkerStats {
+                    ops: 0,
+                    errors: 0,
+                    latencies: Vec::with_capacity(1 << 16),
+                };
+                let mut first_error = None;
+                for i in 0u64.. {
+                    let start = Instant::now();
+                    if start >= end {
+                        break;
+                    }
+                    let key = format!("/bench-raw/put/{w}/{i}");
+                    let result =
+                        timeout(REQUEST_TIMEOUT, client.put(key, value.clone(), None)).await;
+                    let counted = start >= begin;
+                    match result {
+                        Ok(Ok(_)) => {
+                            if counted {
+                                stats.ops += 1;
+                                stats.latencies.push(
+                                    start.elapsed().as_micros().min(u128::from(u32::MAX)) as u32,
+                                );
+                            }
+                        }
+                        Ok(Err(e)) => {
+                            stats.errors += u64::from(counted);
+                            first_error.get_or_insert_with(|| e.to_string());
+                        }
+                        Err(_) => {
+                            stats.errors += u64::from(counted);
+                            first_error.get_or_insert_with(|| "timeout".into());
+                        }
+                    }
+                }
+                if let Some(e) = first_error {
+                    eprintln!("raw put client {w}: first error: {e}");
+                }
+                stats
+            })
+        })
+        .collect();
+    tokio::time::sleep_until(begin.into()).await;
+    let cpu = cpu_sample();
+    tokio::time::sleep_until(end.into()).await;
+    let cpu = cpu_since(&cpu);
+    let mut row = Row {
+        scenario: String::new(),
+        clients,
+        ops: 0,
+        errors: 0,
+        seconds: window.as_secs_f64(),
+        latencies: Vec::new(),
+        cpu,
+        note: format!("{value_size} B values (a stored ConfigMap's size), new keys, one connection"),
+    };
+    for t in tasks {
+        let stats = timeout(REQUEST_TIMEOUT + CONNECT_TIMEOUT, t).await??;
+        row.ops += stats.ops;
+        row.errors += stats.errors;
+        row.latencies.extend(stats.latencies);
+    }
+    row.latencies.sort_unstable();
+    Ok(row)
+}
+
+/// Replays revisions `from..=to` (the raw puts) through one prefix watch:
+/// how fast one etcd watch can deliver events.
+#[cfg(feature = "etcd")]
+async fn etcd_raw_replay(
+    client: &etcd_client::Client,
+    from: i64,
+    to: i64,
+) -> Result<Row, Error> {
+    let expected = (to - from + 1).max(0) as u64;
+    let mut client = client.clone();
+    let cpu = cpu_sample();
+    let started = Instant::now();
+    let options = etcd_client::WatchOptions::new()
+        .with_prefix()
+        .with_start_revision(from);
+    let mut stream = client.watch("/bench-raw/put/", Some(options)).await?;
+    let deadline = tokio::time::Instant::now() + ETCD_REPLAY;
+    let mut events = 0u64;
+    let mut last = 0;
+    while last < to {
+        match tokio::time::timeout_at(deadline, stream.message()).await {
+            Ok(Ok(Some(resp))) => {
+                if resp.canceled() {
+                    return Err(format!("replay watch canceled: {}", resp.cancel_reason()).into());
+                }
+                events += resp.events().len() as u64;
+                if let Some(kv) = resp.events().last().and_then(|e| e.kv()) {
+                    last = kv.mod_revision();
+                }
+            }
+            Ok(Ok(None)) => break,
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => break,
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = cpu_since(&cpu);
+    Ok(Row {
+        scenario: String::new(),
+        clients: 1,
+        ops: events,
+        errors: expected.saturating_sub(events),
+        seconds,
+        latencies: Vec::new(),
+        cpu,
+        note: format!("the raw puts' {expected} events, from revision {from}"),
+    })
+}
+
+/// `watchers` raw etcd watches (one stream each, on one connection) of one
+/// key, then `writes` paced puts of it: as [`watch`], without the API server.
+#[cfg(feature = "etcd")]
+async fn etcd_raw_watch(
+    client: &etcd_client::Client,
+    prefix: &str,
+    watchers: usize,
+    writes: usize,
+    pace: Duration,
+) -> Result<Vec<Row>, Error> {
+    const KEY: &str = "/bench-raw/watch/target";
+    let mut client = client.clone();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let warm = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::with_capacity(watchers);
+    for _ in 0..watchers {
+        let mut stream = timeout(REQUEST_TIMEOUT, client.watch(KEY, None)).await??;
+        // The first response confirms the watch exists.
+        let created = timeout(REQUEST_TIMEOUT, stream.message()).await??;
+        if !created.is_some_and(|r| r.created()) {
+            return Err("raw watch not created".into());
+        }
+        let (warm, stop) = (warm.clone(), stop_rx.clone());
+        tasks.push(tokio::spawn(async move {
+            raw_watcher(stream, writes, &warm, stop).await
+        }));
+    }
+    client.put(KEY, "0", None).await?;
+    wait_warm(&warm, watchers).await;
+
+    let cpu = cpu_sample();
+    let started = Instant::now();
+    let mut sent = Vec::with_capacity(writes + 1);
+    sent.push(started);
+    let mut write_latencies = Vec::with_capacity(writes);
+    let mut write_errors = 0;
+    let mut ticker = tokio::time::interval(pace);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    for seq in 1..=writes {
+        ticker.tick().await;
+        let t = Instant::now();
+        sent.push(t);
+        match timeout(REQUEST_TIMEOUT, client.put(KEY, seq.to_string(), None)).await {
+            Ok(Ok(_)) => write_latencies.push(t.elapsed().as_micros() as u32),
+            _ => write_errors += 1,
+        }
+    }
+    let writes_done = Instant::now();
+    let received = drain(tasks, &stop_tx).await?;
+    let finished = Instant::now();
+    let cpu = cpu_since(&cpu);
+    Ok(watch_rows(
+        &format!("{prefix}raw "),
+        "paced put",
+        WatchRun {
+            watchers,
+            writes,
+            pace,
+            started,
+            sent,
+            write_latencies,
+            write_errors,
+            writes_done,
+            received,
+            finished,
+            cpu,
+        },
+    ))
+}
+
+/// Reads a raw watch until it has `writes` numbered events after the
+/// warm-up one (value `0`), the stream ends, or `stop` is raised.
+#[cfg(feature = "etcd")]
+async fn raw_watcher(
+    mut stream: etcd_client::WatchStream,
+    writes: usize,
+    warm: &AtomicUsize,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Received {
+    let mut out = Received {
+        events: Vec::with_capacity(writes + 1),
+        errors: 0,
+    };
+    loop {
+        let message = tokio::select! {
+            m = stream.message() => m,
+            _ = stop.wait_for(|s| *s) => return out,
+        };
+        let Ok(Some(resp)) = message else { return out };
+        let at = Instant::now();
+        for event in resp.events() {
+            let seq = event
+                .kv()
+                .and_then(|kv| std::str::from_utf8(kv.value()).ok())
+                .and_then(|v| v.parse::<usize>().ok());
+            match seq {
+                Some(0) => {
+                    warm.fetch_add(1, Ordering::AcqRel);
+                }
+                Some(seq) => {
+                    out.events.push((seq, at));
+                    if out.events.len() >= writes {
+                        return out;
+                    }
+                }
+                None => out.errors += 1,
+            }
+        }
+    }
+}
+
+/// Issue 5: the API server's creates on etcd against raw puts, and watch
+/// delivery raw, through the API server on etcd, and on the embedded store.
+#[cfg(feature = "etcd")]
+fn print_etcd_targets(rows: &[Row]) {
+    let by = |part: &str| rows.iter().find(|r| r.scenario.contains(part));
+    let (Some(raw), Some(api)) = (by("raw put"), by("apiserver create")) else {
+        return;
+    };
+    let ratio = api.rate() / raw.rate();
+    println!(
+        "\ntarget apiserver creates on etcd >= {:.0}% of raw etcd puts: {} ({:.0}/s vs {:.0}/s = {:.0}%, \
+         {} vs {} clients)",
+        TARGET_ETCD_CREATE_RATIO * 100.0,
+        met(ratio >= TARGET_ETCD_CREATE_RATIO),
+        api.rate(),
+        raw.rate(),
+        ratio * 100.0,
+        api.clients,
+        raw.clients
+    );
+    if let Some(embedded) = rows.iter().find(|r| r.scenario.starts_with("create")) {
+        println!(
+            "embedded store creates/s {:.0} = {:.1}x the etcd backend's",
+            embedded.rate(),
+            embedded.rate() / api.rate()
+        );
+    }
+    if let Some(replay) = by("raw watch replay") {
+        println!(
+            "raw etcd watch events/s (one watch replaying the puts): {:.0}",
+            replay.rate()
+        );
+    }
+    let delivery = |r: Option<&Row>| {
+        r.map_or_else(
+            || "-".into(),
+            |r| {
+                format!(
+                    "p50 {} p99 {} ({}/{} events)",
+                    ms(r.percentile(0.5)),
+                    ms(r.percentile(0.99)),
+                    r.ops,
+                    r.ops + r.errors
+                )
+            },
+        )
+    };
+    println!(
+        "watch delivery to {WATCHERS} watchers: raw etcd {}; apiserver on etcd {}; apiserver on the embedded store {}",
+        delivery(by("raw watch delivery")),
+        delivery(by("apiserver watch delivery")),
+        delivery(
+            rows.iter()
+                .find(|r| r.scenario.starts_with("watch delivery"))
+        ),
+    );
 }

@@ -3,7 +3,10 @@
 //! invalid is a 401, as upstream's union authenticator answers. Without any
 //! credential the request is `system:anonymous` (when `--anonymous-auth`).
 
+use crate::objects::Objects;
 use crate::server::ConnectionInfo;
+use std::sync::Arc;
+use wasm_apiserver_api::authn::{self, TokenFile};
 use axum::http::{HeaderMap, header};
 use wasm_apiserver_api::ApiError;
 use wasm_apiserver_plugins::UserInfo;
@@ -12,12 +15,20 @@ use wasm_apiserver_plugins::UserInfo;
 #[derive(Debug, Clone)]
 pub struct Authenticator {
     pub anonymous: bool,
+    /// `--token-auth-file`.
+    pub token_file: Option<Arc<TokenFile>>,
+    /// `--enable-bootstrap-token-auth`.
+    pub bootstrap_tokens: bool,
 }
 
 impl Default for Authenticator {
     fn default() -> Self {
-        Authenticator { anonymous: true }
+        Authenticator { anonymous: true, token_file: None, bootstrap_tokens: false }
     }
+}
+
+fn to_user(u: wasm_apiserver_api::authn::UserInfo) -> UserInfo {
+    UserInfo { username: u.username, uid: u.uid, groups: u.groups, extra: u.extra }
 }
 
 fn unauthorized() -> ApiError {
@@ -48,6 +59,7 @@ impl Authenticator {
     /// Authenticates one request.
     pub async fn authenticate(
         &self,
+        objects: &Objects,
         conn: Option<&ConnectionInfo>,
         headers: &HeaderMap,
     ) -> Result<UserInfo, ApiError> {
@@ -55,7 +67,7 @@ impl Authenticator {
             return Ok(x509_user(cn, orgs));
         }
         if let Some(auth) = headers.get(header::AUTHORIZATION) {
-            let _token = auth
+            let token = auth
                 .to_str()
                 .ok()
                 .and_then(|v| {
@@ -65,6 +77,14 @@ impl Authenticator {
                 .map(str::trim)
                 .filter(|t| !t.is_empty())
                 .ok_or_else(unauthorized)?;
+            if let Some(user) = self.token_file.as_ref().and_then(|f| f.lookup(token)) {
+                return Ok(to_user(user.with_authenticated_group()));
+            }
+            if self.bootstrap_tokens
+                && let Some((id, secret)) = authn::parse_bootstrap_token(token)
+            {
+                return self.bootstrap(objects, &id, &secret).await;
+            }
             // No token authenticator accepted it.
             return Err(unauthorized());
         }
@@ -73,4 +93,55 @@ impl Authenticator {
         }
         Err(unauthorized())
     }
+}
+
+impl Authenticator {
+    /// A bootstrap token: the Secret `kube-system/bootstrap-token-<id>`.
+    async fn bootstrap(&self, objects: &Objects, id: &str, secret: &str) -> Result<UserInfo, ApiError> {
+        let info = objects.registry.get("", "v1", "secrets").expect("built in");
+        let obj = match objects.get(info, Some("kube-system"), &authn::bootstrap_secret_name(id)).await {
+            Ok(o) => o,
+            Err(ApiError::NotFound(_)) => return Err(unauthorized()),
+            Err(e) => return Err(e),
+        };
+        match authn::authenticate_bootstrap(&obj, id, secret, chrono::Utc::now()) {
+            Ok(user) => Ok(to_user(user)),
+            Err(e) => {
+                tracing::debug!(token_id = id, error = ?e, "bootstrap token rejected");
+                Err(unauthorized())
+            }
+        }
+    }
+}
+
+/// Deletes expired bootstrap-token Secrets, as upstream's token cleaner.
+pub fn spawn_token_cleaner(objects: Objects, every: std::time::Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let info = objects.registry.get("", "v1", "secrets").expect("built in").clone();
+        let opts = crate::objects::WriteOptions::system("token-cleaner");
+        loop {
+            let params = crate::objects::ListParams {
+                fields: wasm_apiserver_api::selector::FieldSelector::parse("type=bootstrap.kubernetes.io/token", "Secret")
+                    .expect("valid selector"),
+                ..Default::default()
+            };
+            match objects.list(&info, Some("kube-system"), &params).await {
+                Ok(listed) => {
+                    for secret in listed.items.iter().filter(|s| authn::is_expired(s, chrono::Utc::now())) {
+                        let name = wasm_apiserver_api::meta::name(secret).unwrap_or_default();
+                        let pre = crate::objects::Preconditions {
+                            uid: wasm_apiserver_api::meta::str_field(secret, "uid").map(String::from),
+                            ..Default::default()
+                        };
+                        match objects.delete(&info, Some("kube-system"), name, &pre, &opts).await {
+                            Ok(_) => tracing::info!(secret = name, "deleted expired bootstrap token"),
+                            Err(e) => tracing::debug!(secret = name, error = %e, "token cleaner"),
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "token cleaner could not list secrets"),
+            }
+            tokio::time::sleep(every).await;
+        }
+    })
 }

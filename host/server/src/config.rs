@@ -79,6 +79,19 @@ pub struct ServeArgs {
     #[arg(long)]
     pub client_ca_file: Option<PathBuf>,
 
+    /// Authorizers, in order (comma-separated): RBAC, AlwaysAllow, AlwaysDeny.
+    #[arg(long, default_value = "RBAC")]
+    pub authorization_mode: String,
+
+    /// Static bearer tokens, CSV lines `token,user,uid,"group1,group2"`.
+    #[arg(long)]
+    pub token_auth_file: Option<PathBuf>,
+
+    /// Accept bootstrap tokens (Secrets of type bootstrap.kubernetes.io/token
+    /// in kube-system) and run the cleaner that deletes expired ones.
+    #[arg(long, default_value_t = false)]
+    pub enable_bootstrap_token_auth: bool,
+
     /// Allow anonymous requests (user `system:anonymous`, group
     /// `system:unauthenticated`); `--anonymous-auth=false` answers 401.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -110,6 +123,9 @@ impl ServeArgs {
             tls_private_key_file: None,
             client_ca_file: None,
             anonymous_auth: true,
+            authorization_mode: "RBAC".into(),
+            token_auth_file: None,
+            enable_bootstrap_token_auth: false,
         }
     }
 }

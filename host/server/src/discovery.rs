@@ -74,7 +74,7 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Result<
             "singularName": r.singular,
             "namespaced": r.namespaced,
             "kind": r.kind,
-            "verbs": VERBS,
+            "verbs": if r.create_only { &["create"][..] } else { VERBS },
             "shortNames": r.short_names,
         }));
         for sub in &r.subresources {

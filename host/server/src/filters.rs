@@ -2,8 +2,7 @@
 //! request info → authentication → authorization. Admission runs inside the
 //! object store, where the decoded object is known.
 //!
-//! Authentication is [`crate::authn`]; authorization is AlwaysAllow until
-//! the access-control work lands.
+//! Authentication is [`crate::authn`], authorization [`crate::authz`].
 
 use crate::error::ErrorResponse;
 use crate::request::{self, RequestInfo};
@@ -30,7 +29,7 @@ pub async fn authenticate(
     next: Next,
 ) -> Response {
     let conn = req.extensions().get::<ConnectionInfo>().cloned();
-    match state.authn.authenticate(conn.as_ref(), req.headers()).await {
+    match state.authn.authenticate(&state.objects, conn.as_ref(), req.headers()).await {
         Ok(user) => {
             req.extensions_mut().insert(user);
             next.run(req).await
@@ -39,7 +38,17 @@ pub async fn authenticate(
     }
 }
 
-/// Authorization (placeholder): AlwaysAllow.
-pub async fn authorize(req: Request, next: Next) -> Response {
-    next.run(req).await
+/// Authorization: 403 unless an authorizer allows the request.
+pub async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let (Some(info), Some(user)) = (req.extensions().get::<RequestInfo>(), req.extensions().get::<UserInfo>()) else {
+        return ErrorResponse(wasm_apiserver_api::ApiError::Internal("request without identity".into())).into_response();
+    };
+    let attrs = crate::authz::attributes(info, user);
+    match state.authz.authorize(&attrs) {
+        wasm_apiserver_api::rbac::Decision::Allow(_) => next.run(req).await,
+        wasm_apiserver_api::rbac::Decision::NoOpinion(reason) => {
+            tracing::debug!(user = %attrs.user, verb = %attrs.verb, path = %attrs.path, %reason, "forbidden");
+            ErrorResponse(crate::authz::forbidden(&attrs, &reason)).into_response()
+        }
+    }
 }

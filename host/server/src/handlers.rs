@@ -341,6 +341,12 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
             };
             watch::serve(objects, res, ns, params, opts).await
         }
+        "create" if res.create_only => {
+            let obj = decode_body(&headers, &read_body(body).await?)?;
+            let answer = crate::authz::review(&state.authz, res, ns, &user, obj)?;
+            Ok(json_response(StatusCode::CREATED, &answer))
+        }
+        _ if res.create_only => Err(ApiError::MethodNotAllowed),
         "create" => {
             if name.is_some() {
                 return Err(ApiError::MethodNotAllowed);

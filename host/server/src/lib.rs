@@ -10,6 +10,7 @@
 
 pub mod admission;
 pub mod authn;
+pub mod authz;
 pub mod cli;
 pub mod config;
 pub mod discovery;

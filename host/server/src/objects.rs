@@ -121,6 +121,8 @@ pub struct Objects {
     pub namespace_deleted: Arc<Notify>,
     /// The admission chain; `None` runs without admission.
     pub admission: Option<Arc<Admission>>,
+    /// For escalation checks on RBAC writes.
+    pub authz: Arc<crate::authz::Authorizer>,
 }
 
 /// The `Target` of errors about `name` of this resource.
@@ -210,6 +212,7 @@ impl Objects {
             registry,
             namespace_deleted: Arc::new(Notify::new()),
             admission,
+            authz: Arc::new(crate::authz::Authorizer::always_allow()),
         }
     }
 
@@ -497,6 +500,7 @@ impl Objects {
         };
         self.admit_mutating(&attrs, &mut obj, None, opts).await?;
         validate_object(info, &obj)?;
+        crate::authz::check_escalation(&self.authz, info, ns, &obj, &opts.user)?;
         self.admit_validating(&attrs, Some(&obj), None, opts)
             .await?;
         if opts.dry_run {
@@ -547,6 +551,7 @@ impl Objects {
             self.admit_mutating(&attrs, &mut new, Some(&cur), opts)
                 .await?;
             validate_object(info, &new)?;
+            crate::authz::check_escalation(&self.authz, info, ns, &new, &opts.user)?;
             self.admit_validating(&attrs, Some(&new), Some(&cur), opts)
                 .await?;
             if ready_to_delete(info, &new) {

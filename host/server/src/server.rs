@@ -29,6 +29,8 @@ pub struct AppState {
     pub address: SocketAddr,
     pub max_request_bytes: usize,
     pub authn: crate::authn::Authenticator,
+    /// Shared with `objects` (escalation checks).
+    pub authz: Arc<crate::authz::Authorizer>,
 }
 
 impl AppState {
@@ -46,14 +48,18 @@ impl AppState {
             openapi.to_string().hash(&mut h);
             format!("{:016X}", h.finish())
         };
+        let mut objects = Objects::new(storage, registry.clone(), admission);
+        let authz = objects.authz.clone();
+        objects.authz = authz.clone();
         AppState {
-            objects: Objects::new(storage, registry.clone(), admission),
+            objects,
             openapi,
             openapi_hash,
             registry,
             address,
             max_request_bytes,
             authn: Default::default(),
+            authz,
         }
     }
 }
@@ -64,7 +70,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let pipeline = ServiceBuilder::new()
         .layer(from_fn(filters::with_request_info))
         .layer(from_fn_with_state(state.clone(), filters::authenticate))
-        .layer(from_fn(filters::authorize));
+        .layer(from_fn_with_state(state.clone(), filters::authorize));
     Router::new()
         .route("/api", get(discovery::api_versions))
         .route("/apis", get(discovery::api_groups))
@@ -239,12 +245,28 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         args.max_request_bytes,
         Some(admission),
     );
+    let token_file = match &args.token_auth_file {
+        Some(path) => Some(Arc::new(
+            wasm_apiserver_api::authn::TokenFile::parse(&std::fs::read_to_string(path)?)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,
+        )),
+        None => None,
+    };
     state.authn = crate::authn::Authenticator {
         anonymous: args.anonymous_auth,
+        token_file,
+        bootstrap_tokens: args.enable_bootstrap_token_auth,
     };
+    state.authz.set_modes(crate::authz::Authorizer::parse(&args.authorization_mode).map_err(anyhow::Error::msg)?);
     let state = Arc::new(state);
 
     namespaces::ensure_initial(&state.objects).await?;
+    crate::authz::ensure_bootstrap_policy(&state.objects).await?;
+    crate::authz::reload(&state.objects, &state.authz).await?;
+    crate::authz::spawn_controller(state.objects.clone(), state.authz.clone());
+    if args.enable_bootstrap_token_auth {
+        crate::authn::spawn_token_cleaner(state.objects.clone(), std::time::Duration::from_secs(10));
+    }
     crate::admission::spawn_controller(state.objects.clone());
     namespaces::spawn_controller(state.objects.clone());
     if !args.etcd_compaction_interval.is_zero() {

@@ -1,0 +1,282 @@
+//! Authorization: `--authorization-mode` (comma list, evaluated in order,
+//! first allow wins): `AlwaysAllow`, `AlwaysDeny`, `RBAC`. RBAC evaluates a
+//! cached snapshot of Roles, ClusterRoles and their bindings that a
+//! controller rebuilds from a storage watch, so a request costs no storage
+//! read. Also: the default RBAC policy, access reviews (`kubectl auth
+//! can-i`), and escalation prevention on RBAC writes.
+
+use crate::objects::{Objects, WriteOptions};
+use crate::request::RequestInfo;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use wasm_apiserver_api::rbac::{self, Attributes, Decision, RbacSnapshot};
+use wasm_apiserver_api::resource::RBAC;
+use wasm_apiserver_api::{ApiError, ResourceInfo, meta};
+use wasm_apiserver_plugins::UserInfo;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    AlwaysAllow,
+    AlwaysDeny,
+    Rbac,
+}
+
+/// The configured authorizers.
+pub struct Authorizer {
+    modes: RwLock<Vec<Mode>>,
+    rbac: RwLock<Arc<RbacSnapshot>>,
+}
+
+impl Authorizer {
+    /// Parses `--authorization-mode`.
+    pub fn parse(modes: &str) -> Result<Self, String> {
+        let modes = modes
+            .split(',')
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(|m| match m {
+                "AlwaysAllow" => Ok(Mode::AlwaysAllow),
+                "AlwaysDeny" => Ok(Mode::AlwaysDeny),
+                "RBAC" => Ok(Mode::Rbac),
+                other => Err(format!("unknown authorization mode {other:?} (AlwaysAllow, AlwaysDeny, RBAC)")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if modes.is_empty() {
+            return Err("--authorization-mode needs at least one mode".into());
+        }
+        Ok(Authorizer { modes: RwLock::new(modes), rbac: RwLock::new(Arc::new(RbacSnapshot::from_objects(&[]))) })
+    }
+
+    /// Replaces the modes (at start-up, from the flags).
+    pub fn set_modes(&self, other: Authorizer) {
+        *self.modes.write().expect("modes lock") = other.modes.into_inner().expect("modes lock");
+    }
+
+    pub fn always_allow() -> Self {
+        Self::parse("AlwaysAllow").expect("valid")
+    }
+
+    pub fn uses_rbac(&self) -> bool {
+        self.modes.read().expect("modes lock").contains(&Mode::Rbac)
+    }
+
+    pub fn snapshot(&self) -> Arc<RbacSnapshot> {
+        self.rbac.read().expect("rbac lock").clone()
+    }
+
+    fn set_snapshot(&self, s: RbacSnapshot) {
+        *self.rbac.write().expect("rbac lock") = Arc::new(s);
+    }
+
+    /// Decides one request.
+    pub fn authorize(&self, attrs: &Attributes) -> Decision {
+        let mut reasons = Vec::new();
+        let modes = self.modes.read().expect("modes lock").clone();
+        for mode in &modes {
+            match mode {
+                Mode::AlwaysAllow => return Decision::Allow(String::new()),
+                Mode::AlwaysDeny => return Decision::NoOpinion("Everything is forbidden.".into()),
+                Mode::Rbac => match rbac::authorize(&self.snapshot(), attrs) {
+                    d @ Decision::Allow(_) => return d,
+                    Decision::NoOpinion(r) => reasons.push(r),
+                },
+            }
+        }
+        Decision::NoOpinion(reasons.join("; "))
+    }
+}
+
+/// The authorization attributes of a request.
+pub fn attributes(info: &RequestInfo, user: &UserInfo) -> Attributes {
+    Attributes {
+        user: user.username.clone(),
+        groups: user.groups.clone(),
+        verb: info.verb.clone(),
+        api_group: info.api_group.clone(),
+        resource: info.resource.clone(),
+        subresource: info.subresource.clone(),
+        namespace: info.namespace.clone(),
+        name: info.name.clone(),
+        path: info.path.clone(),
+        is_resource_request: info.is_resource_request,
+    }
+}
+
+/// Upstream's 403 text, e.g. `configmaps "x" is forbidden: User "alice"
+/// cannot get resource "configmaps" in API group "" in the namespace "ns"`.
+pub fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
+    let mut msg = if attrs.is_resource_request {
+        let resource = match &attrs.subresource {
+            Some(sub) => format!("{}/{sub}", attrs.resource),
+            None => attrs.resource.clone(),
+        };
+        let scope = match &attrs.namespace {
+            Some(ns) => format!("in the namespace \"{ns}\""),
+            None => "at the cluster scope".into(),
+        };
+        let target = match &attrs.name {
+            Some(n) => format!("{resource} \"{n}\""),
+            None => resource.clone(),
+        };
+        format!(
+            "{target} is forbidden: User \"{}\" cannot {} resource \"{resource}\" in API group \"{}\" {scope}",
+            attrs.user, attrs.verb, attrs.api_group
+        )
+    } else {
+        format!("forbidden: User \"{}\" cannot {} path \"{}\"", attrs.user, attrs.verb, attrs.path)
+    };
+    if !reason.is_empty() {
+        msg.push_str(&format!(": {reason}"));
+    }
+    ApiError::Custom { code: 403, reason: "Forbidden".into(), message: msg }
+}
+
+fn info(objects: &Objects, plural: &str) -> ResourceInfo {
+    objects.registry.get(RBAC, "v1", plural).expect("rbac is built in").clone()
+}
+
+/// Creates the default roles and bindings that are missing.
+pub async fn ensure_bootstrap_policy(objects: &Objects) -> Result<(), ApiError> {
+    let opts = WriteOptions::system("rbac-bootstrap");
+    for obj in rbac::bootstrap_policy() {
+        let plural = if obj["kind"] == "ClusterRole" { "clusterroles" } else { "clusterrolebindings" };
+        match objects.create(&info(objects, plural), None, obj, &opts).await {
+            Ok(_) | Err(ApiError::AlreadyExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reads all RBAC objects and installs a fresh snapshot; returns the revision.
+pub async fn reload(objects: &Objects, authz: &Authorizer) -> Result<u64, ApiError> {
+    let mut all = Vec::new();
+    let mut revision = 0;
+    for plural in ["roles", "clusterroles", "rolebindings", "clusterrolebindings"] {
+        let listed = objects.list(&info(objects, plural), None, &Default::default()).await?;
+        revision = revision.max(listed.resource_version);
+        all.extend(listed.items);
+    }
+    authz.set_snapshot(RbacSnapshot::from_objects(&all));
+    Ok(revision)
+}
+
+/// Keeps the RBAC snapshot current: one watch on the RBAC group's keys; any
+/// change rebuilds the snapshot (RBAC objects are few and change rarely).
+pub fn spawn_controller(objects: Objects, authz: Arc<Authorizer>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let result: Result<(), ApiError> = async {
+                let revision = reload(&objects, &authz).await?;
+                let mut stream = objects
+                    .storage
+                    .watch(&format!("/registry/{RBAC}/"), revision)
+                    .await
+                    .map_err(crate::error::storage_error)?;
+                while let Some(item) = stream.next().await {
+                    if let wasm_apiserver_storage::WatchItem::Event(_) = item.map_err(crate::error::storage_error)? {
+                        reload(&objects, &authz).await?;
+                    }
+                }
+                Ok(())
+            }
+            .await;
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "RBAC watch ended; reloading");
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
+
+/// Answers a `create` of an access review resource.
+pub fn review(authz: &Authorizer, res: &ResourceInfo, ns: Option<&str>, user: &UserInfo, mut body: Value) -> Result<Value, ApiError> {
+    let spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
+    let status = match res.plural.as_str() {
+        "selfsubjectaccessreviews" | "subjectaccessreviews" | "localsubjectaccessreviews" => {
+            let (name, groups) = if res.plural == "selfsubjectaccessreviews" {
+                (user.username.clone(), user.groups.clone())
+            } else {
+                let name = spec["user"].as_str().unwrap_or_default().to_string();
+                let groups = spec["groups"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|g| g.as_str().map(String::from)).collect())
+                    .unwrap_or_default();
+                (name, groups)
+            };
+            let mut attrs = Attributes::from_access_review_spec(&spec, &name, &groups);
+            if res.plural == "localsubjectaccessreviews" {
+                attrs.namespace = ns.map(String::from);
+            }
+            match authz.authorize(&attrs) {
+                Decision::Allow(reason) => json!({"allowed": true, "reason": reason}),
+                Decision::NoOpinion(reason) => json!({"allowed": false, "reason": reason}),
+            }
+        }
+        "selfsubjectrulesreviews" => {
+            let namespace = spec["namespace"].as_str().filter(|n| !n.is_empty());
+            let (rules, errors) = rbac::rules_for_with_errors(&authz.snapshot(), &user.username, &user.groups, namespace);
+            rbac::subject_rules_review_status(&rules, &errors)
+        }
+        "selfsubjectreviews" => json!({"userInfo": {
+            "username": user.username, "uid": user.uid, "groups": user.groups,
+        }}),
+        _ => return Err(ApiError::MethodNotAllowed),
+    };
+    body["apiVersion"] = json!(res.api_version());
+    body["kind"] = json!(res.kind);
+    body["status"] = status;
+    Ok(body)
+}
+
+/// Refuses RBAC writes that would grant more than the writer holds, unless
+/// the writer may `escalate` (roles) or `bind` (bindings), as upstream.
+pub fn check_escalation(authz: &Authorizer, res: &ResourceInfo, ns: Option<&str>, obj: &Value, user: &UserInfo) -> Result<(), ApiError> {
+    if res.group != RBAC || !authz.uses_rbac() {
+        return Ok(());
+    }
+    let snapshot = authz.snapshot();
+    let may = |verb: &str, resource: &str, name: Option<&str>| {
+        let mut a = Attributes {
+            user: user.username.clone(),
+            groups: user.groups.clone(),
+            verb: verb.into(),
+            api_group: RBAC.into(),
+            resource: resource.into(),
+            namespace: ns.map(String::from),
+            name: name.map(String::from),
+            is_resource_request: true,
+            ..Default::default()
+        };
+        if resource == "clusterroles" && verb == "escalate" {
+            a.namespace = None;
+        }
+        authz.authorize(&a).is_allowed()
+    };
+    let (requested, escape) = match res.plural.as_str() {
+        "roles" | "clusterroles" => (rbac::PolicyRule::from_role(obj), may("escalate", &res.plural, meta::name(obj))),
+        "rolebindings" | "clusterrolebindings" => {
+            let role_ref = &obj["roleRef"];
+            let role_name = role_ref["name"].as_str().unwrap_or_default();
+            let kind = role_ref["kind"].as_str().unwrap_or_default();
+            let rules = snapshot.role_rules_of(kind, ns, role_name).unwrap_or_default();
+            let plural = if kind == "ClusterRole" { "clusterroles" } else { "roles" };
+            (rules, may("bind", plural, Some(role_name)))
+        }
+        _ => return Ok(()),
+    };
+    if escape {
+        return Ok(());
+    }
+    let owned = rbac::rules_for(&snapshot, &user.username, &user.groups, ns);
+    let (covered, missing) = rbac::covers(&owned, &requested);
+    if covered {
+        return Ok(());
+    }
+    Err(ApiError::Forbidden(
+        wasm_apiserver_api::error::Target::new(&res.group, &res.plural, meta::name(obj).unwrap_or_default()),
+        rbac::escalation_message(&user.username, &user.groups, &missing),
+    ))
+}
