@@ -65,11 +65,12 @@ impl AppState {
 }
 
 /// The HTTP router. Middleware runs in request order:
-/// request info → authentication → authorization → handler.
+/// request info → authentication → impersonation → authorization → handler.
 pub fn router(state: Arc<AppState>) -> Router {
     let pipeline = ServiceBuilder::new()
         .layer(from_fn(filters::with_request_info))
         .layer(from_fn_with_state(state.clone(), filters::authenticate))
+        .layer(from_fn_with_state(state.clone(), filters::impersonate))
         .layer(from_fn_with_state(state.clone(), filters::authorize));
     Router::new()
         .route("/api", get(discovery::api_versions))
