@@ -92,6 +92,22 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = false)]
     pub enable_bootstrap_token_auth: bool,
 
+    /// Audit log file (`-` for stdout); needs `--audit-policy-file`.
+    #[arg(long)]
+    pub audit_log_path: Option<PathBuf>,
+
+    /// `audit.k8s.io/v1` Policy deciding what is logged at which level.
+    #[arg(long)]
+    pub audit_policy_file: Option<PathBuf>,
+
+    /// Rotate the audit log when it reaches this many megabytes (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub audit_log_maxsize: u64,
+
+    /// Rotated audit log files to keep (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub audit_log_maxbackup: usize,
+
     /// Allow anonymous requests (user `system:anonymous`, group
     /// `system:unauthenticated`); `--anonymous-auth=false` answers 401.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -126,6 +142,10 @@ impl ServeArgs {
             authorization_mode: "RBAC".into(),
             token_auth_file: None,
             enable_bootstrap_token_auth: false,
+            audit_log_path: None,
+            audit_policy_file: None,
+            audit_log_maxsize: 0,
+            audit_log_maxbackup: 0,
         }
     }
 }

@@ -44,7 +44,14 @@ pub async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: N
         return ErrorResponse(wasm_apiserver_api::ApiError::Internal("request without identity".into())).into_response();
     };
     let attrs = crate::authz::attributes(info, user);
-    match state.authz.authorize(&attrs) {
+    let decision = state.authz.authorize(&attrs);
+    if let Some(a) = req.extensions().get::<crate::audit::Annotations>() {
+        a.add([
+            ("authorization.k8s.io/decision".to_string(), if decision.is_allowed() { "allow" } else { "forbid" }.to_string()),
+            ("authorization.k8s.io/reason".to_string(), decision.reason().to_string()),
+        ]);
+    }
+    match decision {
         wasm_apiserver_api::rbac::Decision::Allow(_) => next.run(req).await,
         wasm_apiserver_api::rbac::Decision::NoOpinion(reason) => {
             tracing::debug!(user = %attrs.user, verb = %attrs.verb, path = %attrs.path, %reason, "forbidden");

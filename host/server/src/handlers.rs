@@ -82,7 +82,7 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-fn write_options(q: &Query, user: &UserInfo) -> Result<WriteOptions> {
+fn write_options(q: &Query, user: &UserInfo, audit: &Option<crate::audit::Annotations>) -> Result<WriteOptions> {
     let dry_run = match q.get("dryRun") {
         None => false,
         Some("All") => true,
@@ -100,7 +100,9 @@ fn write_options(q: &Query, user: &UserInfo) -> Result<WriteOptions> {
             )));
         }
     }
-    Ok(WriteOptions::new(dry_run, user.clone()))
+    let mut opts = WriteOptions::new(dry_run, user.clone());
+    opts.audit = audit.clone();
+    Ok(opts)
 }
 
 /// Adds admission warnings as `Warning: 299 - "..."` headers, as upstream.
@@ -249,6 +251,7 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
         .get::<UserInfo>()
         .cloned()
         .unwrap_or_default();
+    let audit = req.extensions().get::<crate::audit::Annotations>().cloned();
     let (parts, body) = req.into_parts();
     let q = Query::parse(parts.uri.query())?;
     let headers = parts.headers;
@@ -351,7 +354,7 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
             if name.is_some() {
                 return Err(ApiError::MethodNotAllowed);
             }
-            let opts = write_options(&q, &user)?;
+            let opts = write_options(&q, &user, &audit)?;
             let obj = decode_body(&headers, &read_body(body).await?)?;
             let created = objects.create(res, ns, obj, &opts).await?;
             after_write(state, res, &created, &opts).await;
@@ -361,7 +364,7 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
             ))
         }
         "update" => {
-            let opts = write_options(&q, &user)?;
+            let opts = write_options(&q, &user, &audit)?;
             let obj = decode_body(&headers, &read_body(body).await?)?;
             let updated = objects
                 .update(
@@ -380,7 +383,7 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
             ))
         }
         "patch" => {
-            let opts = write_options(&q, &user)?;
+            let opts = write_options(&q, &user, &audit)?;
             let ct = headers
                 .get(header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
@@ -428,7 +431,7 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
         }
         "delete" => {
             let bytes = read_body(body).await?;
-            let (opts, pre) = delete_options(&q, &user, &headers, &bytes)?;
+            let (opts, pre) = delete_options(&q, &user, &audit, &headers, &bytes)?;
             let name = name.unwrap_or_default();
             let resp = match objects.delete(res, ns, name, &pre, &opts).await? {
                 Deleted::Pending(obj) => json_response(StatusCode::OK, &obj),
@@ -448,7 +451,7 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
             Ok(with_warnings(resp, &opts))
         }
         "deletecollection" => {
-            let opts = write_options(&q, &user)?;
+            let opts = write_options(&q, &user, &audit)?;
             let out = objects
                 .delete_collection(res, ns, &list_params(&q, res)?, &opts)
                 .await?;
@@ -462,10 +465,11 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
 fn delete_options(
     q: &Query,
     user: &UserInfo,
+    audit: &Option<crate::audit::Annotations>,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<(WriteOptions, Preconditions)> {
-    let mut opts = write_options(q, user)?;
+    let mut opts = write_options(q, user, audit)?;
     let mut pre = Preconditions::default();
     if !body.iter().all(u8::is_ascii_whitespace) {
         let doc = decode_body(headers, body)?;

@@ -9,6 +9,7 @@
 //! runs admission before anything reaches storage (see [`objects`]).
 
 pub mod admission;
+pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod cli;

@@ -32,6 +32,8 @@ pub struct WriteOptions {
     pub user: UserInfo,
     warnings: Mutex<Vec<String>>,
     audit_annotations: Mutex<BTreeMap<String, String>>,
+    /// The request's audit annotations, when the audit log records it.
+    pub audit: Option<crate::audit::Annotations>,
 }
 
 impl WriteOptions {
@@ -53,10 +55,11 @@ impl WriteOptions {
     }
 
     pub fn add_audit_annotations(&self, a: impl IntoIterator<Item = (String, String)>) {
-        self.audit_annotations
-            .lock()
-            .expect("annotations lock")
-            .extend(a);
+        let items: Vec<(String, String)> = a.into_iter().collect();
+        if let Some(audit) = &self.audit {
+            audit.add(items.iter().cloned());
+        }
+        self.audit_annotations.lock().expect("annotations lock").extend(items);
     }
 
     pub fn warnings(&self) -> Vec<String> {

@@ -31,6 +31,8 @@ pub struct AppState {
     pub authn: crate::authn::Authenticator,
     /// Shared with `objects` (escalation checks).
     pub authz: Arc<crate::authz::Authorizer>,
+    /// `--audit-log-path` with `--audit-policy-file`.
+    pub audit: Option<Arc<crate::audit::AuditLog>>,
 }
 
 impl AppState {
@@ -60,17 +62,20 @@ impl AppState {
             max_request_bytes,
             authn: Default::default(),
             authz,
+            audit: None,
         }
     }
 }
 
 /// The HTTP router. Middleware runs in request order:
-/// request info → authentication → impersonation → authorization → handler.
+/// request info → authentication → impersonation → audit → authorization →
+/// handler (which runs admission).
 pub fn router(state: Arc<AppState>) -> Router {
     let pipeline = ServiceBuilder::new()
         .layer(from_fn(filters::with_request_info))
         .layer(from_fn_with_state(state.clone(), filters::authenticate))
         .layer(from_fn_with_state(state.clone(), filters::impersonate))
+        .layer(from_fn_with_state(state.clone(), crate::audit::audit))
         .layer(from_fn_with_state(state.clone(), filters::authorize));
     Router::new()
         .route("/api", get(discovery::api_versions))
@@ -258,6 +263,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         token_file,
         bootstrap_tokens: args.enable_bootstrap_token_auth,
     };
+    if let Some(path) = &args.audit_log_path {
+        let policy_file =
+            args.audit_policy_file.as_ref().ok_or_else(|| anyhow::anyhow!("--audit-log-path needs --audit-policy-file"))?;
+        let text = std::fs::read_to_string(policy_file)?;
+        state.audit = Some(Arc::new(crate::audit::AuditLog::open(
+            path.clone(),
+            &text,
+            args.audit_log_maxsize,
+            args.audit_log_maxbackup,
+        )?));
+    }
     state.authz.set_modes(crate::authz::Authorizer::parse(&args.authorization_mode).map_err(anyhow::Error::msg)?);
     let state = Arc::new(state);
 
