@@ -185,17 +185,29 @@ const LABEL_SELECTOR: &[Field] = &[
     (
         2,
         "matchExpressions",
-        Ty::Msg(&[(1, "key", Ty::Str, false), (2, "operator", Ty::Str, false), (3, "values", Ty::Str, true)]),
+        Ty::Msg(&[
+            (1, "key", Ty::Str, false),
+            (2, "operator", Ty::Str, false),
+            (3, "values", Ty::Str, true),
+        ]),
         true,
     ),
 ];
 
-const ROLE: &[Field] = &[(1, "metadata", Ty::Msg(OBJECT_META), false), (2, "rules", Ty::Msg(POLICY_RULE), true)];
+const ROLE: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (2, "rules", Ty::Msg(POLICY_RULE), true),
+];
 
 const CLUSTER_ROLE: &[Field] = &[
     (1, "metadata", Ty::Msg(OBJECT_META), false),
     (2, "rules", Ty::Msg(POLICY_RULE), true),
-    (3, "aggregationRule", Ty::Msg(&[(1, "clusterRoleSelectors", Ty::Msg(LABEL_SELECTOR), true)]), false),
+    (
+        3,
+        "aggregationRule",
+        Ty::Msg(&[(1, "clusterRoleSelectors", Ty::Msg(LABEL_SELECTOR), true)]),
+        false,
+    ),
 ];
 
 const BINDING: &[Field] = &[
@@ -214,7 +226,11 @@ const BINDING: &[Field] = &[
     (
         3,
         "roleRef",
-        Ty::Msg(&[(1, "apiGroup", Ty::Str, false), (2, "kind", Ty::Str, false), (3, "name", Ty::Str, false)]),
+        Ty::Msg(&[
+            (1, "apiGroup", Ty::Str, false),
+            (2, "kind", Ty::Str, false),
+            (3, "name", Ty::Str, false),
+        ]),
         false,
     ),
 ];
@@ -229,7 +245,8 @@ const RESOURCE_ATTRIBUTES: &[Field] = &[
     (7, "name", Ty::Str, false),
 ];
 
-const NON_RESOURCE_ATTRIBUTES: &[Field] = &[(1, "path", Ty::Str, false), (2, "verb", Ty::Str, false)];
+const NON_RESOURCE_ATTRIBUTES: &[Field] =
+    &[(1, "path", Ty::Str, false), (2, "verb", Ty::Str, false)];
 
 const SUBJECT_ACCESS_REVIEW: &[Field] = &[
     (1, "metadata", Ty::Msg(OBJECT_META), false),
@@ -238,7 +255,12 @@ const SUBJECT_ACCESS_REVIEW: &[Field] = &[
         "spec",
         Ty::Msg(&[
             (1, "resourceAttributes", Ty::Msg(RESOURCE_ATTRIBUTES), false),
-            (2, "nonResourceAttributes", Ty::Msg(NON_RESOURCE_ATTRIBUTES), false),
+            (
+                2,
+                "nonResourceAttributes",
+                Ty::Msg(NON_RESOURCE_ATTRIBUTES),
+                false,
+            ),
             (3, "user", Ty::Str, false),
             (4, "groups", Ty::Str, true),
             (6, "uid", Ty::Str, false),
@@ -254,14 +276,26 @@ const SELF_SUBJECT_ACCESS_REVIEW: &[Field] = &[
         "spec",
         Ty::Msg(&[
             (1, "resourceAttributes", Ty::Msg(RESOURCE_ATTRIBUTES), false),
-            (2, "nonResourceAttributes", Ty::Msg(NON_RESOURCE_ATTRIBUTES), false),
+            (
+                2,
+                "nonResourceAttributes",
+                Ty::Msg(NON_RESOURCE_ATTRIBUTES),
+                false,
+            ),
         ]),
         false,
     ),
 ];
 
-const SELF_SUBJECT_RULES_REVIEW: &[Field] =
-    &[(1, "metadata", Ty::Msg(OBJECT_META), false), (2, "spec", Ty::Msg(&[(1, "namespace", Ty::Str, false)]), false)];
+const SELF_SUBJECT_RULES_REVIEW: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (
+        2,
+        "spec",
+        Ty::Msg(&[(1, "namespace", Ty::Str, false)]),
+        false,
+    ),
+];
 
 const SELF_SUBJECT_REVIEW: &[Field] = &[(1, "metadata", Ty::Msg(OBJECT_META), false)];
 
@@ -303,7 +337,9 @@ fn schema(api_version: &str, kind: &str) -> Option<&'static [Field]> {
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => CLUSTER_ROLE,
         ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => BINDING,
         ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => SELF_SUBJECT_ACCESS_REVIEW,
-        ("authorization.k8s.io/v1", "SubjectAccessReview" | "LocalSubjectAccessReview") => SUBJECT_ACCESS_REVIEW,
+        ("authorization.k8s.io/v1", "SubjectAccessReview" | "LocalSubjectAccessReview") => {
+            SUBJECT_ACCESS_REVIEW
+        }
         ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => SELF_SUBJECT_RULES_REVIEW,
         ("authentication.k8s.io/v1", "SelfSubjectReview") => SELF_SUBJECT_REVIEW,
         (_, "DeleteOptions") => DELETE_OPTIONS,

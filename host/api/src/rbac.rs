@@ -442,10 +442,18 @@ pub struct RbacSnapshot {
 
 impl RbacSnapshot {
     /// The rules of a Role (`kind` "Role", in `namespace`) or ClusterRole.
-    pub fn role_rules_of(&self, kind: &str, namespace: Option<&str>, name: &str) -> Option<Vec<PolicyRule>> {
+    pub fn role_rules_of(
+        &self,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Vec<PolicyRule>> {
         match kind {
             "ClusterRole" => self.cluster_roles.get(name).cloned(),
-            "Role" => self.roles.get(&(namespace.unwrap_or_default().to_string(), name.to_string())).cloned(),
+            "Role" => self
+                .roles
+                .get(&(namespace.unwrap_or_default().to_string(), name.to_string()))
+                .cloned(),
             _ => None,
         }
     }

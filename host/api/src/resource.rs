@@ -136,7 +136,19 @@ fn info(
 }
 
 fn review(group: &str, plural: &str, kind: &str, namespaced: bool) -> ResourceInfo {
-    ResourceInfo { create_only: true, ..info(group, "v1", plural, kind, namespaced, &[], &[], Printer::Default) }
+    ResourceInfo {
+        create_only: true,
+        ..info(
+            group,
+            "v1",
+            plural,
+            kind,
+            namespaced,
+            &[],
+            &[],
+            Printer::Default,
+        )
+    }
 }
 
 impl Registry {
@@ -204,15 +216,71 @@ impl Registry {
                 &[],
                 Printer::Lease,
             ),
-            info(RBAC, "v1", "roles", "Role", true, &[], &[], Printer::Default),
-            info(RBAC, "v1", "clusterroles", "ClusterRole", false, &[], &[], Printer::Default),
-            info(RBAC, "v1", "rolebindings", "RoleBinding", true, &[], &[], Printer::Default),
-            info(RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", false, &[], &[], Printer::Default),
-            review(AUTHZ, "selfsubjectaccessreviews", "SelfSubjectAccessReview", false),
+            info(
+                RBAC,
+                "v1",
+                "roles",
+                "Role",
+                true,
+                &[],
+                &[],
+                Printer::Default,
+            ),
+            info(
+                RBAC,
+                "v1",
+                "clusterroles",
+                "ClusterRole",
+                false,
+                &[],
+                &[],
+                Printer::Default,
+            ),
+            info(
+                RBAC,
+                "v1",
+                "rolebindings",
+                "RoleBinding",
+                true,
+                &[],
+                &[],
+                Printer::Default,
+            ),
+            info(
+                RBAC,
+                "v1",
+                "clusterrolebindings",
+                "ClusterRoleBinding",
+                false,
+                &[],
+                &[],
+                Printer::Default,
+            ),
+            review(
+                AUTHZ,
+                "selfsubjectaccessreviews",
+                "SelfSubjectAccessReview",
+                false,
+            ),
             review(AUTHZ, "subjectaccessreviews", "SubjectAccessReview", false),
-            review(AUTHZ, "localsubjectaccessreviews", "LocalSubjectAccessReview", true),
-            review(AUTHZ, "selfsubjectrulesreviews", "SelfSubjectRulesReview", false),
-            review("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview", false),
+            review(
+                AUTHZ,
+                "localsubjectaccessreviews",
+                "LocalSubjectAccessReview",
+                true,
+            ),
+            review(
+                AUTHZ,
+                "selfsubjectrulesreviews",
+                "SelfSubjectRulesReview",
+                false,
+            ),
+            review(
+                "authentication.k8s.io",
+                "selfsubjectreviews",
+                "SelfSubjectReview",
+                false,
+            ),
             info(
                 "admissionregistration.k8s.io",
                 "v1",

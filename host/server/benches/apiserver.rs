@@ -699,11 +699,7 @@ impl Api {
         );
         let (status, body) = send(&mut self.connect().await?, req).await?;
         if status != StatusCode::CREATED {
-            return Err(format!(
-                "POST {path}: {status} {}",
-                String::from_utf8_lossy(&body)
-            )
-            .into());
+            return Err(format!("POST {path}: {status} {}", String::from_utf8_lossy(&body)).into());
         }
         Ok(serde_json::from_slice(&body)?)
     }
@@ -1323,16 +1319,17 @@ async fn admission(
                 } else {
                     MANY_PLUGINS
                 };
+                let plugins = "/apis/admission.wasm-apiserver.io/v1alpha1/admissionplugins";
                 for i in 0..n {
-                    let created = api
-                        .create(
-                            "/apis/admission.wasm-apiserver.io/v1alpha1/admissionplugins",
-                            admission_plugin(&format!("require-team-{i}")),
-                        )
-                        .await?;
-                    let phase = &created["status"]["phase"];
+                    let name = format!("require-team-{i}");
+                    api.create(plugins, admission_plugin(&name)).await?;
+                    // Active once the POST has returned.
+                    let req = api.request(Method::GET, format!("{plugins}/{name}").parse()?, None);
+                    let (_, body) = send(&mut api.connect().await?, req).await?;
+                    let got: serde_json::Value = serde_json::from_slice(&body)?;
+                    let phase = &got["status"]["phase"];
                     if phase != "Active" {
-                        return Err(format!("plugin {i} is {phase}: {created}").into());
+                        return Err(format!("plugin {name} is {phase}: {got}").into());
                     }
                 }
             }
@@ -1354,9 +1351,10 @@ async fn admission(
             StatusCode::FORBIDDEN
         };
         if status != expect {
-            return Err(
-                format!("admission {variant}: unlabelled create got {status}, not {expect}").into(),
-            );
+            return Err(format!(
+                "admission {variant}: unlabelled create got {status}, not {expect}"
+            )
+            .into());
         }
 
         for clients in [1, ADMISSION_CLIENTS] {
@@ -1607,9 +1605,7 @@ async fn etcd(
     let store = srv
         .spawn(async move { EtcdStore::connect(&endpoints, "", EtcdOptions::default()).await })
         .await??;
-    let server = srv
-        .spawn(serve(Arc::new(store.clone()), None))
-        .await??;
+    let server = srv.spawn(serve(Arc::new(store.clone()), None)).await??;
     let api = Api::new(server.addr);
     api.create_namespaces(&[NS_CREATE, NS_WATCH]).await?;
     api.create(
@@ -1712,7 +1708,9 @@ impl Etcd {
             let deadline = Instant::now() + ETCD_START;
             while Instant::now() < deadline && etcd.child.try_wait()?.is_none() {
                 if let Ok(mut c) = etcd.client().await
-                    && timeout(Duration::from_secs(1), c.status()).await.is_ok_and(|r| r.is_ok())
+                    && timeout(Duration::from_secs(1), c.status())
+                        .await
+                        .is_ok_and(|r| r.is_ok())
                 {
                     return Ok(etcd);
                 }
@@ -1774,9 +1772,10 @@ async fn etcd_raw_put(
                         Ok(Ok(_)) => {
                             if counted {
                                 stats.ops += 1;
-                                stats.latencies.push(
-                                    start.elapsed().as_micros().min(u128::from(u32::MAX)) as u32,
-                                );
+                                stats
+                                    .latencies
+                                    .push(start.elapsed().as_micros().min(u128::from(u32::MAX))
+                                        as u32);
                             }
                         }
                         Ok(Err(e)) => {
@@ -1808,7 +1807,9 @@ async fn etcd_raw_put(
         seconds: window.as_secs_f64(),
         latencies: Vec::new(),
         cpu,
-        note: format!("{value_size} B values (a stored ConfigMap's size), new keys, one connection"),
+        note: format!(
+            "{value_size} B values (a stored ConfigMap's size), new keys, one connection"
+        ),
     };
     for t in tasks {
         let stats = timeout(REQUEST_TIMEOUT + CONNECT_TIMEOUT, t).await??;
@@ -1823,11 +1824,7 @@ async fn etcd_raw_put(
 /// Replays revisions `from..=to` (the raw puts) through one prefix watch:
 /// how fast one etcd watch can deliver events.
 #[cfg(feature = "etcd")]
-async fn etcd_raw_replay(
-    client: &etcd_client::Client,
-    from: i64,
-    to: i64,
-) -> Result<Row, Error> {
+async fn etcd_raw_replay(client: &etcd_client::Client, from: i64, to: i64) -> Result<Row, Error> {
     let expected = (to - from + 1).max(0) as u64;
     let mut client = client.clone();
     let cpu = cpu_sample();

@@ -46,25 +46,51 @@ impl Sink {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir)?;
             }
-            let f = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)?;
             let size = f.metadata()?.len();
             (Some(f), size)
         };
-        Ok(Sink { path, file, size, max_bytes: max_mb * 1024 * 1024, max_backups })
+        Ok(Sink {
+            path,
+            file,
+            size,
+            max_bytes: max_mb * 1024 * 1024,
+            max_backups,
+        })
     }
 
     fn rotate(&mut self) -> std::io::Result<()> {
         let stamp = chrono::Utc::now().format("%Y-%m-%dT%H-%M-%S%.3f");
         let backup = PathBuf::from(format!("{}-{stamp}", self.path.display()));
         std::fs::rename(&self.path, &backup)?;
-        self.file = Some(std::fs::OpenOptions::new().create(true).append(true).open(&self.path)?);
+        self.file = Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)?,
+        );
         self.size = 0;
         if self.max_backups > 0 {
-            let name = self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty()).map(PathBuf::from).unwrap_or_else(|| ".".into());
+            let name = self
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let dir = self
+                .path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| ".".into());
             let mut backups: Vec<PathBuf> = std::fs::read_dir(&dir)?
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{name}-"))))
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{name}-")))
+                })
                 .collect();
             backups.sort();
             while backups.len() > self.max_backups {
@@ -82,7 +108,10 @@ impl Sink {
                 out.write_all(b"\n")
             }
             Some(_) => {
-                if self.max_bytes > 0 && self.size > 0 && self.size + line.len() as u64 + 1 > self.max_bytes {
+                if self.max_bytes > 0
+                    && self.size > 0
+                    && self.size + line.len() as u64 + 1 > self.max_bytes
+                {
                     self.rotate()?;
                 }
                 let f = self.file.as_mut().expect("file");
@@ -102,12 +131,27 @@ pub struct AuditLog {
 }
 
 impl AuditLog {
-    pub fn open(path: PathBuf, policy_text: &str, max_mb: u64, max_backups: usize) -> anyhow::Result<Self> {
+    pub fn open(
+        path: PathBuf,
+        policy_text: &str,
+        max_mb: u64,
+        max_backups: usize,
+    ) -> anyhow::Result<Self> {
         let policy = Policy::parse(policy_text).map_err(anyhow::Error::msg)?;
-        Ok(AuditLog { policy, sink: Mutex::new(Sink::open(path, max_mb, max_backups)?) })
+        Ok(AuditLog {
+            policy,
+            sink: Mutex::new(Sink::open(path, max_mb, max_backups)?),
+        })
     }
 
-    fn emit(&self, record: &Record, level: Level, stage: Stage, omit: &[Stage], omit_managed: bool) {
+    fn emit(
+        &self,
+        record: &Record,
+        level: Level,
+        stage: Stage,
+        omit: &[Stage],
+        omit_managed: bool,
+    ) {
         if !audit::should_emit(level, omit, stage) {
             return;
         }
@@ -120,13 +164,23 @@ impl AuditLog {
 }
 
 fn api_user(u: &UserInfo) -> wasm_apiserver_api::authn::UserInfo {
-    wasm_apiserver_api::authn::UserInfo { username: u.username.clone(), uid: u.uid.clone(), groups: u.groups.clone(), extra: u.extra.clone() }
+    wasm_apiserver_api::authn::UserInfo {
+        username: u.username.clone(),
+        uid: u.uid.clone(),
+        groups: u.groups.clone(),
+        extra: u.extra.clone(),
+    }
 }
 
 /// The audit middleware.
 pub async fn audit(State(state): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
-    let Some(log) = state.audit.clone() else { return next.run(req).await };
-    let (Some(info), Some(user)) = (req.extensions().get::<RequestInfo>().cloned(), req.extensions().get::<UserInfo>().cloned()) else {
+    let Some(log) = state.audit.clone() else {
+        return next.run(req).await;
+    };
+    let (Some(info), Some(user)) = (
+        req.extensions().get::<RequestInfo>().cloned(),
+        req.extensions().get::<UserInfo>().cloned(),
+    ) else {
         return next.run(req).await;
     };
     let attrs = crate::authz::attributes(&info, &user);
@@ -141,8 +195,16 @@ pub async fn audit(State(state): State<Arc<AppState>>, mut req: Request, next: N
         request_uri: req.uri().to_string(),
         verb: info.verb.clone(),
         user: api_user(&user),
-        source_ips: req.extensions().get::<ConnectionInfo>().map(|c| vec![c.peer.ip().to_string()]).unwrap_or_default(),
-        user_agent: req.headers().get("user-agent").and_then(|v| v.to_str().ok()).map(String::from),
+        source_ips: req
+            .extensions()
+            .get::<ConnectionInfo>()
+            .map(|c| vec![c.peer.ip().to_string()])
+            .unwrap_or_default(),
+        user_agent: req
+            .headers()
+            .get("user-agent")
+            .and_then(|v| v.to_str().ok())
+            .map(String::from),
         object_ref: info.is_resource_request.then(|| ObjectRef {
             resource: info.resource.clone(),
             namespace: info.namespace.clone().unwrap_or_default(),
@@ -155,20 +217,47 @@ pub async fn audit(State(state): State<Arc<AppState>>, mut req: Request, next: N
         request_received: chrono::Utc::now(),
         ..Default::default()
     };
-    if cfg.level >= Level::Request && matches!(info.verb.as_str(), "create" | "update" | "patch" | "delete") {
+    if cfg.level >= Level::Request
+        && matches!(info.verb.as_str(), "create" | "update" | "patch" | "delete")
+    {
         let (parts, body) = req.into_parts();
-        let bytes = to_bytes(body, state.max_request_bytes).await.unwrap_or_default();
-        record.request_object = serde_json::from_slice::<Value>(&bytes).ok();
+        let bytes = to_bytes(body, state.max_request_bytes)
+            .await
+            .unwrap_or_default();
+        let ct = parts
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        record.request_object = if ct.starts_with("application/vnd.kubernetes.protobuf") {
+            wasm_apiserver_api::protobuf::decode(&bytes).ok()
+        } else if ct.contains("yaml") {
+            serde_yaml::from_slice::<Value>(&bytes).ok()
+        } else {
+            serde_json::from_slice::<Value>(&bytes).ok()
+        };
         req = Request::from_parts(parts, Body::from(bytes));
     }
-    log.emit(&record, cfg.level, Stage::RequestReceived, &cfg.omit_stages, cfg.omit_managed_fields);
+    log.emit(
+        &record,
+        cfg.level,
+        Stage::RequestReceived,
+        &cfg.omit_stages,
+        cfg.omit_managed_fields,
+    );
 
     let resp = next.run(req).await;
     let code = resp.status().as_u16();
     if info.verb == "watch" && code == 200 {
         record.annotations = annotations.0.lock().expect("audit annotations").clone();
         record.response_status = Some(audit::response_status(code, None));
-        log.emit(&record, cfg.level, Stage::ResponseStarted, &cfg.omit_stages, cfg.omit_managed_fields);
+        log.emit(
+            &record,
+            cfg.level,
+            Stage::ResponseStarted,
+            &cfg.omit_stages,
+            cfg.omit_managed_fields,
+        );
         return resp;
     }
     let (parts, body) = resp.into_parts();
@@ -180,6 +269,37 @@ pub async fn audit(State(state): State<Arc<AppState>>, mut req: Request, next: N
         record.response_object = body_json.clone();
     }
     record.annotations = annotations.0.lock().expect("audit annotations").clone();
-    log.emit(&record, cfg.level, Stage::ResponseComplete, &cfg.omit_stages, cfg.omit_managed_fields);
+    log.emit(
+        &record,
+        cfg.level,
+        Stage::ResponseComplete,
+        &cfg.omit_stages,
+        cfg.omit_managed_fields,
+    );
     Response::from_parts(parts, Body::from(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_rotates_by_size_and_keeps_max_backups() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let mut sink = Sink::open(path.clone(), 0, 2).unwrap();
+        sink.max_bytes = 100;
+        for i in 0..20 {
+            sink.write(format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(30)).as_bytes())
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 3, "the live file and two backups: {names:?}");
+        let live = std::fs::read_to_string(&path).unwrap();
+        assert!(live.len() <= 100 && live.contains("\"n\":19"), "{live}");
+    }
 }

@@ -5,10 +5,10 @@
 
 use crate::objects::Objects;
 use crate::server::ConnectionInfo;
-use std::sync::Arc;
-use wasm_apiserver_api::authn::{self, TokenFile};
 use axum::http::{HeaderMap, header};
+use std::sync::Arc;
 use wasm_apiserver_api::ApiError;
+use wasm_apiserver_api::authn::{self, TokenFile};
 use wasm_apiserver_plugins::UserInfo;
 
 /// The configured authenticators.
@@ -23,12 +23,21 @@ pub struct Authenticator {
 
 impl Default for Authenticator {
     fn default() -> Self {
-        Authenticator { anonymous: true, token_file: None, bootstrap_tokens: false }
+        Authenticator {
+            anonymous: true,
+            token_file: None,
+            bootstrap_tokens: false,
+        }
     }
 }
 
 fn to_user(u: wasm_apiserver_api::authn::UserInfo) -> UserInfo {
-    UserInfo { username: u.username, uid: u.uid, groups: u.groups, extra: u.extra }
+    UserInfo {
+        username: u.username,
+        uid: u.uid,
+        groups: u.groups,
+        extra: u.extra,
+    }
 }
 
 fn unauthorized() -> ApiError {
@@ -97,9 +106,17 @@ impl Authenticator {
 
 impl Authenticator {
     /// A bootstrap token: the Secret `kube-system/bootstrap-token-<id>`.
-    async fn bootstrap(&self, objects: &Objects, id: &str, secret: &str) -> Result<UserInfo, ApiError> {
+    async fn bootstrap(
+        &self,
+        objects: &Objects,
+        id: &str,
+        secret: &str,
+    ) -> Result<UserInfo, ApiError> {
         let info = objects.registry.get("", "v1", "secrets").expect("built in");
-        let obj = match objects.get(info, Some("kube-system"), &authn::bootstrap_secret_name(id)).await {
+        let obj = match objects
+            .get(info, Some("kube-system"), &authn::bootstrap_secret_name(id))
+            .await
+        {
             Ok(o) => o,
             Err(ApiError::NotFound(_)) => return Err(unauthorized()),
             Err(e) => return Err(e),
@@ -115,26 +132,46 @@ impl Authenticator {
 }
 
 /// Deletes expired bootstrap-token Secrets, as upstream's token cleaner.
-pub fn spawn_token_cleaner(objects: Objects, every: std::time::Duration) -> tokio::task::JoinHandle<()> {
+pub fn spawn_token_cleaner(
+    objects: Objects,
+    every: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let info = objects.registry.get("", "v1", "secrets").expect("built in").clone();
+        let info = objects
+            .registry
+            .get("", "v1", "secrets")
+            .expect("built in")
+            .clone();
         let opts = crate::objects::WriteOptions::system("token-cleaner");
         loop {
             let params = crate::objects::ListParams {
-                fields: wasm_apiserver_api::selector::FieldSelector::parse("type=bootstrap.kubernetes.io/token", "Secret")
-                    .expect("valid selector"),
+                fields: wasm_apiserver_api::selector::FieldSelector::parse(
+                    "type=bootstrap.kubernetes.io/token",
+                    "Secret",
+                )
+                .expect("valid selector"),
                 ..Default::default()
             };
             match objects.list(&info, Some("kube-system"), &params).await {
                 Ok(listed) => {
-                    for secret in listed.items.iter().filter(|s| authn::is_expired(s, chrono::Utc::now())) {
+                    for secret in listed
+                        .items
+                        .iter()
+                        .filter(|s| authn::is_expired(s, chrono::Utc::now()))
+                    {
                         let name = wasm_apiserver_api::meta::name(secret).unwrap_or_default();
                         let pre = crate::objects::Preconditions {
-                            uid: wasm_apiserver_api::meta::str_field(secret, "uid").map(String::from),
+                            uid: wasm_apiserver_api::meta::str_field(secret, "uid")
+                                .map(String::from),
                             ..Default::default()
                         };
-                        match objects.delete(&info, Some("kube-system"), name, &pre, &opts).await {
-                            Ok(_) => tracing::info!(secret = name, "deleted expired bootstrap token"),
+                        match objects
+                            .delete(&info, Some("kube-system"), name, &pre, &opts)
+                            .await
+                        {
+                            Ok(_) => {
+                                tracing::info!(secret = name, "deleted expired bootstrap token")
+                            }
                             Err(e) => tracing::debug!(secret = name, error = %e, "token cleaner"),
                         }
                     }

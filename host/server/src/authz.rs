@@ -40,13 +40,18 @@ impl Authorizer {
                 "AlwaysAllow" => Ok(Mode::AlwaysAllow),
                 "AlwaysDeny" => Ok(Mode::AlwaysDeny),
                 "RBAC" => Ok(Mode::Rbac),
-                other => Err(format!("unknown authorization mode {other:?} (AlwaysAllow, AlwaysDeny, RBAC)")),
+                other => Err(format!(
+                    "unknown authorization mode {other:?} (AlwaysAllow, AlwaysDeny, RBAC)"
+                )),
             })
             .collect::<Result<Vec<_>, _>>()?;
         if modes.is_empty() {
             return Err("--authorization-mode needs at least one mode".into());
         }
-        Ok(Authorizer { modes: RwLock::new(modes), rbac: RwLock::new(Arc::new(RbacSnapshot::from_objects(&[]))) })
+        Ok(Authorizer {
+            modes: RwLock::new(modes),
+            rbac: RwLock::new(Arc::new(RbacSnapshot::from_objects(&[]))),
+        })
     }
 
     /// Replaces the modes (at start-up, from the flags).
@@ -125,24 +130,42 @@ pub fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
             attrs.user, attrs.verb, attrs.api_group
         )
     } else {
-        format!("forbidden: User \"{}\" cannot {} path \"{}\"", attrs.user, attrs.verb, attrs.path)
+        format!(
+            "forbidden: User \"{}\" cannot {} path \"{}\"",
+            attrs.user, attrs.verb, attrs.path
+        )
     };
     if !reason.is_empty() {
         msg.push_str(&format!(": {reason}"));
     }
-    ApiError::Custom { code: 403, reason: "Forbidden".into(), message: msg }
+    ApiError::Custom {
+        code: 403,
+        reason: "Forbidden".into(),
+        message: msg,
+    }
 }
 
 fn info(objects: &Objects, plural: &str) -> ResourceInfo {
-    objects.registry.get(RBAC, "v1", plural).expect("rbac is built in").clone()
+    objects
+        .registry
+        .get(RBAC, "v1", plural)
+        .expect("rbac is built in")
+        .clone()
 }
 
 /// Creates the default roles and bindings that are missing.
 pub async fn ensure_bootstrap_policy(objects: &Objects) -> Result<(), ApiError> {
     let opts = WriteOptions::system("rbac-bootstrap");
     for obj in rbac::bootstrap_policy() {
-        let plural = if obj["kind"] == "ClusterRole" { "clusterroles" } else { "clusterrolebindings" };
-        match objects.create(&info(objects, plural), None, obj, &opts).await {
+        let plural = if obj["kind"] == "ClusterRole" {
+            "clusterroles"
+        } else {
+            "clusterrolebindings"
+        };
+        match objects
+            .create(&info(objects, plural), None, obj, &opts)
+            .await
+        {
             Ok(_) | Err(ApiError::AlreadyExists(_)) => {}
             Err(e) => return Err(e),
         }
@@ -154,8 +177,15 @@ pub async fn ensure_bootstrap_policy(objects: &Objects) -> Result<(), ApiError> 
 pub async fn reload(objects: &Objects, authz: &Authorizer) -> Result<u64, ApiError> {
     let mut all = Vec::new();
     let mut revision = 0;
-    for plural in ["roles", "clusterroles", "rolebindings", "clusterrolebindings"] {
-        let listed = objects.list(&info(objects, plural), None, &Default::default()).await?;
+    for plural in [
+        "roles",
+        "clusterroles",
+        "rolebindings",
+        "clusterrolebindings",
+    ] {
+        let listed = objects
+            .list(&info(objects, plural), None, &Default::default())
+            .await?;
         revision = revision.max(listed.resource_version);
         all.extend(listed.items);
     }
@@ -176,7 +206,9 @@ pub fn spawn_controller(objects: Objects, authz: Arc<Authorizer>) -> tokio::task
                     .await
                     .map_err(crate::error::storage_error)?;
                 while let Some(item) = stream.next().await {
-                    if let wasm_apiserver_storage::WatchItem::Event(_) = item.map_err(crate::error::storage_error)? {
+                    if let wasm_apiserver_storage::WatchItem::Event(_) =
+                        item.map_err(crate::error::storage_error)?
+                    {
                         reload(&objects, &authz).await?;
                     }
                 }
@@ -192,7 +224,13 @@ pub fn spawn_controller(objects: Objects, authz: Arc<Authorizer>) -> tokio::task
 }
 
 /// Answers a `create` of an access review resource.
-pub fn review(authz: &Authorizer, res: &ResourceInfo, ns: Option<&str>, user: &UserInfo, mut body: Value) -> Result<Value, ApiError> {
+pub fn review(
+    authz: &Authorizer,
+    res: &ResourceInfo,
+    ns: Option<&str>,
+    user: &UserInfo,
+    mut body: Value,
+) -> Result<Value, ApiError> {
     let spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
     let status = match res.plural.as_str() {
         "selfsubjectaccessreviews" | "subjectaccessreviews" | "localsubjectaccessreviews" => {
@@ -202,7 +240,11 @@ pub fn review(authz: &Authorizer, res: &ResourceInfo, ns: Option<&str>, user: &U
                 let name = spec["user"].as_str().unwrap_or_default().to_string();
                 let groups = spec["groups"]
                     .as_array()
-                    .map(|a| a.iter().filter_map(|g| g.as_str().map(String::from)).collect())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|g| g.as_str().map(String::from))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 (name, groups)
             };
@@ -217,7 +259,12 @@ pub fn review(authz: &Authorizer, res: &ResourceInfo, ns: Option<&str>, user: &U
         }
         "selfsubjectrulesreviews" => {
             let namespace = spec["namespace"].as_str().filter(|n| !n.is_empty());
-            let (rules, errors) = rbac::rules_for_with_errors(&authz.snapshot(), &user.username, &user.groups, namespace);
+            let (rules, errors) = rbac::rules_for_with_errors(
+                &authz.snapshot(),
+                &user.username,
+                &user.groups,
+                namespace,
+            );
             rbac::subject_rules_review_status(&rules, &errors)
         }
         "selfsubjectreviews" => json!({"userInfo": {
@@ -233,7 +280,13 @@ pub fn review(authz: &Authorizer, res: &ResourceInfo, ns: Option<&str>, user: &U
 
 /// Refuses RBAC writes that would grant more than the writer holds, unless
 /// the writer may `escalate` (roles) or `bind` (bindings), as upstream.
-pub fn check_escalation(authz: &Authorizer, res: &ResourceInfo, ns: Option<&str>, obj: &Value, user: &UserInfo) -> Result<(), ApiError> {
+pub fn check_escalation(
+    authz: &Authorizer,
+    res: &ResourceInfo,
+    ns: Option<&str>,
+    obj: &Value,
+    user: &UserInfo,
+) -> Result<(), ApiError> {
     if res.group != RBAC || !authz.uses_rbac() {
         return Ok(());
     }
@@ -256,13 +309,22 @@ pub fn check_escalation(authz: &Authorizer, res: &ResourceInfo, ns: Option<&str>
         authz.authorize(&a).is_allowed()
     };
     let (requested, escape) = match res.plural.as_str() {
-        "roles" | "clusterroles" => (rbac::PolicyRule::from_role(obj), may("escalate", &res.plural, meta::name(obj))),
+        "roles" | "clusterroles" => (
+            rbac::PolicyRule::from_role(obj),
+            may("escalate", &res.plural, meta::name(obj)),
+        ),
         "rolebindings" | "clusterrolebindings" => {
             let role_ref = &obj["roleRef"];
             let role_name = role_ref["name"].as_str().unwrap_or_default();
             let kind = role_ref["kind"].as_str().unwrap_or_default();
-            let rules = snapshot.role_rules_of(kind, ns, role_name).unwrap_or_default();
-            let plural = if kind == "ClusterRole" { "clusterroles" } else { "roles" };
+            let rules = snapshot
+                .role_rules_of(kind, ns, role_name)
+                .unwrap_or_default();
+            let plural = if kind == "ClusterRole" {
+                "clusterroles"
+            } else {
+                "roles"
+            };
             (rules, may("bind", plural, Some(role_name)))
         }
         _ => return Ok(()),
@@ -276,7 +338,11 @@ pub fn check_escalation(authz: &Authorizer, res: &ResourceInfo, ns: Option<&str>
         return Ok(());
     }
     Err(ApiError::Forbidden(
-        wasm_apiserver_api::error::Target::new(&res.group, &res.plural, meta::name(obj).unwrap_or_default()),
+        wasm_apiserver_api::error::Target::new(
+            &res.group,
+            &res.plural,
+            meta::name(obj).unwrap_or_default(),
+        ),
         rbac::escalation_message(&user.username, &user.groups, &missing),
     ))
 }

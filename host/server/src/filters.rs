@@ -29,7 +29,11 @@ pub async fn authenticate(
     next: Next,
 ) -> Response {
     let conn = req.extensions().get::<ConnectionInfo>().cloned();
-    match state.authn.authenticate(&state.objects, conn.as_ref(), req.headers()).await {
+    match state
+        .authn
+        .authenticate(&state.objects, conn.as_ref(), req.headers())
+        .await
+    {
         Ok(user) => {
             req.extensions_mut().insert(user);
             next.run(req).await
@@ -40,15 +44,32 @@ pub async fn authenticate(
 
 /// Authorization: 403 unless an authorizer allows the request.
 pub async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let (Some(info), Some(user)) = (req.extensions().get::<RequestInfo>(), req.extensions().get::<UserInfo>()) else {
-        return ErrorResponse(wasm_apiserver_api::ApiError::Internal("request without identity".into())).into_response();
+    let (Some(info), Some(user)) = (
+        req.extensions().get::<RequestInfo>(),
+        req.extensions().get::<UserInfo>(),
+    ) else {
+        return ErrorResponse(wasm_apiserver_api::ApiError::Internal(
+            "request without identity".into(),
+        ))
+        .into_response();
     };
     let attrs = crate::authz::attributes(info, user);
     let decision = state.authz.authorize(&attrs);
     if let Some(a) = req.extensions().get::<crate::audit::Annotations>() {
         a.add([
-            ("authorization.k8s.io/decision".to_string(), if decision.is_allowed() { "allow" } else { "forbid" }.to_string()),
-            ("authorization.k8s.io/reason".to_string(), decision.reason().to_string()),
+            (
+                "authorization.k8s.io/decision".to_string(),
+                if decision.is_allowed() {
+                    "allow"
+                } else {
+                    "forbid"
+                }
+                .to_string(),
+            ),
+            (
+                "authorization.k8s.io/reason".to_string(),
+                decision.reason().to_string(),
+            ),
         ]);
     }
     match decision {
@@ -64,18 +85,34 @@ pub async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: N
 /// `Impersonate-Group`, `Impersonate-Uid` and `Impersonate-Extra-*` headers
 /// replace the request's user when the real user may `impersonate` each of
 /// them, as upstream's impersonation filter.
-pub async fn impersonate(State(state): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+pub async fn impersonate(
+    State(state): State<Arc<AppState>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let headers = req.headers();
-    let user_h = headers.get("impersonate-user").and_then(|v| v.to_str().ok()).map(String::from);
-    let groups: Vec<String> =
-        headers.get_all("impersonate-group").iter().filter_map(|v| v.to_str().ok().map(String::from)).collect();
-    let uid = headers.get("impersonate-uid").and_then(|v| v.to_str().ok()).map(String::from);
+    let user_h = headers
+        .get("impersonate-user")
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    let groups: Vec<String> = headers
+        .get_all("impersonate-group")
+        .iter()
+        .filter_map(|v| v.to_str().ok().map(String::from))
+        .collect();
+    let uid = headers
+        .get("impersonate-uid")
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
     let mut extra: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for (name, value) in headers.iter() {
         if let Some(key) = name.as_str().strip_prefix("impersonate-extra-")
             && let Ok(v) = value.to_str()
         {
-            extra.entry(key.to_string()).or_default().push(v.to_string());
+            extra
+                .entry(key.to_string())
+                .or_default()
+                .push(v.to_string());
         }
     }
     if user_h.is_none() && (!groups.is_empty() || uid.is_some() || !extra.is_empty()) {
@@ -84,7 +121,9 @@ pub async fn impersonate(State(state): State<Arc<AppState>>, mut req: Request, n
         ))
         .into_response();
     }
-    let Some(target) = user_h else { return next.run(req).await };
+    let Some(target) = user_h else {
+        return next.run(req).await;
+    };
     let Some(real) = req.extensions().get::<UserInfo>().cloned() else {
         return next.run(req).await;
     };
@@ -109,11 +148,16 @@ pub async fn impersonate(State(state): State<Arc<AppState>>, mut req: Request, n
         };
         match state.authz.authorize(&attrs) {
             wasm_apiserver_api::rbac::Decision::Allow(_) => Ok(()),
-            wasm_apiserver_api::rbac::Decision::NoOpinion(r) => Err(crate::authz::forbidden(&attrs, &r)),
+            wasm_apiserver_api::rbac::Decision::NoOpinion(r) => {
+                Err(crate::authz::forbidden(&attrs, &r))
+            }
         }
     };
     let mut checks = Vec::new();
-    match target.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':')) {
+    match target
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|r| r.split_once(':'))
+    {
         Some((ns, name)) => checks.push(check("serviceaccounts", name, Some(ns), None)),
         None => checks.push(check("users", &target, None, None)),
     }
@@ -122,7 +166,11 @@ pub async fn impersonate(State(state): State<Arc<AppState>>, mut req: Request, n
         checks.push(check("uids", u, None, None));
     }
     for (key, values) in &extra {
-        checks.extend(values.iter().map(|v| check("userextras", v, None, Some(key))));
+        checks.extend(
+            values
+                .iter()
+                .map(|v| check("userextras", v, None, Some(key))),
+        );
     }
     if let Some(Err(e)) = checks.into_iter().find(|c| c.is_err()) {
         return ErrorResponse(e).into_response();
@@ -131,6 +179,11 @@ pub async fn impersonate(State(state): State<Arc<AppState>>, mut req: Request, n
     if target != "system:anonymous" && !groups.iter().any(|g| g == "system:authenticated") {
         groups.push("system:authenticated".into());
     }
-    req.extensions_mut().insert(UserInfo { username: target, uid: uid.unwrap_or_default(), groups, extra });
+    req.extensions_mut().insert(UserInfo {
+        username: target,
+        uid: uid.unwrap_or_default(),
+        groups,
+        extra,
+    });
     next.run(req).await
 }

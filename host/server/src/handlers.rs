@@ -82,7 +82,11 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-fn write_options(q: &Query, user: &UserInfo, audit: &Option<crate::audit::Annotations>) -> Result<WriteOptions> {
+fn write_options(
+    q: &Query,
+    user: &UserInfo,
+    audit: &Option<crate::audit::Annotations>,
+) -> Result<WriteOptions> {
     let dry_run = match q.get("dryRun") {
         None => false,
         Some("All") => true,

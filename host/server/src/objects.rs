@@ -59,7 +59,10 @@ impl WriteOptions {
         if let Some(audit) = &self.audit {
             audit.add(items.iter().cloned());
         }
-        self.audit_annotations.lock().expect("annotations lock").extend(items);
+        self.audit_annotations
+            .lock()
+            .expect("annotations lock")
+            .extend(items);
     }
 
     pub fn warnings(&self) -> Vec<String> {

@@ -204,7 +204,10 @@ async fn open_storage(args: &ServeArgs) -> anyhow::Result<Arc<dyn Storage>> {
     if args.etcd_servers.is_empty() {
         let store = EmbeddedStore::open(
             &args.data_dir.join("store.redb"),
-            EmbeddedOptions { progress_interval: args.watch_progress_interval, ..Default::default() },
+            EmbeddedOptions {
+                progress_interval: args.watch_progress_interval,
+                ..Default::default()
+            },
         )?;
         return Ok(Arc::new(store));
     }
@@ -216,13 +219,19 @@ async fn open_storage(args: &ServeArgs) -> anyhow::Result<Arc<dyn Storage>> {
             cert_file: args.etcd_certfile.clone(),
             key_file: args.etcd_keyfile.clone(),
         });
-        let options = EtcdOptions { progress_interval: args.watch_progress_interval, tls, ..Default::default() };
+        let options = EtcdOptions {
+            progress_interval: args.watch_progress_interval,
+            tls,
+            ..Default::default()
+        };
         let store = EtcdStore::connect(&args.etcd_servers, &args.etcd_prefix, options).await?;
         tracing::info!(servers = ?args.etcd_servers, "storage: etcd");
         Ok(Arc::new(store))
     }
     #[cfg(not(feature = "etcd"))]
-    anyhow::bail!("--etcd-servers needs a build with the `etcd` feature (cargo build --features etcd)")
+    anyhow::bail!(
+        "--etcd-servers needs a build with the `etcd` feature (cargo build --features etcd)"
+    )
 }
 
 /// Runs the server until SIGINT/SIGTERM.
@@ -264,8 +273,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         bootstrap_tokens: args.enable_bootstrap_token_auth,
     };
     if let Some(path) = &args.audit_log_path {
-        let policy_file =
-            args.audit_policy_file.as_ref().ok_or_else(|| anyhow::anyhow!("--audit-log-path needs --audit-policy-file"))?;
+        let policy_file = args
+            .audit_policy_file
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("--audit-log-path needs --audit-policy-file"))?;
         let text = std::fs::read_to_string(policy_file)?;
         state.audit = Some(Arc::new(crate::audit::AuditLog::open(
             path.clone(),
@@ -274,7 +285,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             args.audit_log_maxbackup,
         )?));
     }
-    state.authz.set_modes(crate::authz::Authorizer::parse(&args.authorization_mode).map_err(anyhow::Error::msg)?);
+    state.authz.set_modes(
+        crate::authz::Authorizer::parse(&args.authorization_mode).map_err(anyhow::Error::msg)?,
+    );
     let state = Arc::new(state);
 
     namespaces::ensure_initial(&state.objects).await?;
@@ -282,7 +295,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::authz::reload(&state.objects, &state.authz).await?;
     crate::authz::spawn_controller(state.objects.clone(), state.authz.clone());
     if args.enable_bootstrap_token_auth {
-        crate::authn::spawn_token_cleaner(state.objects.clone(), std::time::Duration::from_secs(10));
+        crate::authn::spawn_token_cleaner(
+            state.objects.clone(),
+            std::time::Duration::from_secs(10),
+        );
     }
     crate::admission::spawn_controller(state.objects.clone());
     namespaces::spawn_controller(state.objects.clone());

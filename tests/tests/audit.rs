@@ -1,0 +1,157 @@
+//! End-to-end audit logging: a denied request and an allowed write each
+//! appear in the audit log at the level the policy gives them, with the
+//! authorization decision and a wasm admission plugin's audit annotation.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::time::Duration;
+use wasm_apiserver_e2e::{Server, kubectl, kubectl_ok, poll_until, write_manifest};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+const POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  nonResourceURLs: ["/readyz", "/healthz", "/livez", "/version", "/api", "/api/*", "/apis", "/apis/*", "/openapi/*"]
+- level: RequestResponse
+  resources: [{group: "", resources: ["configmaps"]}]
+- level: Metadata
+"#;
+
+fn events(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("audit lines are JSON"))
+        .collect()
+}
+
+#[test]
+fn allowed_writes_denials_and_plugin_annotations_are_audited() {
+    let out = std::process::Command::new("bash")
+        .arg(repo().join("scripts/build-plugins.sh"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let log = dir.path().join("audit.log");
+    let plugins = repo().join("plugins/target/wasm32-wasip2/release");
+    let s = Server::start_with_args(&[
+        "--audit-log-path",
+        log.to_str().unwrap(),
+        "--audit-policy-file",
+        policy.to_str().unwrap(),
+        "--plugin-dir",
+        plugins.to_str().unwrap(),
+    ]);
+
+    // An Audit-mode plugin lets the write through and annotates it.
+    let plugin = write_manifest(
+        &s,
+        "p.yaml",
+        r#"apiVersion: admission.wasm-apiserver.io/v1alpha1
+kind: AdmissionPlugin
+metadata: {name: team-audit}
+spec:
+  module: {file: require_labels.wasm}
+  phases: [Validating]
+  mode: Audit
+  rules: [{operations: [CREATE], apiGroups: [""], apiVersions: ["*"], resources: [configmaps]}]
+  config: {labels: [team]}
+"#,
+    );
+    kubectl_ok(&s, None, &["apply", "-f", plugin.to_str().unwrap()]);
+    kubectl_ok(
+        &s,
+        None,
+        &["create", "configmap", "audited", "--from-literal=k=v"],
+    );
+    let denied = kubectl(
+        &s,
+        None,
+        &[
+            "--as",
+            "nobody",
+            "create",
+            "configmap",
+            "denied",
+            "--from-literal=k=v",
+        ],
+    );
+    assert!(!denied.status.success());
+
+    let all = poll_until(
+        Duration::from_secs(10),
+        "both events in the audit log",
+        || {
+            let evs = events(&log);
+            let write = evs.iter().any(|e| {
+                e["objectRef"]["resource"] == "configmaps" && e["responseStatus"]["code"] == 201
+            });
+            let deny = evs.iter().any(|e| e["responseStatus"]["code"] == 403);
+            (write && deny).then_some(evs)
+        },
+    );
+    let write = all
+        .iter()
+        .find(|e| e["objectRef"]["resource"] == "configmaps" && e["responseStatus"]["code"] == 201)
+        .unwrap();
+    assert_eq!(write["level"], "RequestResponse", "{write}");
+    assert_eq!(write["stage"], "ResponseComplete");
+    assert_eq!(write["verb"], "create");
+    assert_eq!(write["user"]["username"], "kubernetes-admin");
+    assert_eq!(
+        write["requestObject"]["metadata"]["name"], "audited",
+        "Request level and above log the body"
+    );
+    assert_eq!(write["responseObject"]["metadata"]["name"], "audited");
+    assert_eq!(
+        write["annotations"]["authorization.k8s.io/decision"],
+        "allow"
+    );
+    assert!(
+        write["annotations"]["team-audit/audit-denial"]
+            .as_str()
+            .unwrap_or("")
+            .contains("missing required label(s): team"),
+        "the plugin's Audit-mode denial is annotated: {write}"
+    );
+
+    let deny = all
+        .iter()
+        .find(|e| e["responseStatus"]["code"] == 403)
+        .unwrap();
+    assert_eq!(
+        deny["annotations"]["authorization.k8s.io/decision"], "forbid",
+        "{deny}"
+    );
+    assert_eq!(deny["level"], "RequestResponse");
+    // The AdmissionPlugin write is logged at Metadata: no bodies.
+    let meta = all
+        .iter()
+        .find(|e| e["objectRef"]["resource"] == "admissionplugins")
+        .expect("plugin write audited");
+    assert_eq!(meta["level"], "Metadata");
+    assert!(
+        meta.get("requestObject").is_none() && meta.get("responseObject").is_none(),
+        "{meta}"
+    );
+    assert!(
+        all.iter().all(|e| e["stage"] != "RequestReceived"),
+        "omitStages is honoured"
+    );
+    assert!(
+        all.iter().all(|e| e["requestURI"] != "/readyz"),
+        "level None is not logged"
+    );
+}
