@@ -299,6 +299,30 @@ const SELF_SUBJECT_RULES_REVIEW: &[Field] = &[
 
 const SELF_SUBJECT_REVIEW: &[Field] = &[(1, "metadata", Ty::Msg(OBJECT_META), false)];
 
+const TOKEN_REQUEST: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (
+        2,
+        "spec",
+        Ty::Msg(&[
+            (1, "audiences", Ty::Str, true),
+            (4, "expirationSeconds", Ty::Int, false),
+            (
+                3,
+                "boundObjectRef",
+                Ty::Msg(&[
+                    (1, "kind", Ty::Str, false),
+                    (2, "apiVersion", Ty::Str, false),
+                    (3, "name", Ty::Str, false),
+                    (4, "uid", Ty::Str, false),
+                ]),
+                false,
+            ),
+        ]),
+        false,
+    ),
+];
+
 const DELETE_OPTIONS: &[Field] = &[
     (1, "gracePeriodSeconds", Ty::Int, false),
     (
@@ -342,6 +366,7 @@ fn schema(api_version: &str, kind: &str) -> Option<&'static [Field]> {
         }
         ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => SELF_SUBJECT_RULES_REVIEW,
         ("authentication.k8s.io/v1", "SelfSubjectReview") => SELF_SUBJECT_REVIEW,
+        ("authentication.k8s.io/v1", "TokenRequest") => TOKEN_REQUEST,
         (_, "DeleteOptions") => DELETE_OPTIONS,
         _ => return None,
     })

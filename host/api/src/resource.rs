@@ -193,7 +193,7 @@ impl Registry {
                 "ServiceAccount",
                 true,
                 &["sa"],
-                &[],
+                &["token"],
                 Printer::ServiceAccount,
             ),
             info(

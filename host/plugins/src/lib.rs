@@ -57,6 +57,8 @@
 //! and reuses `Runtime::compile`, `Runtime::core` and `PluginCore::run` unchanged.
 
 mod admission;
+mod authn;
+mod authz;
 mod error;
 mod metrics;
 mod runtime;
@@ -64,6 +66,8 @@ mod sandbox;
 mod types;
 
 pub use admission::AdmissionPlugin;
+pub use authn::{AuthenticatorPlugin, AuthnOutcome, AuthnRequest, ClientCertificate};
+pub use authz::{AuthorizerPlugin, AuthzAttributes, AuthzDecision, AuthzRequest};
 pub use error::PluginError;
 pub use runtime::{Limits, Runtime, RuntimeConfig};
 pub use types::{

@@ -90,6 +90,8 @@ const TARGET_WATCH_P99: Duration = Duration::from_millis(50);
 /// Concurrency of the loaded admission rows (each variant also runs with 1
 /// client, for latency without queueing).
 const ADMISSION_CLIENTS: usize = 16;
+/// Rounds the admission variants take turns in, each `BENCH_SECONDS / ROUNDS` long.
+const ADMISSION_ROUNDS: usize = 3;
 /// How many AdmissionPlugin objects the "five plugins" variant creates.
 const MANY_PLUGINS: usize = 5;
 /// The label the plugins and the webhook require.
@@ -1259,8 +1261,9 @@ fn plugin_dir() -> PathBuf {
 }
 
 /// The cost of admission on `create`: the plugin runtime alone, then one
-/// fresh server (embedded store, admission chain on) per variant, each
-/// loaded with 1 and [`ADMISSION_CLIENTS`] clients. Every create carries the
+/// fresh server (embedded store, admission chain on) per variant, loaded
+/// with 1 and then [`ADMISSION_CLIENTS`] clients, the variants taking turns
+/// in [`ADMISSION_ROUNDS`] rounds. Every create carries the
 /// required label, so every one is allowed; a create without it is checked
 /// to be denied first, so the check is known to be in the path.
 async fn admission(
@@ -1282,6 +1285,8 @@ async fn admission(
 
     let cache = dir.join("plugin-cache");
     let variants = [NO_ADMISSION, ONE_PLUGIN, MANY_PLUGINS_LABEL, WEBHOOK];
+    // (server, its address, unlabelled-create status, webhook)
+    let mut servers = Vec::with_capacity(variants.len());
     for (n, variant) in variants.into_iter().enumerate() {
         let store = dir.join(format!("admission-{n}.redb"));
         let cache = cache.clone();
@@ -1357,19 +1362,64 @@ async fn admission(
             .into());
         }
 
-        for clients in [1, ADMISSION_CLIENTS] {
-            let mut row = admission_create(&api, variant, clients, window).await?;
-            row.note = format!("~200 B objects, all allowed; unlabelled create: {status}");
-            if let Some(h) = &hook {
+        if let Some(h) = &hook {
+            h.calls.store(0, Ordering::Relaxed);
+        }
+        servers.push((server, api, status, hook));
+    }
+
+    // Interleaved rounds (A B C D A B C D ...), so that a change in the
+    // machine's background load hits every variant alike.
+    let slice = window / ADMISSION_ROUNDS as u32;
+    for clients in [1, ADMISSION_CLIENTS] {
+        let mut merged: Vec<Option<Row>> = variants.iter().map(|_| None).collect();
+        for round in 0..ADMISSION_ROUNDS {
+            for ((_, api, _, _), (variant, slot)) in
+                servers.iter().zip(variants.iter().zip(&mut merged))
+            {
+                let row = admission_create(api, variant, clients, round, slice).await?;
+                match slot {
+                    Some(into) => merge(into, row),
+                    None => *slot = Some(row),
+                }
+            }
+        }
+        for ((_, _, status, hook), row) in servers.iter().zip(merged) {
+            let mut row = row.ok_or("no admission row")?;
+            row.latencies.sort_unstable();
+            row.note = format!(
+                "~200 B objects, all allowed; unlabelled create: {status}; \
+                 {ADMISSION_ROUNDS} interleaved rounds"
+            );
+            if let Some(h) = hook {
                 let calls = h.calls.swap(0, Ordering::Relaxed);
                 row.note
                     .push_str(&format!("; webhook answered {calls} reviews"));
             }
             rows.push(row);
         }
-        drop(server);
     }
     Ok(rows)
+}
+
+/// Adds the operations, time and CPU of `more` (same scenario) to `into`;
+/// CPU averages weighted by time. Leaves the latencies unsorted.
+fn merge(into: &mut Row, more: Row) {
+    let (a, b) = (into.seconds, more.seconds);
+    let avg = |x: f64, y: f64| (x * a + y * b) / (a + b).max(f64::MIN_POSITIVE);
+    into.cpu = match (into.cpu, more.cpu) {
+        (Some(x), Some(y)) => Some(Cpu {
+            server: avg(x.server, y.server),
+            client: avg(x.client, y.client),
+            etcd: x.etcd.zip(y.etcd).map(|(x, y)| avg(x, y)),
+            others: avg(x.others, y.others),
+        }),
+        _ => None,
+    };
+    into.ops += more.ops;
+    into.errors += more.errors;
+    into.seconds += more.seconds;
+    into.latencies.extend(more.latencies);
 }
 
 /// Closed-loop creates of ConfigMaps carrying [`REQUIRED_LABEL`].
@@ -1377,6 +1427,7 @@ async fn admission_create(
     api: &Api,
     variant: &str,
     clients: usize,
+    round: usize,
     window: Duration,
 ) -> Result<Row, Error> {
     let uri: Uri = format!("/api/v1/namespaces/{NS_CREATE}/configmaps").parse()?;
@@ -1386,7 +1437,7 @@ async fn admission_create(
             uri.clone(),
             Some((
                 "application/json",
-                configmap_labelled(&format!("c{clients}-{w}-{i}"), i, REQUIRED_LABEL),
+                configmap_labelled(&format!("c{clients}-{round}-{w}-{i}"), i, REQUIRED_LABEL),
             )),
         )
     });
@@ -1623,21 +1674,26 @@ async fn etcd(
     let prefix = format!("etcd {version}: ");
 
     let mut rows = Vec::new();
-    let before = raw.get("/bench-raw/", None).await?;
-    let from = before.header().map_or(0, |h| h.revision());
+    let before = etcd.counters(&mut raw).await?;
     let mut put = etcd_raw_put(&raw, clients, window, value_size).await?;
     put.scenario = format!("{prefix}raw put (etcd-client)");
-    let after = raw.get("/bench-raw/", None).await?;
-    let to = after.header().map_or(0, |h| h.revision());
+    let after = etcd.counters(&mut raw).await?;
+    put.note.push_str(&after.per_write(&before));
     rows.push(put);
+    let (from, to) = (before.revision, after.revision);
     let mut replay = etcd_raw_replay(&raw, from + 1, to).await?;
     replay.scenario = format!("{prefix}raw watch replay (1 watch)");
     rows.push(replay);
     rows.extend(etcd_raw_watch(&raw, &prefix, WATCHERS, WATCH_WRITES, WATCH_PACE).await?);
 
+    let before = etcd.counters(&mut raw).await?;
     let mut create_row = create(&api, clients, window).await?;
+    let after = etcd.counters(&mut raw).await?;
     create_row.scenario = format!("{prefix}apiserver create ConfigMap (POST)");
-    create_row.note = format!("~200 B objects, {value_size} B as stored");
+    create_row.note = format!(
+        "~200 B objects, {value_size} B as stored{}",
+        after.per_write(&before)
+    );
     rows.push(create_row);
     let mut watched = watch(&api, WATCHERS, WATCH_WRITES, WATCH_PACE).await?;
     for r in &mut watched {
@@ -1724,6 +1780,44 @@ impl Etcd {
         Err("could not start etcd".into())
     }
 
+    /// etcd's revision and its counters of gRPC calls (by method) and WAL
+    /// fsyncs, from its `/metrics`.
+    async fn counters(&self, client: &mut etcd_client::Client) -> Result<EtcdCounters, Error> {
+        let revision = client
+            .get("/bench-raw/", None)
+            .await?
+            .header()
+            .map_or(0, |h| h.revision());
+        let addr: SocketAddr = self.endpoint.trim_start_matches("http://").parse()?;
+        let api = Api::new(addr);
+        let req = api.request(Method::GET, Uri::from_static("/metrics"), None);
+        let (status, body) = send(&mut api.connect().await?, req).await?;
+        if status != StatusCode::OK {
+            return Err(format!("etcd /metrics: {status}").into());
+        }
+        let mut calls = std::collections::BTreeMap::new();
+        for line in String::from_utf8_lossy(&body).lines() {
+            let value = || {
+                line.rsplit(' ')
+                    .next()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            if line.starts_with("grpc_server_handled_total{") {
+                if let Some(method) = line
+                    .split("grpc_method=\"")
+                    .nth(1)
+                    .and_then(|m| m.split('"').next())
+                {
+                    *calls.entry(method.to_owned()).or_insert(0.0) += value();
+                }
+            } else if line.starts_with("etcd_disk_wal_fsync_duration_seconds_count") {
+                *calls.entry("WAL fsync".to_owned()).or_insert(0.0) += value();
+            }
+        }
+        Ok(EtcdCounters { revision, calls })
+    }
+
     /// A raw etcd client (one HTTP/2 connection, shared by its clones).
     async fn client(&self) -> Result<etcd_client::Client, Error> {
         let options = etcd_client::ConnectOptions::new()
@@ -1734,6 +1828,31 @@ impl Etcd {
             etcd_client::Client::connect([self.endpoint.as_str()], Some(options)),
         )
         .await??)
+    }
+}
+
+/// A snapshot of etcd's revision and counters.
+#[cfg(feature = "etcd")]
+struct EtcdCounters {
+    revision: i64,
+    calls: std::collections::BTreeMap<String, f64>,
+}
+
+#[cfg(feature = "etcd")]
+impl EtcdCounters {
+    /// The gRPC calls and fsyncs since `before` per revision (per write),
+    /// warm-up included, as a note suffix.
+    fn per_write(&self, before: &EtcdCounters) -> String {
+        let writes = (self.revision - before.revision).max(1) as f64;
+        let per: Vec<String> = self
+            .calls
+            .iter()
+            .filter_map(|(k, v)| {
+                let d = v - before.calls.get(k).copied().unwrap_or(0.0);
+                (d > 0.0).then(|| format!("{k} {:.2}", d / writes))
+            })
+            .collect();
+        format!("; per write in etcd: {}", per.join(", "))
     }
 }
 

@@ -19,6 +19,8 @@ pub struct Authenticator {
     pub token_file: Option<Arc<TokenFile>>,
     /// `--enable-bootstrap-token-auth`.
     pub bootstrap_tokens: bool,
+    /// Verifies ServiceAccount tokens.
+    pub service_accounts: Option<Arc<crate::satoken::TokenSigner>>,
 }
 
 impl Default for Authenticator {
@@ -27,6 +29,7 @@ impl Default for Authenticator {
             anonymous: true,
             token_file: None,
             bootstrap_tokens: false,
+            service_accounts: None,
         }
     }
 }
@@ -94,6 +97,11 @@ impl Authenticator {
             {
                 return self.bootstrap(objects, &id, &secret).await;
             }
+            if let Some(signer) = &self.service_accounts
+                && let Some(sub) = signer.verify(token)
+            {
+                return self.service_account(objects, sub).await;
+            }
             // No token authenticator accepted it.
             return Err(unauthorized());
         }
@@ -105,6 +113,35 @@ impl Authenticator {
 }
 
 impl Authenticator {
+    /// A ServiceAccount token is valid while its ServiceAccount exists with
+    /// the uid the token was issued for.
+    async fn service_account(
+        &self,
+        objects: &Objects,
+        sub: crate::satoken::TokenSubject,
+    ) -> Result<UserInfo, ApiError> {
+        let info = objects
+            .registry
+            .get("", "v1", "serviceaccounts")
+            .expect("built in");
+        match objects.get(info, Some(&sub.namespace), &sub.name).await {
+            Ok(sa) if wasm_apiserver_api::meta::str_field(&sa, "uid") == Some(sub.uid.as_str()) => {
+                Ok(UserInfo {
+                    username: format!("system:serviceaccount:{}:{}", sub.namespace, sub.name),
+                    uid: sub.uid,
+                    groups: vec![
+                        "system:serviceaccounts".into(),
+                        format!("system:serviceaccounts:{}", sub.namespace),
+                        "system:authenticated".into(),
+                    ],
+                    ..Default::default()
+                })
+            }
+            Ok(_) | Err(ApiError::NotFound(_)) => Err(unauthorized()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// A bootstrap token: the Secret `kube-system/bootstrap-token-<id>`.
     async fn bootstrap(
         &self,

@@ -288,6 +288,22 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
     } else if cluster_scoped_with_ns || namespaced_without_ns {
         return Err(not_found());
     }
+    if res.plural == "serviceaccounts"
+        && info.subresource.as_deref() == Some("token")
+        && info.verb == "create"
+    {
+        let body = read_body_limited(body, state.max_request_bytes).await?;
+        let req_obj = decode_body(&headers, &body)?;
+        let answer = token_request(
+            state,
+            res,
+            ns.unwrap_or_default(),
+            info.name.as_deref().unwrap_or_default(),
+            req_obj,
+        )
+        .await?;
+        return Ok(json_response(StatusCode::CREATED, &answer));
+    }
     if let Some(sub) = &info.subresource
         && (!res.subresources.contains(sub)
             || !matches!(info.verb.as_str(), "get" | "update" | "patch"))
@@ -463,6 +479,52 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
         }
         _ => Err(ApiError::MethodNotAllowed),
     }
+}
+
+async fn read_body_limited(body: Body, limit: usize) -> Result<bytes::Bytes> {
+    to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError::RequestEntityTooLarge("the request is too large".into()))
+}
+
+/// `POST .../serviceaccounts/<name>/token` (TokenRequest, `kubectl create token`).
+async fn token_request(
+    state: &AppState,
+    res: &ResourceInfo,
+    ns: &str,
+    name: &str,
+    mut body: Value,
+) -> Result<Value> {
+    let sa = state.objects.get(res, Some(ns), name).await?;
+    let signer = state.authn.service_accounts.as_ref().ok_or_else(|| {
+        ApiError::ServiceUnavailable("ServiceAccount tokens are not enabled".into())
+    })?;
+    let audiences: Vec<String> = body["spec"]["audiences"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    // Upstream's bounds: at least 10 minutes, at most 48 hours; default 1 hour.
+    let lifetime = body["spec"]["expirationSeconds"]
+        .as_i64()
+        .unwrap_or(3600)
+        .clamp(600, 48 * 3600);
+    let sub = crate::satoken::TokenSubject {
+        namespace: ns.to_string(),
+        name: name.to_string(),
+        uid: meta::str_field(&sa, "uid").unwrap_or_default().to_string(),
+    };
+    let (token, exp) = signer
+        .issue(&sub, &audiences, lifetime)
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    body["apiVersion"] = json!("authentication.k8s.io/v1");
+    body["kind"] = json!("TokenRequest");
+    body["spec"]["expirationSeconds"] = json!(lifetime);
+    body["status"] = json!({"token": token, "expirationTimestamp": meta::timestamp(exp)});
+    Ok(body)
 }
 
 /// `DeleteOptions` from the body (if any) and the query.

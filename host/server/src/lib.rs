@@ -21,6 +21,7 @@ pub mod handlers;
 pub mod namespaces;
 pub mod objects;
 pub mod request;
+pub mod satoken;
 pub mod server;
 pub mod tls;
 pub mod watch;

@@ -271,6 +271,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         anonymous: args.anonymous_auth,
         token_file,
         bootstrap_tokens: args.enable_bootstrap_token_auth,
+        service_accounts: Some(Arc::new(crate::satoken::TokenSigner::load_or_create(
+            &args.data_dir,
+        )?)),
     };
     if let Some(path) = &args.audit_log_path {
         let policy_file = args

@@ -1,0 +1,275 @@
+//! Authorizer plugins: the `wasm-apiserver:plugin/authorizer-plugin` world.
+//!
+//! Only what is specific to authorization lives here: the world's binding,
+//! the plain request/decision types ([`AuthzRequest`], [`AuthzAttributes`],
+//! [`AuthzDecision`]) and their conversion. Loading, limits, concurrency and
+//! metrics come from [`crate::runtime`]; the `log` and `types` imports are
+//! shared with [`crate::authn`]'s binding.
+
+use crate::authn::user_to_wit;
+use crate::runtime::{Limits, PluginCore, Runtime};
+use crate::sandbox::StoreState;
+use crate::types::UserInfo;
+use crate::{PluginError, metrics::OpMetrics};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Instant;
+use wasmtime::component::HasSelf;
+
+/// The bindings of the authorizer world; its imports are those of the
+/// authenticator binding, whose host implementations they reuse.
+mod bindings {
+    wasmtime::component::bindgen!({
+        world: "authorizer-plugin",
+        path: "../../wit",
+        exports: { default: async },
+        with: {
+            "wasm-apiserver:plugin/types": crate::authn::bindings::wasm_apiserver::plugin::types,
+            "wasm-apiserver:plugin/log": crate::authn::bindings::wasm_apiserver::plugin::log,
+        },
+    });
+}
+
+use bindings::exports::wasm_apiserver::plugin::authorizer as wit;
+
+/// The fully qualified name of the world, for error messages.
+const WORLD: &str = "wasm-apiserver:plugin/authorizer-plugin@0.1.0";
+/// `kind` label of authorizer metrics.
+const KIND: &str = "authz";
+
+/// What a request does, as Kubernetes' `authorizer.Attributes`. Fields that
+/// do not apply are empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthzAttributes {
+    /// `get`, `list`, `create`, ... (or the lower-case HTTP method for non-resource requests).
+    pub verb: String,
+    /// The API group; empty for the core group.
+    pub api_group: String,
+    /// The API version, e.g. `v1`.
+    pub api_version: String,
+    /// The resource, e.g. `pods`.
+    pub resource: String,
+    /// The subresource, e.g. `status`.
+    pub subresource: String,
+    /// The namespace; empty when cluster-scoped or across namespaces.
+    pub namespace: String,
+    /// The object's name; empty for collections and creates.
+    pub name: String,
+    /// The request path.
+    pub path: String,
+    /// False for non-resource URLs (`/version`, `/apis`, ...).
+    pub is_resource_request: bool,
+}
+
+/// Who asks to do what; the input of authorizer plugins.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthzRequest {
+    /// Identifies the call in logs.
+    pub uid: String,
+    /// The authenticated (or anonymous) user.
+    pub user: UserInfo,
+    /// What the user asks to do.
+    pub attributes: AuthzAttributes,
+}
+
+/// An authorizer plugin's decision, each with a reason (possibly empty).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AuthzDecision {
+    /// Allowed; later authorizers are not asked.
+    Allow(String),
+    /// Forbidden (403); later authorizers are not asked.
+    Deny(String),
+    /// Undecided; ask the next authorizer.
+    NoOpinion(String),
+}
+
+impl AuthzDecision {
+    /// The decision's reason.
+    pub fn reason(&self) -> &str {
+        match self {
+            AuthzDecision::Allow(r) | AuthzDecision::Deny(r) | AuthzDecision::NoOpinion(r) => r,
+        }
+    }
+}
+
+/// A loaded authorizer plugin, ready to be called concurrently. Cheap to clone.
+#[derive(Clone)]
+pub struct AuthorizerPlugin {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    core: PluginCore,
+    pre: bindings::AuthorizerPluginPre<StoreState>,
+    config: String,
+    metrics: Arc<OpMetrics>,
+}
+
+impl std::fmt::Debug for AuthorizerPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthorizerPlugin")
+            .field("name", &self.name())
+            .field("sha256", &self.digest())
+            .finish()
+    }
+}
+
+impl Runtime {
+    /// Loads an authorizer plugin: compiles `wasm` (or takes it from the
+    /// cache), checks that it targets the authorizer world and imports
+    /// nothing the host lacks, and has it check `config` once.
+    ///
+    /// `name` labels logs and metrics; `config` is handed verbatim to every call.
+    pub async fn load_authorizer(
+        &self,
+        name: &str,
+        wasm: &[u8],
+        config: &str,
+        limits: Limits,
+    ) -> Result<AuthorizerPlugin, PluginError> {
+        let compiled = self.compile(name, wasm).await?;
+        let wrong_world = |e: wasmtime::Error| PluginError::WrongWorld {
+            plugin: name.to_owned(),
+            world: WORLD,
+            message: format!("{e:#}"),
+        };
+        let mut linker = self.linker()?;
+        bindings::AuthorizerPlugin::add_to_linker::<StoreState, HasSelf<StoreState>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| PluginError::Engine(format!("linking the authorizer world: {e:#}")))?;
+        let instance_pre = linker
+            .instantiate_pre(&compiled.component)
+            .map_err(wrong_world)?;
+        let pre = bindings::AuthorizerPluginPre::new(instance_pre).map_err(wrong_world)?;
+
+        let core = self.core(name, compiled.digest, limits)?;
+        let plugin = AuthorizerPlugin {
+            inner: Arc::new(Inner {
+                metrics: self.metrics().op(name, KIND, "authorize"),
+                core,
+                pre,
+                config: config.to_owned(),
+            }),
+        };
+        plugin.check_config().await?;
+        Ok(plugin)
+    }
+}
+
+impl AuthorizerPlugin {
+    /// The name the plugin was loaded under.
+    pub fn name(&self) -> &str {
+        &self.inner.core.name
+    }
+
+    /// The SHA-256 of the plugin's wasm bytes, in hex.
+    pub fn digest(&self) -> &str {
+        &self.inner.core.digest
+    }
+
+    /// The limits every call runs under.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.core.limits
+    }
+
+    /// Asks the plugin whether `request` is allowed. A `Deny` counts as a
+    /// denial in the metrics.
+    pub async fn authorize(&self, request: &AuthzRequest) -> Result<AuthzDecision, PluginError> {
+        let inner = &self.inner;
+        inner.metrics.call();
+        let start = Instant::now();
+        let result = self.call(request).await;
+        inner.core.record(&inner.metrics, start, &result, |d| {
+            matches!(d, AuthzDecision::Deny(_))
+        });
+        result
+    }
+
+    async fn check_config(&self) -> Result<(), PluginError> {
+        let inner = &self.inner;
+        let pre = inner.pre.clone();
+        let config = inner.config.clone();
+        let checked = inner
+            .core
+            .run("check-config", move |mut store| async move {
+                let result = async {
+                    let instance = pre.instantiate_async(&mut store).await?;
+                    instance
+                        .wasm_apiserver_plugin_authorizer()
+                        .call_check_config(&mut store, &config)
+                        .await
+                }
+                .await;
+                (store, result)
+            })
+            .await?;
+        checked.map_err(|message| PluginError::Config {
+            plugin: self.name().to_owned(),
+            message,
+        })
+    }
+
+    async fn call(&self, request: &AuthzRequest) -> Result<AuthzDecision, PluginError> {
+        let inner = &self.inner;
+        let pre = inner.pre.clone();
+        let config = inner.config.clone();
+        let wit_request = to_wit(request);
+        let decision = inner
+            .core
+            .run(&request.uid, move |mut store| async move {
+                let result = async {
+                    let instance = pre.instantiate_async(&mut store).await?;
+                    instance
+                        .wasm_apiserver_plugin_authorizer()
+                        .call_authorize(&mut store, &config, &wit_request)
+                        .await
+                }
+                .await;
+                (store, result)
+            })
+            .await?;
+        from_wit(&inner.core, decision)
+    }
+}
+
+fn to_wit(r: &AuthzRequest) -> wit::AuthzRequest {
+    let a = &r.attributes;
+    wit::AuthzRequest {
+        uid: r.uid.clone(),
+        user: user_to_wit(&r.user),
+        attributes: wit::Attributes {
+            verb: a.verb.clone(),
+            api_group: a.api_group.clone(),
+            api_version: a.api_version.clone(),
+            resource: a.resource.clone(),
+            subresource: a.subresource.clone(),
+            namespace: a.namespace.clone(),
+            name: a.name.clone(),
+            path: a.path.clone(),
+            is_resource_request: a.is_resource_request,
+        },
+    }
+}
+
+/// Checks the size of a plugin's decision and converts it.
+fn from_wit(core: &PluginCore, d: wit::AuthzDecision) -> Result<AuthzDecision, PluginError> {
+    let decision = match d {
+        wit::AuthzDecision::Allow(r) => AuthzDecision::Allow(r),
+        wit::AuthzDecision::Deny(r) => AuthzDecision::Deny(r),
+        wit::AuthzDecision::NoOpinion(r) => AuthzDecision::NoOpinion(r),
+    };
+    let size = decision.reason().len();
+    if size > core.limits.max_output_bytes {
+        return Err(PluginError::OutputTooLarge {
+            plugin: core.name.to_string(),
+            size,
+            limit: core.limits.max_output_bytes,
+        });
+    }
+    Ok(decision)
+}
