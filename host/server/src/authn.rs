@@ -159,7 +159,7 @@ impl Authenticator {
             Err(e) => return Err(e),
         };
         match authn::authenticate_bootstrap(&obj, id, secret, chrono::Utc::now()) {
-            Ok(user) => Ok(to_user(user)),
+            Ok(user) => Ok(to_user(user.with_authenticated_group())),
             Err(e) => {
                 tracing::debug!(token_id = id, error = ?e, "bootstrap token rejected");
                 Err(unauthorized())

@@ -112,37 +112,41 @@ pub fn attributes(info: &RequestInfo, user: &UserInfo) -> Attributes {
 /// Upstream's 403 text, e.g. `configmaps "x" is forbidden: User "alice"
 /// cannot get resource "configmaps" in API group "" in the namespace "ns"`.
 pub fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
-    let mut msg = if attrs.is_resource_request {
-        let resource = match &attrs.subresource {
-            Some(sub) => format!("{}/{sub}", attrs.resource),
-            None => attrs.resource.clone(),
-        };
-        let scope = match &attrs.namespace {
-            Some(ns) => format!("in the namespace \"{ns}\""),
-            None => "at the cluster scope".into(),
-        };
-        let target = match &attrs.name {
-            Some(n) => format!("{resource} \"{n}\""),
-            None => resource.clone(),
-        };
-        format!(
-            "{target} is forbidden: User \"{}\" cannot {} resource \"{resource}\" in API group \"{}\" {scope}",
-            attrs.user, attrs.verb, attrs.api_group
-        )
+    let suffix = if reason.is_empty() {
+        String::new()
     } else {
-        format!(
-            "forbidden: User \"{}\" cannot {} path \"{}\"",
-            attrs.user, attrs.verb, attrs.path
-        )
+        format!(": {reason}")
     };
-    if !reason.is_empty() {
-        msg.push_str(&format!(": {reason}"));
+    if !attrs.is_resource_request {
+        return ApiError::Custom {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: format!(
+                "forbidden: User \"{}\" cannot {} path \"{}\"{suffix}",
+                attrs.user, attrs.verb, attrs.path
+            ),
+        };
     }
-    ApiError::Custom {
-        code: 403,
-        reason: "Forbidden".into(),
-        message: msg,
-    }
+    let resource = match &attrs.subresource {
+        Some(sub) => format!("{}/{sub}", attrs.resource),
+        None => attrs.resource.clone(),
+    };
+    let scope = match &attrs.namespace {
+        Some(ns) => format!("in the namespace \"{ns}\""),
+        None => "at the cluster scope".into(),
+    };
+    let target = wasm_apiserver_api::error::Target::new(
+        &attrs.api_group,
+        &resource,
+        attrs.name.as_deref().unwrap_or_default(),
+    );
+    ApiError::Forbidden(
+        target,
+        format!(
+            "User \"{}\" cannot {} resource \"{resource}\" in API group \"{}\" {scope}{suffix}",
+            attrs.user, attrs.verb, attrs.api_group
+        ),
+    )
 }
 
 fn info(objects: &Objects, plural: &str) -> ResourceInfo {
