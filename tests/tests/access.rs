@@ -774,3 +774,56 @@ fn anonymous_enabled_public_info_only() {
     let status: Value = serde_json::from_str(&body).expect("Status JSON");
     assert_eq!(status["details"]["kind"], "namespaces", "{status:#}");
 }
+
+/// `kubectl create token`: a ServiceAccount token authenticates as the
+/// ServiceAccount, gets what its bindings grant, and stops working once the
+/// ServiceAccount is deleted.
+#[test]
+fn service_account_tokens() {
+    let server = Server::start();
+    kubectl_ok(&server, None, &["create", "serviceaccount", "bot"]);
+    let token = kubectl_ok(&server, None, &["create", "token", "bot", "--duration=20m"])
+        .trim()
+        .to_string();
+    assert_eq!(token.split('.').count(), 3, "a JWT: {token}");
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "create",
+            "rolebinding",
+            "bot-view",
+            "--clusterrole=view",
+            "--serviceaccount=default:bot",
+        ],
+    );
+    let credential = Credential::Token(token.clone());
+    let (user, groups) = whoami(&kubectl_as_ok(
+        &server,
+        VERSION,
+        &credential,
+        &["auth", "whoami", "-o", "json"],
+    ));
+    assert_eq!(user, "system:serviceaccount:default:bot");
+    assert!(
+        groups.contains(&"system:serviceaccounts:default".to_string()),
+        "{groups:?}"
+    );
+    poll_as_ok(
+        &server,
+        &credential,
+        &["get", "configmaps", "-n", "default"],
+    );
+    let denied = kubectl_as_err(
+        &server,
+        VERSION,
+        &credential,
+        &["create", "configmap", "x", "-n", "default"],
+    );
+    assert!(
+        denied.contains("cannot create resource \"configmaps\""),
+        "{denied}"
+    );
+    kubectl_ok(&server, None, &["delete", "serviceaccount", "bot"]);
+    assert_unauthorized(&server, &token, "token of a deleted ServiceAccount");
+}
