@@ -24,6 +24,9 @@ const FIXTURES: &[&str] = &[
     "hostile_trap",
     "hostile_output",
     "hostile_io",
+    // Other plugin kinds, exercised by tests/access.rs.
+    "token_authenticator",
+    "namespace_authorizer",
 ];
 
 fn repo_root() -> PathBuf {
