@@ -827,3 +827,115 @@ fn service_account_tokens() {
     kubectl_ok(&server, None, &["delete", "serviceaccount", "bot"]);
     assert_unauthorized(&server, &token, "token of a deleted ServiceAccount");
 }
+
+/// A wasm authenticator and a wasm authorizer decide requests: the token
+/// plugin names the user, the namespace plugin allows her in `team-a`, and its
+/// deny rule for secrets wins over an RBAC grant because `Wasm` comes first in
+/// `--authorization-mode`.
+#[test]
+fn wasm_authenticator_and_authorizer_decide() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let built = Command::new("bash")
+        .arg(repo.join("scripts/build-plugins.sh"))
+        .output()
+        .expect("build plugins");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("access.yaml");
+    std::fs::write(
+        &config,
+        r#"apiVersion: access.wasm-apiserver.io/v1alpha1
+kind: AuthenticatorPlugin
+metadata: {name: tokens}
+spec:
+  module: {file: token_authenticator.wasm}
+  config:
+    prefix: "wasm-"
+    tokens:
+      wasm-alice: {username: alice, groups: [wasm-users]}
+---
+apiVersion: access.wasm-apiserver.io/v1alpha1
+kind: AuthorizerPlugin
+metadata: {name: namespaces}
+spec:
+  module: {file: namespace_authorizer.wasm}
+  config:
+    allow: [{user: alice, namespaces: [team-a], verbs: ["*"]}]
+    deny: [{resource: secrets}]
+"#,
+    )
+    .unwrap();
+    let plugin_dir = repo.join("plugins/target/wasm32-wasip2/release");
+    let server = Server::start_with_args(&[
+        "--plugin-dir",
+        plugin_dir.to_str().unwrap(),
+        "--access-plugin-config-file",
+        config.to_str().unwrap(),
+        "--authorization-mode",
+        "Wasm,RBAC",
+    ]);
+    create_namespace(&server, "team-a");
+    create_namespace(&server, "team-b");
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "create",
+            "rolebinding",
+            "alice-admin",
+            "-n",
+            "team-a",
+            "--clusterrole=admin",
+            "--user=alice",
+        ],
+    );
+
+    let alice = Credential::Token("wasm-alice".into());
+    let (user, groups) = whoami(&kubectl_as_ok(
+        &server,
+        VERSION,
+        &alice,
+        &["auth", "whoami", "-o", "json"],
+    ));
+    assert_eq!(user, "alice");
+    assert!(groups.contains(&"wasm-users".to_string()), "{groups:?}");
+    kubectl_as_ok(
+        &server,
+        VERSION,
+        &alice,
+        &[
+            "create",
+            "configmap",
+            "by-wasm",
+            "-n",
+            "team-a",
+            "--from-literal=k=v",
+        ],
+    );
+    let other_ns = kubectl_as_err(
+        &server,
+        VERSION,
+        &alice,
+        &["get", "configmaps", "-n", "team-b"],
+    );
+    assert!(other_ns.contains("forbidden"), "{other_ns}");
+    let secrets = kubectl_as_err(
+        &server,
+        VERSION,
+        &alice,
+        &["get", "secrets", "-n", "team-a"],
+    );
+    assert!(
+        secrets.contains("denied by namespaces"),
+        "the wasm deny wins over RBAC: {secrets}"
+    );
+    assert_unauthorized(
+        &server,
+        "wasm-mallory",
+        "a token the wasm authenticator denies",
+    );
+}

@@ -21,6 +21,8 @@ pub struct Authenticator {
     pub bootstrap_tokens: bool,
     /// Verifies ServiceAccount tokens.
     pub service_accounts: Option<Arc<crate::satoken::TokenSigner>>,
+    /// Wasm authenticator plugins.
+    pub plugins: crate::access_plugins::AccessPlugins,
 }
 
 impl Default for Authenticator {
@@ -30,6 +32,7 @@ impl Default for Authenticator {
             token_file: None,
             bootstrap_tokens: false,
             service_accounts: None,
+            plugins: Default::default(),
         }
     }
 }
@@ -78,9 +81,8 @@ impl Authenticator {
         if let Some((cn, orgs)) = conn.and_then(|c| c.client_cert.as_ref()) {
             return Ok(x509_user(cn, orgs));
         }
-        if let Some(auth) = headers.get(header::AUTHORIZATION) {
-            let token = auth
-                .to_str()
+        let bearer = headers.get(header::AUTHORIZATION).map(|auth| {
+            auth.to_str()
                 .ok()
                 .and_then(|v| {
                     v.strip_prefix("Bearer ")
@@ -88,7 +90,8 @@ impl Authenticator {
                 })
                 .map(str::trim)
                 .filter(|t| !t.is_empty())
-                .ok_or_else(unauthorized)?;
+        });
+        if let Some(Some(token)) = bearer {
             if let Some(user) = self.token_file.as_ref().and_then(|f| f.lookup(token)) {
                 return Ok(to_user(user.with_authenticated_group()));
             }
@@ -102,7 +105,17 @@ impl Authenticator {
             {
                 return self.service_account(objects, sub).await;
             }
-            // No token authenticator accepted it.
+        }
+        match self.plugins.authenticate(headers, None).await {
+            crate::access_plugins::AuthnVerdict::User(user) => return Ok(user),
+            crate::access_plugins::AuthnVerdict::Denied(reason) => {
+                tracing::debug!(%reason, "authenticator plugin denied the credential");
+                return Err(unauthorized());
+            }
+            crate::access_plugins::AuthnVerdict::NoOpinion => {}
+        }
+        if bearer.is_some() {
+            // A credential was presented and nobody accepted it.
             return Err(unauthorized());
         }
         if self.anonymous {

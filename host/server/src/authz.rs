@@ -11,7 +11,8 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use wasm_apiserver_api::rbac::{self, Attributes, Decision, RbacSnapshot};
+use wasm_apiserver_api::rbac::{self, RbacSnapshot};
+pub use wasm_apiserver_api::rbac::{Attributes, Decision};
 use wasm_apiserver_api::resource::RBAC;
 use wasm_apiserver_api::{ApiError, ResourceInfo, meta};
 use wasm_apiserver_plugins::UserInfo;
@@ -21,12 +22,16 @@ pub enum Mode {
     AlwaysAllow,
     AlwaysDeny,
     Rbac,
+    /// The wasm authorizer plugins of `--access-plugin-config-file`.
+    Wasm,
 }
 
 /// The configured authorizers.
 pub struct Authorizer {
     modes: RwLock<Vec<Mode>>,
     rbac: RwLock<Arc<RbacSnapshot>>,
+    /// Wasm authorizers (`Wasm` mode).
+    plugins: RwLock<crate::access_plugins::AccessPlugins>,
 }
 
 impl Authorizer {
@@ -40,8 +45,9 @@ impl Authorizer {
                 "AlwaysAllow" => Ok(Mode::AlwaysAllow),
                 "AlwaysDeny" => Ok(Mode::AlwaysDeny),
                 "RBAC" => Ok(Mode::Rbac),
+                "Wasm" => Ok(Mode::Wasm),
                 other => Err(format!(
-                    "unknown authorization mode {other:?} (AlwaysAllow, AlwaysDeny, RBAC)"
+                    "unknown authorization mode {other:?} (AlwaysAllow, AlwaysDeny, RBAC, Wasm)"
                 )),
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -51,6 +57,7 @@ impl Authorizer {
         Ok(Authorizer {
             modes: RwLock::new(modes),
             rbac: RwLock::new(Arc::new(RbacSnapshot::from_objects(&[]))),
+            plugins: Default::default(),
         })
     }
 
@@ -75,12 +82,42 @@ impl Authorizer {
         *self.rbac.write().expect("rbac lock") = Arc::new(s);
     }
 
-    /// Decides one request.
+    /// Installs the wasm authorizers.
+    pub fn set_plugins(&self, plugins: crate::access_plugins::AccessPlugins) {
+        *self.plugins.write().expect("plugins lock") = plugins;
+    }
+
+    /// Decides one request with every mode, wasm plugins included.
+    pub async fn authorize_request(&self, attrs: &Attributes) -> Decision {
+        let modes = self.modes.read().expect("modes lock").clone();
+        let mut reasons = Vec::new();
+        for mode in &modes {
+            match mode {
+                Mode::Wasm => {
+                    let plugins = self.plugins.read().expect("plugins lock").clone();
+                    if let Some(d) = plugins.authorize(attrs).await {
+                        return d;
+                    }
+                }
+                Mode::AlwaysAllow => return Decision::Allow(String::new()),
+                Mode::AlwaysDeny => return Decision::NoOpinion("Everything is forbidden.".into()),
+                Mode::Rbac => match rbac::authorize(&self.snapshot(), attrs) {
+                    d @ Decision::Allow(_) => return d,
+                    Decision::NoOpinion(r) => reasons.push(r),
+                },
+            }
+        }
+        Decision::NoOpinion(reasons.join("; "))
+    }
+
+    /// Decides one request with the built-in modes only (RBAC escalation
+    /// checks, which are about RBAC's own rules).
     pub fn authorize(&self, attrs: &Attributes) -> Decision {
         let mut reasons = Vec::new();
         let modes = self.modes.read().expect("modes lock").clone();
         for mode in &modes {
             match mode {
+                Mode::Wasm => {}
                 Mode::AlwaysAllow => return Decision::Allow(String::new()),
                 Mode::AlwaysDeny => return Decision::NoOpinion("Everything is forbidden.".into()),
                 Mode::Rbac => match rbac::authorize(&self.snapshot(), attrs) {
@@ -228,7 +265,7 @@ pub fn spawn_controller(objects: Objects, authz: Arc<Authorizer>) -> tokio::task
 }
 
 /// Answers a `create` of an access review resource.
-pub fn review(
+pub async fn review(
     authz: &Authorizer,
     res: &ResourceInfo,
     ns: Option<&str>,
@@ -256,7 +293,7 @@ pub fn review(
             if res.plural == "localsubjectaccessreviews" {
                 attrs.namespace = ns.map(String::from);
             }
-            match authz.authorize(&attrs) {
+            match authz.authorize_request(&attrs).await {
                 Decision::Allow(reason) => json!({"allowed": true, "reason": reason}),
                 Decision::NoOpinion(reason) => json!({"allowed": false, "reason": reason}),
             }

@@ -92,6 +92,12 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = false)]
     pub enable_bootstrap_token_auth: bool,
 
+    /// Wasm authenticator/authorizer plugins (YAML `AuthenticatorPlugin` and
+    /// `AuthorizerPlugin` documents); authorizers run where `Wasm` appears in
+    /// `--authorization-mode`.
+    #[arg(long)]
+    pub access_plugin_config_file: Option<PathBuf>,
+
     /// Audit log file (`-` for stdout); needs `--audit-policy-file`.
     #[arg(long)]
     pub audit_log_path: Option<PathBuf>,
@@ -142,6 +148,7 @@ impl ServeArgs {
             authorization_mode: "RBAC".into(),
             token_auth_file: None,
             enable_bootstrap_token_auth: false,
+            access_plugin_config_file: None,
             audit_log_path: None,
             audit_policy_file: None,
             audit_log_maxsize: 0,

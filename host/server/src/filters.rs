@@ -54,7 +54,7 @@ pub async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: N
         .into_response();
     };
     let attrs = crate::authz::attributes(info, user);
-    let decision = state.authz.authorize(&attrs);
+    let decision = state.authz.authorize_request(&attrs).await;
     if let Some(a) = req.extensions().get::<crate::audit::Annotations>() {
         a.add([
             (

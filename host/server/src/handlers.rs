@@ -366,7 +366,7 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
         }
         "create" if res.create_only => {
             let obj = decode_body(&headers, &read_body(body).await?)?;
-            let answer = crate::authz::review(&state.authz, res, ns, &user, obj)?;
+            let answer = crate::authz::review(&state.authz, res, ns, &user, obj).await?;
             Ok(json_response(StatusCode::CREATED, &answer))
         }
         _ if res.create_only => Err(ApiError::MethodNotAllowed),

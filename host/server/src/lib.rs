@@ -8,6 +8,7 @@
 //! request info → authentication → authorization → handler, where the handler
 //! runs admission before anything reaches storage (see [`objects`]).
 
+pub mod access_plugins;
 pub mod admission;
 pub mod audit;
 pub mod authn;

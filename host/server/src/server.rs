@@ -245,6 +245,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         cache_dir: Some(args.data_dir.join("plugin-cache")),
         ..Default::default()
     })?;
+    let access_runtime = runtime.clone();
     let admission = Arc::new(Admission::new(
         runtime,
         args.plugin_dir.clone(),
@@ -274,7 +275,19 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         service_accounts: Some(Arc::new(crate::satoken::TokenSigner::load_or_create(
             &args.data_dir,
         )?)),
+        plugins: Default::default(),
     };
+    if let Some(path) = &args.access_plugin_config_file {
+        let plugins =
+            crate::access_plugins::load(&access_runtime, args.plugin_dir.as_deref(), path).await?;
+        tracing::info!(
+            authenticators = plugins.authenticators.len(),
+            authorizers = plugins.authorizers.len(),
+            "access plugins loaded"
+        );
+        state.authn.plugins = plugins.clone();
+        state.authz.set_plugins(plugins);
+    }
     if let Some(path) = &args.audit_log_path {
         let policy_file = args
             .audit_policy_file
