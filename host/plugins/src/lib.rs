@@ -1,7 +1,8 @@
 //! The wasm plugin runtime of wasm-apiserver: the only crate that names
 //! wasmtime.
 //!
-//! Extension points of the API server (today admission; later
+//! Extension points of the API server (admission, authentication and
+//! authorization today; later
 //! authentication, authorization and custom-resource handlers) are
 //! WebAssembly components targeting the worlds of the
 //! `wasm-apiserver:plugin@0.1.0` WIT package (`wit/` at the repository
@@ -32,7 +33,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! * [`Runtime`]: `new(RuntimeConfig)`, `load_admission(name, wasm, config, Limits)`,
+//! * [`Runtime`]: `new(RuntimeConfig)`, `load_admission` / `load_authenticator` /
+//!   `load_authorizer(name, wasm, config, Limits)`,
 //!   `metrics_text()`, `cache_stats()`. Cheap to clone.
 //! * [`AdmissionPlugin`]: `validate(&AdmissionRequest)`, `mutate(&AdmissionRequest)`,
 //!   `name()`, `digest()`, `limits()`. Cheap to clone; call it concurrently.
@@ -48,7 +50,9 @@
 //! * `runtime`: engine, cache, epoch ticker, and the call path every
 //!   plugin kind shares (limits, concurrency, error classification, metrics).
 //! * `sandbox`: the per-call store state and the WASI context that grants nothing.
-//! * `admission`: the admission world binding and its request/response conversion.
+//! * `admission`, `authn`, `authz`: one module per plugin kind — its world
+//!   binding (`admission-plugin`, `authenticator-plugin`, `authorizer-plugin`)
+//!   and its request/response conversion.
 //! * `metrics`: counters and histograms in the Prometheus text format.
 //! * `types`, `error`: the public data types and [`PluginError`].
 //!
