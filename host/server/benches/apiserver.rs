@@ -108,6 +108,9 @@ const TARGET_WEBHOOK_COST_RATIO: f64 = 20.0;
 /// How long etcd may take to answer after it is started.
 #[cfg(feature = "etcd")]
 const ETCD_START: Duration = Duration::from_secs(30);
+/// How many of the raw puts' events the replay reads back.
+#[cfg(feature = "etcd")]
+const REPLAY_EVENTS: i64 = 20_000;
 /// How long replaying the raw puts through one watch may take.
 #[cfg(feature = "etcd")]
 const ETCD_REPLAY: Duration = Duration::from_secs(30);
@@ -1615,7 +1618,56 @@ async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf) -> Result<Vec<Row>, Error> {
             at(0.99)
         ),
     };
-    Ok(vec![cold, cached, per_call])
+
+    // The same calls from ADMISSION_CLIENTS tasks at once: throughput and
+    // CPU per call when instances run side by side (as under load).
+    let per_task = PLUGIN_CALLS / ADMISSION_CLIENTS;
+    let request = Arc::new(request);
+    let cpu = cpu_sample();
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..ADMISSION_CLIENTS)
+        .map(|_| {
+            let (plugin, request) = (plugin.clone(), request.clone());
+            tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(per_task);
+                let mut errors = 0u64;
+                for _ in 0..per_task {
+                    let t = Instant::now();
+                    match plugin.validate(&request).await {
+                        Ok(r) if r.allowed => lat.push(t.elapsed().as_micros() as u32),
+                        _ => errors += 1,
+                    }
+                }
+                (lat, errors)
+            })
+        })
+        .collect();
+    let mut concurrent = Row {
+        scenario: format!("plugin: instantiate + validate, {ADMISSION_CLIENTS} concurrent"),
+        clients: ADMISSION_CLIENTS,
+        ops: 0,
+        errors: 0,
+        seconds: 0.0,
+        latencies: Vec::with_capacity(per_task * ADMISSION_CLIENTS),
+        cpu: None,
+        note: String::new(),
+    };
+    for t in tasks {
+        let (lat, errors) = timeout(REQUEST_TIMEOUT, t).await??;
+        concurrent.ops += lat.len() as u64;
+        concurrent.errors += errors;
+        concurrent.latencies.extend(lat);
+    }
+    concurrent.seconds = started.elapsed().as_secs_f64();
+    concurrent.cpu = cpu_since(&cpu);
+    concurrent.latencies.sort_unstable();
+    if let Some(c) = concurrent.cpu {
+        concurrent.note = format!(
+            "server CPU per call {:.1} µs",
+            c.server * 1e6 / concurrent.rate().max(1.0)
+        );
+    }
+    Ok(vec![cold, cached, per_call, concurrent])
 }
 
 // --- etcd (issue 5) ----------------------------------------------------------------------
@@ -1675,13 +1727,19 @@ async fn etcd(
 
     let mut rows = Vec::new();
     let before = etcd.counters(&mut raw).await?;
-    let mut put = etcd_raw_put(&raw, clients, window, value_size).await?;
+    let mut put = etcd_raw_put(&raw, clients, window, value_size, false).await?;
     put.scenario = format!("{prefix}raw put (etcd-client)");
     let after = etcd.counters(&mut raw).await?;
     put.note.push_str(&after.per_write(&before));
     rows.push(put);
     let (from, to) = (before.revision, after.revision);
-    let mut replay = etcd_raw_replay(&raw, from + 1, to).await?;
+    let before = etcd.counters(&mut raw).await?;
+    let mut txn = etcd_raw_put(&raw, clients, window, value_size, true).await?;
+    txn.scenario = format!("{prefix}raw get + create txn (etcd-client)");
+    let after = etcd.counters(&mut raw).await?;
+    txn.note.push_str(&after.per_write(&before));
+    rows.push(txn);
+    let mut replay = etcd_raw_replay(&raw, from + 1, to.min(from + REPLAY_EVENTS)).await?;
     replay.scenario = format!("{prefix}raw watch replay (1 watch)");
     rows.push(replay);
     rows.extend(etcd_raw_watch(&raw, &prefix, WATCHERS, WATCH_WRITES, WATCH_PACE).await?);
@@ -1856,15 +1914,19 @@ impl EtcdCounters {
     }
 }
 
-/// `clients` closed loops of plain puts (new keys, `value_size` bytes each)
-/// through clones of one client.
+/// `clients` closed loops of writes of new keys (`value_size` bytes each)
+/// through clones of one client: plain puts or, with `as_apiserver`, what
+/// one create of the API server sends to etcd (a linearizable get of the
+/// namespace's key, then a create-if-absent transaction).
 #[cfg(feature = "etcd")]
 async fn etcd_raw_put(
     client: &etcd_client::Client,
     clients: usize,
     window: Duration,
     value_size: usize,
+    as_apiserver: bool,
 ) -> Result<Row, Error> {
+    use etcd_client::{Compare, CompareOp, Txn, TxnOp};
     let value = vec![b'x'; value_size];
     let begin = Instant::now() + WARMUP;
     let end = begin + window;
@@ -1883,9 +1945,22 @@ async fn etcd_raw_put(
                     if start >= end {
                         break;
                     }
-                    let key = format!("/bench-raw/put/{w}/{i}");
-                    let result =
-                        timeout(REQUEST_TIMEOUT, client.put(key, value.clone(), None)).await;
+                    let mode = if as_apiserver { "txn" } else { "put" };
+                    let key = format!("/bench-raw/{mode}/{w}/{i}");
+                    let write = async {
+                        if as_apiserver {
+                            client
+                                .get(format!("/registry/namespaces/{NS_CREATE}"), None)
+                                .await?;
+                            let txn = Txn::new()
+                                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                                .and_then([TxnOp::put(key, value.clone(), None)]);
+                            client.txn(txn).await.map(|_| ())
+                        } else {
+                            client.put(key, value.clone(), None).await.map(|_| ())
+                        }
+                    };
+                    let result = timeout(REQUEST_TIMEOUT, write).await;
                     let counted = start >= begin;
                     match result {
                         Ok(Ok(_)) => {
@@ -1940,8 +2015,8 @@ async fn etcd_raw_put(
     Ok(row)
 }
 
-/// Replays revisions `from..=to` (the raw puts) through one prefix watch:
-/// how fast one etcd watch can deliver events.
+/// Replays revisions `from..=to` (the raw puts) through one prefix watch
+/// from an old revision: how fast one etcd watch catches up.
 #[cfg(feature = "etcd")]
 async fn etcd_raw_replay(client: &etcd_client::Client, from: i64, to: i64) -> Result<Row, Error> {
     let expected = (to - from + 1).max(0) as u64;
@@ -1981,7 +2056,7 @@ async fn etcd_raw_replay(client: &etcd_client::Client, from: i64, to: i64) -> Re
         seconds,
         latencies: Vec::new(),
         cpu,
-        note: format!("the raw puts' {expected} events, from revision {from}"),
+        note: format!("{expected} of the raw puts' events, from revision {from} (catch-up)"),
     })
 }
 
@@ -2121,6 +2196,15 @@ fn print_etcd_targets(rows: &[Row]) {
             "embedded store creates/s {:.0} = {:.1}x the etcd backend's",
             embedded.rate(),
             embedded.rate() / api.rate()
+        );
+    }
+    if let Some(pattern) = by("raw get + create txn") {
+        println!(
+            "raw etcd get + create txn (the apiserver's calls per create): {:.0}/s = {:.0}% of raw puts; \
+             apiserver creates on etcd = {:.0}% of it",
+            pattern.rate(),
+            pattern.rate() / raw.rate() * 100.0,
+            api.rate() / pattern.rate() * 100.0
         );
     }
     if let Some(replay) = by("raw watch replay") {
