@@ -19,6 +19,8 @@
 //! wait has a deadline; on timeout or early exit it panics with the server's
 //! log.
 
+pub mod etcd;
+
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -28,10 +28,8 @@ impl IntoResponse for ErrorResponse {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if matches!(
-            self.0,
-            ApiError::TooLargeResourceVersion { .. } | ApiError::ServiceUnavailable(_)
-        ) {
+        // Clients retry after a Retry-After; storage outages fail fast instead.
+        if matches!(self.0, ApiError::TooLargeResourceVersion { .. }) {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }

@@ -235,8 +235,9 @@ async fn open_storage(args: &ServeArgs) -> anyhow::Result<Arc<dyn Storage>> {
 }
 
 /// Runs the server until SIGINT/SIGTERM.
-pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)?;
+    args.data_dir = std::path::absolute(&args.data_dir)?;
     let _ = std::fs::remove_file(args.data_dir.join("admin.kubeconfig"));
     let storage = open_storage(&args).await?;
     let listener = tokio::net::TcpListener::bind((args.bind_address, args.secure_port)).await?;

@@ -180,7 +180,12 @@ mod tests {
             subject(&admin[0]),
             Some((ADMIN_USER.to_string(), vec![ADMIN_GROUP.to_string()]))
         );
-        server_config(&a.serving_cert_pem, &a.serving_key_pem, std::slice::from_ref(&a.ca_pem)).unwrap();
+        server_config(
+            &a.serving_cert_pem,
+            &a.serving_key_pem,
+            std::slice::from_ref(&a.ca_pem),
+        )
+        .unwrap();
         // A lost leaf is re-issued by the same CA.
         std::fs::remove_file(dir.path().join("pki/admin.crt")).unwrap();
         let c = ensure(dir.path(), &["127.0.0.1".into()]).unwrap();

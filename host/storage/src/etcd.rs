@@ -176,6 +176,15 @@ fn map_err(e: etcd_client::Error) -> StorageError {
     }
 }
 
+/// True when the request never reached etcd (connection refused or reset
+/// before sending), so it can be retried on another endpoint.
+fn not_sent(e: &etcd_client::Error) -> bool {
+    let text = e.to_string();
+    matches!(e, etcd_client::Error::TransportError(_))
+        || text.contains("tcp connect error")
+        || text.contains("Connection refused")
+}
+
 /// Runs one etcd request under `limit`.
 async fn bounded<T>(
     limit: Duration,
@@ -876,10 +885,36 @@ impl EtcdStore {
         non_empty(self.raw(key))
     }
 
-    async fn call<T>(&self, f: impl Future<Output = Result<T, etcd_client::Error>>) -> Result<T> {
-        bounded(self.inner.options.request_timeout, f)
-            .await?
-            .map_err(map_err)
+    /// Runs one request under the request timeout. A request that could not
+    /// even be sent (a dead member's endpoint refused the connection) is
+    /// retried a few times, which lands on another member: safe for writes
+    /// too, since etcd never saw it.
+    async fn call_raw<T, Fut>(
+        &self,
+        make: impl Fn(etcd_client::KvClient) -> Fut,
+    ) -> Result<Result<T, etcd_client::Error>>
+    where
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.inner.options.request_timeout;
+        let mut retries = 0;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match bounded(left, make(self.kv())).await? {
+                Err(e) if not_sent(&e) && retries < 4 && left > Duration::from_millis(100) => {
+                    retries += 1;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                other => return Ok(other),
+            }
+        }
+    }
+
+    async fn call<T, Fut>(&self, make: impl Fn(etcd_client::KvClient) -> Fut) -> Result<T>
+    where
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.call_raw(make).await?.map_err(map_err)
     }
 
     /// A follower of the keys under `prefix`; `synced` if it starts at the
@@ -923,12 +958,12 @@ impl EtcdStore {
         let opts = GetOptions::new()
             .with_count_only()
             .with_revision(revision.max(1) as i64);
-        let mut kv = self.kv();
-        match bounded(
-            self.inner.options.request_timeout,
-            kv.get(key.to_vec(), Some(opts)),
-        )
-        .await?
+        match self
+            .call_raw(|mut kv| {
+                let (k, o) = (key.to_vec(), opts.clone());
+                async move { kv.get(k, Some(o)).await }
+            })
+            .await?
         {
             Ok(r) => header_revision(r.header()),
             Err(e) if is_compacted(&e) => Err(StorageError::Expired {
@@ -987,8 +1022,12 @@ fn tls_options(tls: &EtcdTls) -> Result<etcd_client::TlsOptions> {
 #[async_trait]
 impl Storage for EtcdStore {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        let mut kv = self.kv();
-        let r = self.call(kv.get(self.full(key), None)).await?;
+        let r = self
+            .call(|mut kv| {
+                let k = self.full(key);
+                async move { kv.get(k, None).await }
+            })
+            .await?;
         Ok(r.kvs().first().and_then(|kv| to_kv(&self.inner.prefix, kv)))
     }
 
@@ -997,8 +1036,12 @@ impl Storage for EtcdStore {
         let txn = etcd_client::Txn::new()
             .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(k, value.clone(), None)]);
-        let mut kv = self.kv();
-        let r = self.call(kv.txn(txn)).await?;
+        let r = self
+            .call(|mut kv| {
+                let t = txn.clone();
+                async move { kv.txn(t).await }
+            })
+            .await?;
         if !r.succeeded() {
             return Err(StorageError::AlreadyExists);
         }
@@ -1025,8 +1068,12 @@ impl Storage for EtcdStore {
                 Some(PutOptions::new().with_prev_key()),
             )])
             .or_else([TxnOp::get(k, None)]);
-        let mut kv = self.kv();
-        let r = self.call(kv.txn(txn)).await?;
+        let r = self
+            .call(|mut kv| {
+                let t = txn.clone();
+                async move { kv.txn(t).await }
+            })
+            .await?;
         let at = header_revision(r.header())?;
         match (r.succeeded(), r.op_responses().first()) {
             (true, Some(TxnOpResponse::Put(p))) => {
@@ -1053,10 +1100,14 @@ impl Storage for EtcdStore {
     async fn delete(&self, key: &str, expected: Option<u64>) -> Result<KeyValue> {
         let k = self.full(key);
         let del = Some(DeleteOptions::new().with_prev_key());
-        let mut kv = self.kv();
         let prev = match expected {
             None => {
-                let r = self.call(kv.delete(k, del)).await?;
+                let r = self
+                    .call(|mut kv| {
+                        let (k, d) = (k.clone(), del.clone());
+                        async move { kv.delete(k, d).await }
+                    })
+                    .await?;
                 let at = header_revision(r.header())?;
                 r.prev_kvs().first().map(|p| (p.clone(), at))
             }
@@ -1069,7 +1120,12 @@ impl Storage for EtcdStore {
                     )])
                     .and_then([TxnOp::delete(k.clone(), del)])
                     .or_else([TxnOp::get(k, None)]);
-                let r = self.call(kv.txn(txn)).await?;
+                let r = self
+                    .call(|mut kv| {
+                        let t = txn.clone();
+                        async move { kv.txn(t).await }
+                    })
+                    .await?;
                 let at = header_revision(r.header())?;
                 match (r.succeeded(), r.op_responses().first()) {
                     (true, Some(TxnOpResponse::Delete(d))) => {
@@ -1119,12 +1175,12 @@ impl Storage for EtcdStore {
         {
             get = get.with_limit(l);
         }
-        let mut kv = self.kv();
-        let r = match bounded(
-            self.inner.options.request_timeout,
-            kv.get(self.full(start), Some(get)),
-        )
-        .await?
+        let r = match self
+            .call_raw(|mut kv| {
+                let (k, g) = (self.full(start), get.clone());
+                async move { kv.get(k, Some(g)).await }
+            })
+            .await?
         {
             Ok(r) => r,
             Err(e) if is_compacted(&e) => {
@@ -1195,9 +1251,11 @@ impl Storage for EtcdStore {
     }
 
     async fn current_revision(&self) -> Result<u64> {
-        let mut kv = self.kv();
         let r = self
-            .call(kv.get(self.full(""), Some(GetOptions::new().with_count_only())))
+            .call(|mut kv| {
+                let k = self.full("");
+                async move { kv.get(k, Some(GetOptions::new().with_count_only())).await }
+            })
             .await?;
         header_revision(r.header())
     }
