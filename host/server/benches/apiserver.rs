@@ -1,6 +1,7 @@
-//! The benchmarks of issues 2, 3 and 5: throughput and watch latency of the
-//! API server on the embedded store and on etcd, and the cost of admission
-//! (wasm plugins vs an HTTPS webhook), over real HTTP/1.1 on loopback.
+//! The benchmarks of issues 2, 3, 4 and 5: throughput and watch latency of
+//! the API server on the embedded store and on etcd, the cost of admission
+//! (wasm plugins vs an HTTPS webhook) and of RBAC authorization, over real
+//! HTTP/1.1 on loopback.
 //!
 //! ```text
 //! cargo bench -p wasm-apiserver [--features etcd] --bench apiserver [-- SCENARIO...]
@@ -8,8 +9,8 @@
 //!
 //! Scenarios (a name given on the command line runs only the scenarios whose
 //! name contains it): `create`, `get`, `list-1k`, `watch` (issue 2, embedded
-//! store), `admission` (issue 3) and `etcd` (issue 5; needs the `etcd`
-//! feature and `etcd` on PATH). Each is a function that returns one or more
+//! store), `admission` (issue 3), `rbac` (issue 4) and `etcd` (issue 5;
+//! needs the `etcd` feature and `etcd` on PATH). Each is a function that returns one or more
 //! [`Row`]s; the table at the end is Markdown, so runs can be pasted side by
 //! side, and the targets and ratios of each issue follow it. `BENCH_SECONDS`
 //! (default 5) sets the measured window of the closed-loop scenarios and
@@ -21,6 +22,10 @@
 //!   same check; each on a fresh server, with 1 and [`ADMISSION_CLIENTS`]
 //!   clients. Plus the plugin runtime alone: cold compile, cached load, and
 //!   instantiate + `validate` per call.
+//! * `rbac`: GETs of one ConfigMap with a bearer token (token file) on two
+//!   fresh servers, one authorizing with RBAC (bootstrap policy plus a
+//!   RoleBinding of `view` to the token's user), one with AlwaysAllow; in
+//!   [`RBAC_ROUNDS`] interleaved rounds.
 //! * `etcd`: starts its own `etcd` on free loopback ports; raw etcd-client
 //!   puts and watches, then the API server on etcd (creates and watch
 //!   delivery). Run it with `create watch` for the embedded-store rows to
@@ -39,7 +44,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use serde::Deserialize;
@@ -104,6 +109,19 @@ const PLUGIN_CALLS: usize = 5000;
 const PLUGIN_WARMUP_CALLS: usize = 200;
 const TARGET_ADDED_P50: Duration = Duration::from_micros(50);
 const TARGET_WEBHOOK_COST_RATIO: f64 = 20.0;
+
+/// Rounds the two authorization modes take turns in, each `BENCH_SECONDS / RBAC_ROUNDS` long.
+const RBAC_ROUNDS: usize = 4;
+/// The token-file line of the `rbac` scenario's user.
+const RBAC_TOKEN_FILE: &str = "benchtoken,bench-user,u1,\"bench\"";
+const RBAC_AUTHORIZATION: &str = "Bearer benchtoken";
+const RBAC_USER: &str = "bench-user";
+/// The ConfigMap (in `default`) the `rbac` scenario GETs.
+const RBAC_OBJECT: &str = "rbac-target";
+/// The most throughput RBAC may cost against AlwaysAllow.
+const TARGET_RBAC_COST: f64 = 0.10;
+const RBAC: &str = "RBAC";
+const ALWAYS_ALLOW: &str = "AlwaysAllow";
 
 /// How long etcd may take to answer after it is started.
 #[cfg(feature = "etcd")]
@@ -209,6 +227,9 @@ fn main() -> Result<(), Error> {
         }
         if wanted("admission") {
             rows.extend(admission(&srv, &hook, dir.path(), window).await?);
+        }
+        if wanted("rbac") {
+            rows.extend(rbac(&srv, dir.path(), clients, window).await?);
         }
         if wanted("etcd") {
             rows.extend(etcd(&srv, dir.path(), clients, window).await?);
@@ -388,6 +409,7 @@ fn print_targets(rows: &[Row]) {
         println!("target watch delivery 100%: {verdict} ({})", r.note);
     }
     print_admission_targets(rows);
+    print_rbac_targets(rows);
     #[cfg(feature = "etcd")]
     print_etcd_targets(rows);
 }
@@ -1403,6 +1425,180 @@ async fn admission(
         }
     }
     Ok(rows)
+}
+
+fn rbac_scenario(mode: &str) -> String {
+    format!("rbac: get ConfigMap, bearer token, {mode}")
+}
+
+/// A fresh server (embedded store) authenticating [`RBAC_TOKEN_FILE`] and
+/// authorizing with `mode`, holding the ConfigMap [`RBAC_OBJECT`]; with RBAC,
+/// the bootstrap policy and a RoleBinding of `view` to [`RBAC_USER`] in
+/// `default`. Call it on the server runtime.
+async fn serve_authz(store: PathBuf, mode: &'static str) -> Result<Served, Error> {
+    use wasm_apiserver::objects::WriteOptions;
+    let storage: Arc<dyn Storage> =
+        Arc::new(EmbeddedStore::open(&store, EmbeddedOptions::default())?);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let mut state = AppState::new(storage, addr, 3 * 1024 * 1024, None);
+    state.authn.token_file = Some(Arc::new(wasm_apiserver_api::authn::TokenFile::parse(
+        RBAC_TOKEN_FILE,
+    )?));
+    state
+        .authz
+        .set_modes(wasm_apiserver::authz::Authorizer::parse(mode)?);
+    let state = Arc::new(state);
+    wasm_apiserver::namespaces::ensure_initial(&state.objects).await?;
+    let opts = WriteOptions::system("bench");
+    let info = |group: &str, plural: &str| {
+        state
+            .registry
+            .get(group, "v1", plural)
+            .cloned()
+            .ok_or_else(|| format!("no resource {group}/v1 {plural}"))
+    };
+    if mode == RBAC {
+        wasm_apiserver::authz::ensure_bootstrap_policy(&state.objects).await?;
+        let binding = serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "bench-view", "namespace": "default"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "view"
+            },
+            "subjects": [{
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "User",
+                "name": RBAC_USER
+            }]
+        });
+        state
+            .objects
+            .create(
+                &info("rbac.authorization.k8s.io", "rolebindings")?,
+                Some("default"),
+                binding,
+                &opts,
+            )
+            .await?;
+        wasm_apiserver::authz::reload(&state.objects, &state.authz).await?;
+    }
+    let configmap: serde_json::Value = serde_json::from_slice(&configmap(RBAC_OBJECT, 0))?;
+    state
+        .objects
+        .create(&info("", "configmaps")?, Some("default"), configmap, &opts)
+        .await?;
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router(state)).await {
+            eprintln!("server stopped: {e}");
+        }
+    });
+    Ok(Served { addr, task })
+}
+
+/// Issue 4: GETs with a bearer token through RBAC vs AlwaysAllow, each on a
+/// fresh server, `clients` keep-alive clients, the two modes taking turns in
+/// [`RBAC_ROUNDS`] rounds. A GET with the token is checked to answer 200 on
+/// both first, and one without it 403 under RBAC (anonymous has no binding).
+async fn rbac(
+    srv: &Handle,
+    dir: &Path,
+    clients: usize,
+    window: Duration,
+) -> Result<Vec<Row>, Error> {
+    let uri: Uri = format!("/api/v1/namespaces/default/configmaps/{RBAC_OBJECT}").parse()?;
+    let modes = [RBAC, ALWAYS_ALLOW];
+    // (server, its address, status without the token)
+    let mut servers = Vec::with_capacity(modes.len());
+    for mode in modes {
+        let store = dir.join(format!("rbac-{mode}.redb"));
+        let server = srv.spawn(serve_authz(store, mode)).await??;
+        let api = Api::new(server.addr);
+        let mut conn = api.connect().await?;
+        let mut req = api.request(Method::GET, uri.clone(), None);
+        req.headers_mut()
+            .insert(AUTHORIZATION, HeaderValue::from_static(RBAC_AUTHORIZATION));
+        let (status, body) = send(&mut conn, req).await?;
+        if status != StatusCode::OK {
+            return Err(format!(
+                "rbac {mode}: GET with the token: {status} {}",
+                String::from_utf8_lossy(&body)
+            )
+            .into());
+        }
+        let (anonymous, _) = send(&mut conn, api.request(Method::GET, uri.clone(), None)).await?;
+        if mode == RBAC && anonymous != StatusCode::FORBIDDEN {
+            return Err(format!("rbac: GET without the token got {anonymous}, not 403").into());
+        }
+        servers.push((server, api, anonymous));
+    }
+
+    let slice = window / RBAC_ROUNDS as u32;
+    let mut merged: Vec<Option<Row>> = modes.iter().map(|_| None).collect();
+    for _ in 0..RBAC_ROUNDS {
+        for ((_, api, _), (mode, slot)) in servers.iter().zip(modes.iter().zip(&mut merged)) {
+            let uri = uri.clone();
+            let make: MakeRequest = Arc::new(move |api, _, _| {
+                let mut req = api.request(Method::GET, uri.clone(), None);
+                req.headers_mut()
+                    .insert(AUTHORIZATION, HeaderValue::from_static(RBAC_AUTHORIZATION));
+                req
+            });
+            let row = closed_loop(
+                api,
+                &rbac_scenario(mode),
+                clients,
+                slice,
+                StatusCode::OK,
+                make,
+            )
+            .await?;
+            match slot {
+                Some(into) => merge(into, row),
+                None => *slot = Some(row),
+            }
+        }
+    }
+    let mut rows = Vec::with_capacity(modes.len());
+    for ((_, _, anonymous), row) in servers.iter().zip(merged) {
+        let mut row = row.ok_or("no rbac row")?;
+        row.latencies.sort_unstable();
+        row.note = format!(
+            "one ~200 B object; GET with the token: 200 OK, without: {anonymous}; \
+             {RBAC_ROUNDS} interleaved rounds"
+        );
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// Issue 4: the throughput RBAC costs against AlwaysAllow.
+fn print_rbac_targets(rows: &[Row]) {
+    let by = |mode: &str| rows.iter().find(|r| r.scenario == rbac_scenario(mode));
+    let (Some(rbac), Some(allow)) = (by(RBAC), by(ALWAYS_ALLOW)) else {
+        return;
+    };
+    let cost = 1.0 - rbac.rate() / allow.rate().max(f64::MIN_POSITIVE);
+    println!(
+        "\nRBAC cost vs AlwaysAllow: {:.1}% fewer GETs/s (target ≤ {:.0}%): {} \
+         ({:.0}/s vs {:.0}/s, {} clients)",
+        cost * 100.0,
+        TARGET_RBAC_COST * 100.0,
+        met(cost <= TARGET_RBAC_COST),
+        rbac.rate(),
+        allow.rate(),
+        rbac.clients
+    );
+    let cpu_us = |r: &Row| r.cpu.map(|c| c.server * 1e6 / r.rate().max(1.0));
+    if let (Some(r), Some(a)) = (cpu_us(rbac), cpu_us(allow)) {
+        println!(
+            "server CPU per GET: RBAC {r:.1} µs, AlwaysAllow {a:.1} µs ({:+.1} µs)",
+            r - a
+        );
+    }
 }
 
 /// Adds the operations, time and CPU of `more` (same scenario) to `into`;

@@ -113,3 +113,44 @@ async fn finalize(objects: &Objects, ns: &str) -> Result<(), ApiError> {
         Err(e) => Err(e),
     }
 }
+
+/// Keeps `Objects::namespace_cache` in line with storage (every replica sees
+/// every namespace change through the watch).
+pub fn spawn_cache(objects: Objects) -> tokio::task::JoinHandle<()> {
+    use futures::StreamExt;
+    tokio::spawn(async move {
+        let info = objects.registry.get("", "v1", "namespaces").expect("built in").clone();
+        loop {
+            let result: Result<(), ApiError> = async {
+                let listed = objects.list(&info, None, &ListParams::default()).await?;
+                for ns in &listed.items {
+                    let terminating = meta::str_field(ns, "deletionTimestamp").is_some();
+                    objects.namespace_cache.set(meta::name(ns).unwrap_or_default(), Some(terminating));
+                }
+                let mut stream = objects
+                    .storage
+                    .watch(&info.collection_key(None), listed.resource_version)
+                    .await
+                    .map_err(crate::error::storage_error)?;
+                while let Some(item) = stream.next().await {
+                    let wasm_apiserver_storage::WatchItem::Event(ev) = item.map_err(crate::error::storage_error)? else {
+                        continue;
+                    };
+                    let obj = crate::objects::decode(&ev.kv)?;
+                    let name = meta::name(&obj).unwrap_or_default();
+                    let state = match ev.kind {
+                        wasm_apiserver_storage::EventKind::Deleted => None,
+                        _ => Some(meta::str_field(&obj, "deletionTimestamp").is_some()),
+                    };
+                    objects.namespace_cache.set(name, state);
+                }
+                Ok(())
+            }
+            .await;
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "namespace cache watch ended; relisting");
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}

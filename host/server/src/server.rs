@@ -319,6 +319,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     }
     crate::admission::spawn_controller(state.objects.clone());
     namespaces::spawn_controller(state.objects.clone());
+    namespaces::spawn_cache(state.objects.clone());
     if !args.etcd_compaction_interval.is_zero() {
         wasm_apiserver_storage::spawn_compactor(storage.clone(), args.etcd_compaction_interval);
     }

@@ -179,10 +179,10 @@ fn map_err(e: etcd_client::Error) -> StorageError {
 /// True when the request never reached etcd (connection refused or reset
 /// before sending), so it can be retried on another endpoint.
 fn not_sent(e: &etcd_client::Error) -> bool {
+    // Only connection set-up failures: an error after the request went out
+    // (reset, timeout) may hide a committed write, so it is not retried.
     let text = e.to_string();
-    matches!(e, etcd_client::Error::TransportError(_))
-        || text.contains("tcp connect error")
-        || text.contains("Connection refused")
+    text.contains("tcp connect error") || text.contains("Connection refused")
 }
 
 /// Runs one etcd request under `limit`.
