@@ -939,3 +939,99 @@ spec:
         "a token the wasm authenticator denies",
     );
 }
+
+/// `kubectl --as`: impersonation needs the `impersonate` verb on the target
+/// user (and groups); once granted, requests run as the impersonated user.
+#[test]
+fn impersonation_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = token_file(dir.path(), &["imptoken,impersonator,u9"]);
+    let server = Server::start_with_args(&["--token-auth-file", tokens.to_str().unwrap()]);
+    let me = Credential::Token("imptoken".into());
+    let denied = kubectl_as_err(
+        &server,
+        VERSION,
+        &me,
+        &[
+            "--as",
+            "someone-else",
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/configmaps",
+        ],
+    );
+    assert!(
+        denied.contains("cannot impersonate resource \"users\""),
+        "{denied}"
+    );
+
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "create",
+            "clusterrole",
+            "impersonate-bob",
+            "--verb=impersonate",
+            "--resource=users",
+            "--resource-name=bob",
+        ],
+    );
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "create",
+            "clusterrolebinding",
+            "impersonator",
+            "--clusterrole=impersonate-bob",
+            "--user=impersonator",
+        ],
+    );
+    let out = poll_as_ok(
+        &server,
+        &me,
+        &["--as", "bob", "auth", "whoami", "-o", "json"],
+    );
+    let (user, groups) = whoami(&out);
+    assert_eq!(user, "bob");
+    assert!(
+        groups.contains(&"system:authenticated".to_string()),
+        "{groups:?}"
+    );
+    let other = kubectl_as_err(
+        &server,
+        VERSION,
+        &me,
+        &[
+            "--as",
+            "carol",
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/configmaps",
+        ],
+    );
+    assert!(
+        other.contains("cannot impersonate resource \"users\""),
+        "only bob: {other}"
+    );
+    // Impersonating a group needs its own grant.
+    let group = kubectl_as_err(
+        &server,
+        VERSION,
+        &me,
+        &[
+            "--as",
+            "bob",
+            "--as-group",
+            "system:masters",
+            "get",
+            "--raw",
+            "/api/v1/secrets",
+        ],
+    );
+    assert!(
+        group.contains("cannot impersonate resource \"groups\""),
+        "{group}"
+    );
+}
