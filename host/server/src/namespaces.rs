@@ -119,13 +119,19 @@ async fn finalize(objects: &Objects, ns: &str) -> Result<(), ApiError> {
 pub fn spawn_cache(objects: Objects) -> tokio::task::JoinHandle<()> {
     use futures::StreamExt;
     tokio::spawn(async move {
-        let info = objects.registry.get("", "v1", "namespaces").expect("built in").clone();
+        let info = objects
+            .registry
+            .get("", "v1", "namespaces")
+            .expect("built in")
+            .clone();
         loop {
             let result: Result<(), ApiError> = async {
                 let listed = objects.list(&info, None, &ListParams::default()).await?;
                 for ns in &listed.items {
                     let terminating = meta::str_field(ns, "deletionTimestamp").is_some();
-                    objects.namespace_cache.set(meta::name(ns).unwrap_or_default(), Some(terminating));
+                    objects
+                        .namespace_cache
+                        .set(meta::name(ns).unwrap_or_default(), Some(terminating));
                 }
                 let mut stream = objects
                     .storage
@@ -133,7 +139,9 @@ pub fn spawn_cache(objects: Objects) -> tokio::task::JoinHandle<()> {
                     .await
                     .map_err(crate::error::storage_error)?;
                 while let Some(item) = stream.next().await {
-                    let wasm_apiserver_storage::WatchItem::Event(ev) = item.map_err(crate::error::storage_error)? else {
+                    let wasm_apiserver_storage::WatchItem::Event(ev) =
+                        item.map_err(crate::error::storage_error)?
+                    else {
                         continue;
                     };
                     let obj = crate::objects::decode(&ev.kv)?;

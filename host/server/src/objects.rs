@@ -399,7 +399,10 @@ impl Objects {
         let terminating = match self.namespace_cache.get(ns) {
             Some(t) => t,
             None => {
-                let ns_info = self.registry.get("", "v1", "namespaces").expect("namespaces are built in");
+                let ns_info = self
+                    .registry
+                    .get("", "v1", "namespaces")
+                    .expect("namespaces are built in");
                 let obj = self.get(ns_info, None, ns).await?;
                 let t = meta::str_field(&obj, "deletionTimestamp").is_some();
                 self.namespace_cache.set(ns, Some(t));
@@ -409,7 +412,9 @@ impl Objects {
         if terminating {
             return Err(ApiError::Forbidden(
                 target(info, name),
-                format!("unable to create new content in namespace {ns} because it is being terminated"),
+                format!(
+                    "unable to create new content in namespace {ns} because it is being terminated"
+                ),
             ));
         }
         Ok(())
