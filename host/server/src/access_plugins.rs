@@ -29,7 +29,7 @@ use wasm_apiserver_api::admission::{Module, PluginLimits};
 use wasm_apiserver_api::meta;
 use wasm_apiserver_plugins::{
     AuthenticatorPlugin, AuthnOutcome, AuthnRequest, AuthorizerPlugin, AuthzAttributes,
-    AuthzDecision, AuthzRequest, ClientCertificate, Limits, Runtime, UserInfo,
+    AuthzDecision, AuthzRequest, ClientCertificate, Runtime, UserInfo,
 };
 
 /// The loaded access plugins, in file order.
@@ -56,20 +56,6 @@ struct Spec {
     limits: PluginLimits,
     #[serde(default)]
     config: Value,
-}
-
-fn limits(l: &PluginLimits) -> Limits {
-    let d = Limits::default();
-    Limits {
-        timeout: l
-            .timeout_millis
-            .map(std::time::Duration::from_millis)
-            .unwrap_or(d.timeout),
-        max_memory_bytes: l.memory_bytes.unwrap_or(d.max_memory_bytes),
-        max_output_bytes: l.max_output_bytes.unwrap_or(d.max_output_bytes),
-        max_concurrency: l.max_concurrency.unwrap_or(d.max_concurrency).max(1),
-        ..d
-    }
 }
 
 /// Loads `--access-plugin-config-file`.
@@ -112,12 +98,17 @@ pub async fn load(
         match v["kind"].as_str() {
             Some("AuthenticatorPlugin") => out.authenticators.push(
                 runtime
-                    .load_authenticator(name, &wasm, &config, limits(&spec.limits))
+                    .load_authenticator(
+                        name,
+                        &wasm,
+                        &config,
+                        crate::admission::limits(&spec.limits),
+                    )
                     .await?,
             ),
             Some("AuthorizerPlugin") => out.authorizers.push(
                 runtime
-                    .load_authorizer(name, &wasm, &config, limits(&spec.limits))
+                    .load_authorizer(name, &wasm, &config, crate::admission::limits(&spec.limits))
                     .await?,
             ),
             other => anyhow::bail!(

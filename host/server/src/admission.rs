@@ -175,21 +175,18 @@ pub fn system_user(component: &str) -> UserInfo {
     }
 }
 
-fn limits(spec: &PluginSpec) -> Limits {
+/// Runtime limits from a plugin's `spec.limits`; unset fields take the
+/// runtime's defaults. Shared by admission and access plugins.
+pub fn limits(l: &wasm_apiserver_api::admission::PluginLimits) -> Limits {
     let d = Limits::default();
     Limits {
-        timeout: spec
-            .limits
+        timeout: l
             .timeout_millis
             .map(Duration::from_millis)
             .unwrap_or(d.timeout),
-        max_memory_bytes: spec.limits.memory_bytes.unwrap_or(d.max_memory_bytes),
-        max_output_bytes: spec.limits.max_output_bytes.unwrap_or(d.max_output_bytes),
-        max_concurrency: spec
-            .limits
-            .max_concurrency
-            .unwrap_or(d.max_concurrency)
-            .max(1),
+        max_memory_bytes: l.memory_bytes.unwrap_or(d.max_memory_bytes),
+        max_output_bytes: l.max_output_bytes.unwrap_or(d.max_output_bytes),
+        max_concurrency: l.max_concurrency.unwrap_or(d.max_concurrency).max(1),
         ..d
     }
 }
@@ -268,7 +265,7 @@ impl Admission {
         let bytes = self.module_bytes(&spec).await?;
         let plugin = self
             .runtime
-            .load_admission(name, &bytes, &spec.config_string(), limits(&spec))
+            .load_admission(name, &bytes, &spec.config_string(), limits(&spec.limits))
             .await
             .map_err(|e| e.to_string())?;
         Active::new(
