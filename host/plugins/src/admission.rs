@@ -5,6 +5,7 @@
 //! their WIT records, and the checks on a response (size, patch shape).
 //! Loading, limits, concurrency and metrics come from [`crate::runtime`].
 
+use crate::kind::{Loaded, world_pre};
 use crate::runtime::{Limits, PluginCore, Runtime};
 use crate::sandbox::{LogLevel, StoreState};
 use crate::types::{AdmissionRequest, AdmissionResponse, DenyStatus, Gvk, Gvr, Operation};
@@ -12,7 +13,6 @@ use crate::{PluginError, metrics::OpMetrics};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
-use wasmtime::component::HasSelf;
 
 /// The bindings of the admission world (its own module, as wasmtime's WASI
 /// bindings do, so generated names stay out of the crate's namespace).
@@ -27,8 +27,6 @@ mod bindings {
 use bindings::exports::wasm_apiserver::plugin::admission as wit;
 use bindings::wasm_apiserver::plugin::{log, types as wit_types};
 
-/// The fully qualified name of the world, for error messages.
-const WORLD: &str = "wasm-apiserver:plugin/admission-plugin@0.1.0";
 /// `kind` label of admission metrics.
 const KIND: &str = "admission";
 
@@ -61,12 +59,18 @@ pub struct AdmissionPlugin {
 }
 
 struct Inner {
-    core: PluginCore,
-    pre: bindings::AdmissionPluginPre<StoreState>,
-    config: String,
+    plugin: Loaded<bindings::AdmissionPluginPre<StoreState>>,
     validate_metrics: Arc<OpMetrics>,
     mutate_metrics: Arc<OpMetrics>,
 }
+
+world_pre!(
+    bindings::AdmissionPlugin,
+    AdmissionPluginPre,
+    wasm_apiserver_plugin_admission,
+    "wasm-apiserver:plugin/admission-plugin@0.1.0",
+    "admission"
+);
 
 impl std::fmt::Debug for AdmissionPlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -91,52 +95,33 @@ impl Runtime {
         config: &str,
         limits: Limits,
     ) -> Result<AdmissionPlugin, PluginError> {
-        let compiled = self.compile(name, wasm).await?;
-        let wrong_world = |e: wasmtime::Error| PluginError::WrongWorld {
-            plugin: name.to_owned(),
-            world: WORLD,
-            message: format!("{e:#}"),
+        let plugin = self.load(name, wasm, config, limits).await?;
+        let inner = Inner {
+            validate_metrics: self.metrics().op(name, KIND, "validate"),
+            mutate_metrics: self.metrics().op(name, KIND, "mutate"),
+            plugin,
         };
-        let mut linker = self.linker()?;
-        bindings::AdmissionPlugin::add_to_linker::<StoreState, HasSelf<StoreState>>(
-            &mut linker,
-            |s| s,
-        )
-        .map_err(|e| PluginError::Engine(format!("linking the admission world: {e:#}")))?;
-        let instance_pre = linker
-            .instantiate_pre(&compiled.component)
-            .map_err(wrong_world)?;
-        let pre = bindings::AdmissionPluginPre::new(instance_pre).map_err(wrong_world)?;
-
-        let core = self.core(name, compiled.digest, limits)?;
-        let plugin = AdmissionPlugin {
-            inner: Arc::new(Inner {
-                validate_metrics: self.metrics().op(name, KIND, "validate"),
-                mutate_metrics: self.metrics().op(name, KIND, "mutate"),
-                core,
-                pre,
-                config: config.to_owned(),
-            }),
-        };
-        plugin.check_config().await?;
-        Ok(plugin)
+        inner.plugin.check_config().await?;
+        Ok(AdmissionPlugin {
+            inner: Arc::new(inner),
+        })
     }
 }
 
 impl AdmissionPlugin {
     /// The name the plugin was loaded under.
     pub fn name(&self) -> &str {
-        &self.inner.core.name
+        &self.inner.plugin.core.name
     }
 
     /// The SHA-256 of the plugin's wasm bytes, in hex.
     pub fn digest(&self) -> &str {
-        &self.inner.core.digest
+        &self.inner.plugin.core.digest
     }
 
     /// The limits every call runs under.
     pub fn limits(&self) -> &Limits {
-        &self.inner.core.limits
+        &self.inner.plugin.core.limits
     }
 
     /// Runs the validating phase. The response never carries a patch.
@@ -155,30 +140,6 @@ impl AdmissionPlugin {
         self.call(Phase::Mutate, request).await
     }
 
-    async fn check_config(&self) -> Result<(), PluginError> {
-        let inner = &self.inner;
-        let pre = inner.pre.clone();
-        let config = inner.config.clone();
-        let checked = inner
-            .core
-            .run("check-config", move |mut store| async move {
-                let result = async {
-                    let instance = pre.instantiate_async(&mut store).await?;
-                    instance
-                        .wasm_apiserver_plugin_admission()
-                        .call_check_config(&mut store, &config)
-                        .await
-                }
-                .await;
-                (store, result)
-            })
-            .await?;
-        checked.map_err(|message| PluginError::Config {
-            plugin: self.name().to_owned(),
-            message,
-        })
-    }
-
     async fn call(
         &self,
         phase: Phase,
@@ -192,7 +153,10 @@ impl AdmissionPlugin {
         metrics.call();
         let start = Instant::now();
         let result = self.call_inner(phase, request).await;
-        inner.core.record(metrics, start, &result, |r| !r.allowed);
+        inner
+            .plugin
+            .core
+            .record(metrics, start, &result, |r| !r.allowed);
         result
     }
 
@@ -201,34 +165,18 @@ impl AdmissionPlugin {
         phase: Phase,
         request: &AdmissionRequest,
     ) -> Result<AdmissionResponse, PluginError> {
-        let inner = &self.inner;
-        let pre = inner.pre.clone();
-        let config = inner.config.clone();
+        let plugin = &self.inner.plugin;
         let wit_request = to_wit(request);
-        let response = inner
-            .core
-            .run(&request.uid, move |mut store| async move {
-                let result = async {
-                    let instance = pre.instantiate_async(&mut store).await?;
-                    let admission = instance.wasm_apiserver_plugin_admission();
-                    match phase {
-                        Phase::Validate => {
-                            admission
-                                .call_validate(&mut store, &config, &wit_request)
-                                .await
-                        }
-                        Phase::Mutate => {
-                            admission
-                                .call_mutate(&mut store, &config, &wit_request)
-                                .await
-                        }
-                    }
+        let response = plugin
+            .call(&request.uid, async move |instance, store, config| {
+                let admission = instance.wasm_apiserver_plugin_admission();
+                match phase {
+                    Phase::Validate => admission.call_validate(store, config, &wit_request).await,
+                    Phase::Mutate => admission.call_mutate(store, config, &wit_request).await,
                 }
-                .await;
-                (store, result)
             })
             .await?;
-        from_wit(&inner.core, phase, response)
+        from_wit(&plugin.core, phase, response)
     }
 }
 

@@ -10,6 +10,7 @@
 //! imports for its binding; [`crate::authz`] reuses that binding through
 //! `bindgen!`'s `with`.
 
+use crate::kind::{Loaded, world_pre};
 use crate::runtime::{Limits, PluginCore, Runtime};
 use crate::sandbox::{LogLevel, StoreState};
 use crate::types::UserInfo;
@@ -17,7 +18,6 @@ use crate::{PluginError, metrics::OpMetrics};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Instant;
-use wasmtime::component::HasSelf;
 
 /// The bindings of the authenticator world.
 pub(crate) mod bindings {
@@ -31,8 +31,6 @@ pub(crate) mod bindings {
 use bindings::exports::wasm_apiserver::plugin::authenticator as wit;
 use bindings::wasm_apiserver::plugin::{log, types as wit_types};
 
-/// The fully qualified name of the world, for error messages.
-const WORLD: &str = "wasm-apiserver:plugin/authenticator-plugin@0.1.0";
 /// `kind` label of authenticator metrics.
 const KIND: &str = "authn";
 /// The group every authenticated user belongs to.
@@ -98,11 +96,17 @@ pub struct AuthenticatorPlugin {
 }
 
 struct Inner {
-    core: PluginCore,
-    pre: bindings::AuthenticatorPluginPre<StoreState>,
-    config: String,
+    plugin: Loaded<bindings::AuthenticatorPluginPre<StoreState>>,
     metrics: Arc<OpMetrics>,
 }
+
+world_pre!(
+    bindings::AuthenticatorPlugin,
+    AuthenticatorPluginPre,
+    wasm_apiserver_plugin_authenticator,
+    "wasm-apiserver:plugin/authenticator-plugin@0.1.0",
+    "authenticator"
+);
 
 impl std::fmt::Debug for AuthenticatorPlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -126,51 +130,32 @@ impl Runtime {
         config: &str,
         limits: Limits,
     ) -> Result<AuthenticatorPlugin, PluginError> {
-        let compiled = self.compile(name, wasm).await?;
-        let wrong_world = |e: wasmtime::Error| PluginError::WrongWorld {
-            plugin: name.to_owned(),
-            world: WORLD,
-            message: format!("{e:#}"),
+        let plugin = self.load(name, wasm, config, limits).await?;
+        let inner = Inner {
+            metrics: self.metrics().op(name, KIND, "authenticate"),
+            plugin,
         };
-        let mut linker = self.linker()?;
-        bindings::AuthenticatorPlugin::add_to_linker::<StoreState, HasSelf<StoreState>>(
-            &mut linker,
-            |s| s,
-        )
-        .map_err(|e| PluginError::Engine(format!("linking the authenticator world: {e:#}")))?;
-        let instance_pre = linker
-            .instantiate_pre(&compiled.component)
-            .map_err(wrong_world)?;
-        let pre = bindings::AuthenticatorPluginPre::new(instance_pre).map_err(wrong_world)?;
-
-        let core = self.core(name, compiled.digest, limits)?;
-        let plugin = AuthenticatorPlugin {
-            inner: Arc::new(Inner {
-                metrics: self.metrics().op(name, KIND, "authenticate"),
-                core,
-                pre,
-                config: config.to_owned(),
-            }),
-        };
-        plugin.check_config().await?;
-        Ok(plugin)
+        inner.plugin.check_config().await?;
+        Ok(AuthenticatorPlugin {
+            inner: Arc::new(inner),
+        })
     }
 }
 
 impl AuthenticatorPlugin {
     /// The name the plugin was loaded under.
     pub fn name(&self) -> &str {
-        &self.inner.core.name
+        &self.inner.plugin.core.name
     }
 
     /// The SHA-256 of the plugin's wasm bytes, in hex.
     pub fn digest(&self) -> &str {
-        &self.inner.core.digest
+        &self.inner.plugin.core.digest
     }
 
     /// The limits every call runs under.
     pub fn limits(&self) -> &Limits {
-        &self.inner.core.limits
+        &self.inner.plugin.core.limits
     }
 
     /// Asks the plugin who made `request`. A `Denied` outcome counts as a
@@ -180,56 +165,25 @@ impl AuthenticatorPlugin {
         inner.metrics.call();
         let start = Instant::now();
         let result = self.call(request).await;
-        inner.core.record(&inner.metrics, start, &result, |r| {
-            matches!(r, AuthnOutcome::Denied(_))
-        });
+        inner
+            .plugin
+            .core
+            .record(&inner.metrics, start, &result, |r| {
+                matches!(r, AuthnOutcome::Denied(_))
+            });
         result
     }
 
-    async fn check_config(&self) -> Result<(), PluginError> {
-        let inner = &self.inner;
-        let pre = inner.pre.clone();
-        let config = inner.config.clone();
-        let checked = inner
-            .core
-            .run("check-config", move |mut store| async move {
-                let result = async {
-                    let instance = pre.instantiate_async(&mut store).await?;
-                    instance
-                        .wasm_apiserver_plugin_authenticator()
-                        .call_check_config(&mut store, &config)
-                        .await
-                }
-                .await;
-                (store, result)
-            })
-            .await?;
-        checked.map_err(|message| PluginError::Config {
-            plugin: self.name().to_owned(),
-            message,
-        })
-    }
-
     async fn call(&self, request: &AuthnRequest) -> Result<AuthnOutcome, PluginError> {
-        let inner = &self.inner;
-        let pre = inner.pre.clone();
-        let config = inner.config.clone();
+        let plugin = &self.inner.plugin;
         let wit_request = to_wit(request);
-        let response = inner
-            .core
-            .run(&request.uid, move |mut store| async move {
-                let result = async {
-                    let instance = pre.instantiate_async(&mut store).await?;
-                    instance
-                        .wasm_apiserver_plugin_authenticator()
-                        .call_authenticate(&mut store, &config, &wit_request)
-                        .await
-                }
-                .await;
-                (store, result)
+        let response = plugin
+            .call(&request.uid, async move |instance, store, config| {
+                let export = instance.wasm_apiserver_plugin_authenticator();
+                export.call_authenticate(store, config, &wit_request).await
             })
             .await?;
-        from_wit(&inner.core, response)
+        from_wit(&plugin.core, response)
     }
 }
 

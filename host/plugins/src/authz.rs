@@ -7,6 +7,7 @@
 //! shared with [`crate::authn`]'s binding.
 
 use crate::authn::user_to_wit;
+use crate::kind::{Loaded, world_pre};
 use crate::runtime::{Limits, PluginCore, Runtime};
 use crate::sandbox::StoreState;
 use crate::types::UserInfo;
@@ -14,7 +15,6 @@ use crate::{PluginError, metrics::OpMetrics};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Instant;
-use wasmtime::component::HasSelf;
 
 /// The bindings of the authorizer world; its imports are those of the
 /// authenticator binding, whose host implementations they reuse.
@@ -32,8 +32,6 @@ mod bindings {
 
 use bindings::exports::wasm_apiserver::plugin::authorizer as wit;
 
-/// The fully qualified name of the world, for error messages.
-const WORLD: &str = "wasm-apiserver:plugin/authorizer-plugin@0.1.0";
 /// `kind` label of authorizer metrics.
 const KIND: &str = "authz";
 
@@ -102,11 +100,17 @@ pub struct AuthorizerPlugin {
 }
 
 struct Inner {
-    core: PluginCore,
-    pre: bindings::AuthorizerPluginPre<StoreState>,
-    config: String,
+    plugin: Loaded<bindings::AuthorizerPluginPre<StoreState>>,
     metrics: Arc<OpMetrics>,
 }
+
+world_pre!(
+    bindings::AuthorizerPlugin,
+    AuthorizerPluginPre,
+    wasm_apiserver_plugin_authorizer,
+    "wasm-apiserver:plugin/authorizer-plugin@0.1.0",
+    "authorizer"
+);
 
 impl std::fmt::Debug for AuthorizerPlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -130,51 +134,32 @@ impl Runtime {
         config: &str,
         limits: Limits,
     ) -> Result<AuthorizerPlugin, PluginError> {
-        let compiled = self.compile(name, wasm).await?;
-        let wrong_world = |e: wasmtime::Error| PluginError::WrongWorld {
-            plugin: name.to_owned(),
-            world: WORLD,
-            message: format!("{e:#}"),
+        let plugin = self.load(name, wasm, config, limits).await?;
+        let inner = Inner {
+            metrics: self.metrics().op(name, KIND, "authorize"),
+            plugin,
         };
-        let mut linker = self.linker()?;
-        bindings::AuthorizerPlugin::add_to_linker::<StoreState, HasSelf<StoreState>>(
-            &mut linker,
-            |s| s,
-        )
-        .map_err(|e| PluginError::Engine(format!("linking the authorizer world: {e:#}")))?;
-        let instance_pre = linker
-            .instantiate_pre(&compiled.component)
-            .map_err(wrong_world)?;
-        let pre = bindings::AuthorizerPluginPre::new(instance_pre).map_err(wrong_world)?;
-
-        let core = self.core(name, compiled.digest, limits)?;
-        let plugin = AuthorizerPlugin {
-            inner: Arc::new(Inner {
-                metrics: self.metrics().op(name, KIND, "authorize"),
-                core,
-                pre,
-                config: config.to_owned(),
-            }),
-        };
-        plugin.check_config().await?;
-        Ok(plugin)
+        inner.plugin.check_config().await?;
+        Ok(AuthorizerPlugin {
+            inner: Arc::new(inner),
+        })
     }
 }
 
 impl AuthorizerPlugin {
     /// The name the plugin was loaded under.
     pub fn name(&self) -> &str {
-        &self.inner.core.name
+        &self.inner.plugin.core.name
     }
 
     /// The SHA-256 of the plugin's wasm bytes, in hex.
     pub fn digest(&self) -> &str {
-        &self.inner.core.digest
+        &self.inner.plugin.core.digest
     }
 
     /// The limits every call runs under.
     pub fn limits(&self) -> &Limits {
-        &self.inner.core.limits
+        &self.inner.plugin.core.limits
     }
 
     /// Asks the plugin whether `request` is allowed. A `Deny` counts as a
@@ -184,56 +169,25 @@ impl AuthorizerPlugin {
         inner.metrics.call();
         let start = Instant::now();
         let result = self.call(request).await;
-        inner.core.record(&inner.metrics, start, &result, |d| {
-            matches!(d, AuthzDecision::Deny(_))
-        });
+        inner
+            .plugin
+            .core
+            .record(&inner.metrics, start, &result, |d| {
+                matches!(d, AuthzDecision::Deny(_))
+            });
         result
     }
 
-    async fn check_config(&self) -> Result<(), PluginError> {
-        let inner = &self.inner;
-        let pre = inner.pre.clone();
-        let config = inner.config.clone();
-        let checked = inner
-            .core
-            .run("check-config", move |mut store| async move {
-                let result = async {
-                    let instance = pre.instantiate_async(&mut store).await?;
-                    instance
-                        .wasm_apiserver_plugin_authorizer()
-                        .call_check_config(&mut store, &config)
-                        .await
-                }
-                .await;
-                (store, result)
-            })
-            .await?;
-        checked.map_err(|message| PluginError::Config {
-            plugin: self.name().to_owned(),
-            message,
-        })
-    }
-
     async fn call(&self, request: &AuthzRequest) -> Result<AuthzDecision, PluginError> {
-        let inner = &self.inner;
-        let pre = inner.pre.clone();
-        let config = inner.config.clone();
+        let plugin = &self.inner.plugin;
         let wit_request = to_wit(request);
-        let decision = inner
-            .core
-            .run(&request.uid, move |mut store| async move {
-                let result = async {
-                    let instance = pre.instantiate_async(&mut store).await?;
-                    instance
-                        .wasm_apiserver_plugin_authorizer()
-                        .call_authorize(&mut store, &config, &wit_request)
-                        .await
-                }
-                .await;
-                (store, result)
+        let decision = plugin
+            .call(&request.uid, async move |instance, store, config| {
+                let export = instance.wasm_apiserver_plugin_authorizer();
+                export.call_authorize(store, config, &wit_request).await
             })
             .await?;
-        from_wit(&inner.core, decision)
+        from_wit(&plugin.core, decision)
     }
 }
 

@@ -49,6 +49,8 @@
 //!
 //! * `runtime`: engine, cache, epoch ticker, and the call path every
 //!   plugin kind shares (limits, concurrency, error classification, metrics).
+//! * `kind`: the load and call path generic over a world binding
+//!   (`WorldPre`: compile, link, pre-instantiate, check-config, call).
 //! * `sandbox`: the per-call store state and the WASI context that grants nothing.
 //! * `admission`, `authn`, `authz`: one module per plugin kind — its world
 //!   binding (`admission-plugin`, `authenticator-plugin`, `authorizer-plugin`)
@@ -57,13 +59,15 @@
 //! * `types`, `error`: the public data types and [`PluginError`].
 //!
 //! Architecture invariant: a new plugin kind adds one module like
-//! `admission` (a `bindgen!` of its world, a `load_*` method and its calls)
-//! and reuses `Runtime::compile`, `Runtime::core` and `PluginCore::run` unchanged.
+//! `admission` (a `bindgen!` of its world, a `WorldPre` impl for its `*Pre`
+//! type, a `load_*` method and its calls) and reuses `Runtime::load`,
+//! `Loaded::call` and `PluginCore::run` unchanged.
 
 mod admission;
 mod authn;
 mod authz;
 mod error;
+mod kind;
 mod metrics;
 mod runtime;
 mod sandbox;
