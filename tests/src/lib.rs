@@ -596,3 +596,25 @@ impl Drop for KubectlWatch {
         let _ = self.child.wait();
     }
 }
+
+/// The first-party guest components' directory (the servers' `--plugin-dir`),
+/// built once per test process by `scripts/build-plugins.sh` (a no-op when
+/// they are fresh).
+pub fn plugin_dir() -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    BUILT.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(repo.join("scripts/build-plugins.sh"))
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("RUSTFLAGS")
+            .output()
+            .expect("run scripts/build-plugins.sh");
+        assert!(
+            out.status.success(),
+            "scripts/build-plugins.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    repo.join("plugins/target/wasm32-wasip2/release")
+}

@@ -834,16 +834,6 @@ fn service_account_tokens() {
 /// `--authorization-mode`.
 #[test]
 fn wasm_authenticator_and_authorizer_decide() {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let built = Command::new("bash")
-        .arg(repo.join("scripts/build-plugins.sh"))
-        .output()
-        .expect("build plugins");
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("access.yaml");
     std::fs::write(
@@ -869,7 +859,7 @@ spec:
 "#,
     )
     .unwrap();
-    let plugin_dir = repo.join("plugins/target/wasm32-wasip2/release");
+    let plugin_dir = wasm_apiserver_e2e::plugin_dir();
     let server = Server::start_with_args(&[
         "--plugin-dir",
         plugin_dir.to_str().unwrap(),

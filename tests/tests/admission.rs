@@ -4,40 +4,13 @@
 //! policies, and static plugins from `--admission-control-config-file`
 //! guarding the plugin objects themselves.
 
-use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::time::Duration;
 use wasm_apiserver_e2e::{Server, kubectl, kubectl_json, kubectl_ok, write_manifest};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The guest components, built once per test binary.
-fn plugin_dir() -> String {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let out = std::process::Command::new("bash")
-            .arg(repo().join("scripts/build-plugins.sh"))
-            .env_remove("CARGO_TARGET_DIR")
-            .env_remove("RUSTFLAGS")
-            .output()
-            .expect("run scripts/build-plugins.sh");
-        assert!(
-            out.status.success(),
-            "build-plugins.sh: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    });
-    repo()
-        .join("plugins/target/wasm32-wasip2/release")
-        .display()
-        .to_string()
-}
-
 fn start(extra: &[&str]) -> Server {
-    let dir = plugin_dir();
-    let mut args = vec!["--plugin-dir", dir.as_str()];
+    let dir = wasm_apiserver_e2e::plugin_dir();
+    let dir = dir.to_str().expect("UTF-8 path");
+    let mut args = vec!["--plugin-dir", dir];
     args.extend_from_slice(extra);
     Server::start_with_args(&args)
 }

@@ -3,13 +3,8 @@
 //! authorization decision and a wasm admission plugin's audit annotation.
 
 use serde_json::Value;
-use std::path::PathBuf;
 use std::time::Duration;
 use wasm_apiserver_e2e::{Server, kubectl, kubectl_ok, poll_until, write_manifest};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 const POLICY: &str = r#"apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -32,20 +27,11 @@ fn events(path: &std::path::Path) -> Vec<Value> {
 
 #[test]
 fn allowed_writes_denials_and_plugin_annotations_are_audited() {
-    let out = std::process::Command::new("bash")
-        .arg(repo().join("scripts/build-plugins.sh"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
     std::fs::write(&policy, POLICY).unwrap();
     let log = dir.path().join("audit.log");
-    let plugins = repo().join("plugins/target/wasm32-wasip2/release");
+    let plugins = wasm_apiserver_e2e::plugin_dir();
     let s = Server::start_with_args(&[
         "--audit-log-path",
         log.to_str().unwrap(),

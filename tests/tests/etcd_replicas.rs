@@ -11,10 +11,9 @@
 //! `cargo test -p wasm-apiserver-e2e --features wasm-apiserver/etcd`.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::process::Output;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -206,30 +205,9 @@ fn replicas_share_objects_watches_and_optimistic_concurrency() {
     assert_eq!(now["data"]["k"], "from-b", "{now}");
 }
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The guest components, built once per test binary.
+/// The guest components' directory as a string flag value.
 fn plugin_dir() -> String {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let out = std::process::Command::new("bash")
-            .arg(repo().join("scripts/build-plugins.sh"))
-            .env_remove("CARGO_TARGET_DIR")
-            .env_remove("RUSTFLAGS")
-            .output()
-            .expect("run scripts/build-plugins.sh");
-        assert!(
-            out.status.success(),
-            "build-plugins.sh: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    });
-    repo()
-        .join("plugins/target/wasm32-wasip2/release")
-        .display()
-        .to_string()
+    wasm_apiserver_e2e::plugin_dir().display().to_string()
 }
 
 const REQUIRE_TEAM: &str = r#"apiVersion: admission.wasm-apiserver.io/v1alpha1
