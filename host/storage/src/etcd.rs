@@ -15,11 +15,16 @@
 //!   nothing, so it consumes no revision.
 //! * **Lists** are etcd ranges at one revision, asking for `limit + 1` keys
 //!   so the next page's first key is known exactly.
-//! * **Watches** go through a per-store *watch cache*: one etcd watch on
-//!   the whole prefix (started lazily, at the first `watch`) feeds a ring of
-//!   the last [`EtcdOptions::watch_cache_size`] events and a broadcast, so N
-//!   client watches cost one etcd watch. A watch from a revision older than
-//!   the ring gets a dedicated etcd watch instead, so nothing is skipped.
+//! * **Watches** go through *watch caches*, one per key partition: the
+//!   first [`CACHE_DEPTH`] segments of the watched prefix, which for API keys
+//!   (`/registry/<group>/<resource>/...`) is one resource. A partition's
+//!   etcd watch (started lazily, at its first `watch`) feeds a ring of the
+//!   last [`EtcdOptions::watch_cache_size`] events and a broadcast, so N
+//!   client watches of a resource cost one etcd watch, and writes to a
+//!   resource nobody watches cost etcd no watch work (each event of a
+//!   watch with previous values is a read in etcd). A watch from a revision
+//!   older than the ring gets a dedicated etcd watch instead, so nothing is
+//!   skipped.
 //!   Both kinds reopen their etcd watch from the last revision seen when
 //!   the stream breaks (e.g. when an etcd member goes away).
 //! * **Progress** (the API server's BOOKMARKs) comes from etcd progress
@@ -46,7 +51,7 @@ use etcd_client::{
     TxnOp, TxnOpResponse, WatchOptions,
 };
 use futures::StreamExt;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -56,6 +61,9 @@ use tokio::sync::{broadcast, mpsc, watch};
 
 /// Largest gRPC message we accept from etcd (big lists, big watch batches).
 const MAX_MESSAGE: usize = 1 << 30;
+/// Path segments of a watched prefix that name its watch cache partition:
+/// `/registry/<group>/<resource>/` for API keys.
+const CACHE_DEPTH: usize = 3;
 /// How long to learn the compacted revision when etcd reports a compaction.
 const COMPACTION_PROBE: Duration = Duration::from_secs(1);
 
@@ -117,7 +125,8 @@ struct Inner {
     /// The etcd server's version, which decides how far progress
     /// notifications can be trusted.
     version: String,
-    cache: Arc<Cache>,
+    /// The watch caches by partition (see [`partition`]), created on first use.
+    caches: Mutex<HashMap<String, Arc<Cache>>>,
     /// Open etcd watch streams (shared and dedicated), for tests and metrics.
     etcd_watches: Arc<AtomicUsize>,
     /// Dropped with the store: stops the watch cache's task.
@@ -841,18 +850,13 @@ impl EtcdStore {
             .await?
             .map_err(map_err)?;
         let (stop_tx, stop) = watch::channel(());
-        let cache = Arc::new(Cache {
-            state: Mutex::new(CacheState::default()),
-            size: options.watch_cache_size.max(1),
-            capacity: options.broadcast_capacity.max(1),
-        });
         Ok(EtcdStore {
             inner: Arc::new(Inner {
                 client,
                 prefix: prefix.as_bytes().to_vec(),
                 options,
                 version: status.version().to_string(),
-                cache,
+                caches: Mutex::new(HashMap::new()),
                 etcd_watches: Arc::new(AtomicUsize::new(0)),
                 _stop: stop_tx,
                 stop,
@@ -860,8 +864,8 @@ impl EtcdStore {
         })
     }
 
-    /// How many etcd watch streams this store has open: the watch cache's
-    /// one, plus one per watch too old for the cache.
+    /// How many etcd watch streams this store has open: one per watch cache
+    /// partition in use, plus one per watch too old for its cache.
     pub fn etcd_watch_count(&self) -> usize {
         self.inner.etcd_watches.load(Ordering::SeqCst)
     }
@@ -976,23 +980,53 @@ impl EtcdStore {
         }
     }
 
-    /// Starts the shared watch at `current` if it is not running yet.
-    fn ensure_cache(&self, current: u64) {
-        let cache = &self.inner.cache;
-        let mut st = cache.lock();
-        if st.started {
-            return;
-        }
-        st.started = true;
-        st.floor = current;
-        st.tx = Some(broadcast::channel(cache.capacity).0);
-        drop(st);
-        let follower = self.follower("", true);
-        tokio::spawn(
-            cache
+    /// The watch cache of `prefix`'s partition, its etcd watch started at
+    /// `current` if it is not running yet.
+    fn cache(&self, prefix: &str, current: u64) -> Arc<Cache> {
+        let part = partition(prefix);
+        let cache = {
+            let mut caches = self.inner.caches.lock().unwrap_or_else(|e| e.into_inner());
+            caches
+                .entry(part.to_owned())
+                .or_insert_with(|| {
+                    Arc::new(Cache {
+                        state: Mutex::new(CacheState::default()),
+                        size: self.inner.options.watch_cache_size.max(1),
+                        capacity: self.inner.options.broadcast_capacity.max(1),
+                    })
+                })
                 .clone()
-                .run(follower, current, self.inner.stop.clone()),
-        );
+        };
+        let start = {
+            let mut st = cache.lock();
+            let start = !st.started;
+            if start {
+                st.started = true;
+                st.floor = current;
+                st.tx = Some(broadcast::channel(cache.capacity).0);
+            }
+            start
+        };
+        if start {
+            let follower = self.follower(part, true);
+            tokio::spawn(
+                cache
+                    .clone()
+                    .run(follower, current, self.inner.stop.clone()),
+            );
+        }
+        cache
+    }
+}
+
+/// The watch cache partition of a watched `prefix`: its first
+/// [`CACHE_DEPTH`] segments (`/a/b/c/` of `/a/b/c/d/`), or all of it if it
+/// is shorter. Always a prefix of `prefix`, so a partition's etcd watch sees
+/// every key the watch does.
+fn partition(prefix: &str) -> &str {
+    match prefix.match_indices('/').nth(CACHE_DEPTH) {
+        Some((at, _)) => &prefix[..=at],
+        None => prefix,
     }
 }
 
@@ -1225,12 +1259,11 @@ impl Storage for EtcdStore {
 
     async fn watch(&self, prefix: &str, after: u64) -> Result<WatchStream> {
         let current = self.check_retained(&self.full(prefix), after).await?;
-        self.ensure_cache(current);
+        let cache = self.cache(prefix, current);
         let follower = self.follower(prefix, false);
         let (tx, rx) = mpsc::channel(256);
-        match self.inner.cache.attach(after) {
+        match cache.attach(after) {
             Some(attached) => {
-                let cache = self.inner.cache.clone();
                 tokio::spawn(serve_from_cache(
                     cache,
                     follower,
@@ -1286,6 +1319,24 @@ impl Storage for EtcdStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partitions_are_resources() {
+        assert_eq!(
+            partition("/registry/core/configmaps/default/"),
+            "/registry/core/configmaps/"
+        );
+        assert_eq!(
+            partition("/registry/core/configmaps/"),
+            "/registry/core/configmaps/"
+        );
+        assert_eq!(
+            partition("/registry/rbac.authorization.k8s.io/"),
+            "/registry/rbac.authorization.k8s.io/"
+        );
+        assert_eq!(partition("/registry/core/con"), "/registry/core/con");
+        assert_eq!(partition(""), "");
+    }
 
     #[test]
     fn range_ends() {

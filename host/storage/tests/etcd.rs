@@ -430,12 +430,13 @@ async fn many_watchers_share_one_etcd_watch() {
 async fn watchers_see_progress_never_ahead_of_events() {
     let etcd = Etcd::start().await;
     let s = etcd.connect("", options()).await;
-    let a = s.create("/p/a", v("1")).await.unwrap();
-    let _start_the_cache = s.watch("/x/", a.mod_revision).await.unwrap();
+    let a = s.create("/p/a/b/1", v("1")).await.unwrap();
+    // Starts the cache of the partition /p/a/b/ (three segments).
+    let _start_the_cache = s.watch("/p/a/b/x/", a.mod_revision).await.unwrap();
     let b = s.create("/q/b", v("1")).await.unwrap();
 
-    // From the cache: nothing under /p/ after `a`, but progress covers `b`.
-    let mut w = s.watch("/p/", a.mod_revision).await.unwrap();
+    // From the cache: nothing under /p/a/b/1 after `a`, but progress covers `b`.
+    let mut w = s.watch("/p/a/b/1", a.mod_revision).await.unwrap();
     eventually("the shared etcd watch is open", || {
         s.etcd_watch_count() == 1
     })
@@ -445,7 +446,7 @@ async fn watchers_see_progress_never_ahead_of_events() {
     // From before the cache: `a` first, never a progress ahead of it. Then
     // progress where etcd orders it with events (>= 3.4.25 / 3.5.8); older
     // etcd gives a watch replaying history none (see `ProgressMode`).
-    let mut d = s.watch("/p/", a.mod_revision - 1).await.unwrap();
+    let mut d = s.watch("/p/a/b/1", a.mod_revision - 1).await.unwrap();
     assert_eq!(s.etcd_watch_count(), 2);
     assert!(
         matches!(next_item(&mut d).await, WatchItem::Event(e) if e.revision() == a.mod_revision)
@@ -453,6 +454,37 @@ async fn watchers_see_progress_never_ahead_of_events() {
     if let Ok(item) = tokio::time::timeout(Duration::from_secs(1), d.next()).await {
         assert_eq!(item.unwrap().unwrap(), WatchItem::Progress(b.mod_revision));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_etcd_watch_per_watched_resource() {
+    let etcd = Etcd::start().await;
+    let s = etcd.connect("", options()).await;
+    let from = s.current_revision().await.unwrap();
+    // Two namespaces and all namespaces of one resource share its watch.
+    let mut ns1 = s.watch("/registry/g/r1/ns1/", from).await.unwrap();
+    let mut all = s.watch("/registry/g/r1/", from).await.unwrap();
+    let _ns2 = s.watch("/registry/g/r1/ns2/", from).await.unwrap();
+    eventually("one etcd watch", || s.etcd_watch_count() == 1).await;
+    // Another resource has its own.
+    let mut r2 = s.watch("/registry/g/r2/", from).await.unwrap();
+    eventually("two etcd watches", || s.etcd_watch_count() == 2).await;
+
+    let a = s.create("/registry/g/r1/ns1/a", v("1")).await.unwrap();
+    let b = s.create("/registry/g/r2/b", v("1")).await.unwrap();
+    let e = next_event(&mut ns1).await;
+    assert_eq!(
+        (e.kv.key.as_str(), e.revision()),
+        ("/registry/g/r1/ns1/a", a.mod_revision)
+    );
+    let e = next_event(&mut all).await;
+    assert_eq!(e.kv.key, "/registry/g/r1/ns1/a");
+    let e = next_event(&mut r2).await;
+    assert_eq!(
+        (e.kv.key.as_str(), e.revision()),
+        ("/registry/g/r2/b", b.mod_revision)
+    );
+    assert_eq!(s.etcd_watch_count(), 2);
 }
 
 /// A watcher that stops reading while 400 writes happen (more than its
