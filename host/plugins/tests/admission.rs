@@ -213,6 +213,36 @@ async fn require_labels_allows_and_denies_per_config() {
     assert_eq!(mutate.patch, None);
 }
 
+/// The guests link a 64 KiB stack (`plugins/.cargo/config.toml`): parsing
+/// an object nested as deep as serde_json allows (128 levels) still fits, and
+/// deeper nesting is a parse error the plugin reports, not a stack overflow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deeply_nested_objects_fit_the_guest_stack() {
+    let runtime = runtime();
+    let plugin = require_labels(&runtime).await;
+    for depth in [120, 200] {
+        let mut nested = json!("leaf");
+        for _ in 0..depth {
+            nested = json!({ "n": nested });
+        }
+        let mut object = configmap("deep", Some(json!({"team": "a"})));
+        object["spec"] = nested;
+        let response = plugin
+            .validate(&request(Operation::Create, Some(object)))
+            .await
+            .unwrap_or_else(|e| panic!("depth {depth}: {e}"));
+        if depth < 128 {
+            assert!(response.allowed, "depth {depth}: {response:?}");
+        } else {
+            let message = response.status.map(|s| s.message).unwrap_or_default();
+            assert!(
+                !response.allowed && message.contains("recursion limit"),
+                "depth {depth}: {message}"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_config_is_rejected_at_load() {
     let runtime = runtime();
