@@ -1,8 +1,9 @@
 //! End-to-end admission with kubectl against the real binary: plugins loaded
 //! at runtime as `AdmissionPlugin` objects, swapped and removed without a
 //! restart, mutation, Warn mode, hostile plugins under both failure
-//! policies, and static plugins from `--admission-control-config-file`
-//! guarding the plugin objects themselves.
+//! policies, static plugins from `--admission-control-config-file`
+//! guarding the plugin objects themselves, and the request attributes a
+//! plugin sees (user and groups, also impersonated; dry runs).
 
 use std::time::Duration;
 use wasm_apiserver_e2e::{Server, kubectl, kubectl_json, kubectl_ok, write_manifest};
@@ -303,4 +304,97 @@ spec:
         "{}",
         stderr(&denied)
     );
+}
+
+/// The JSON the `echo-request` fixture put in its denial, from kubectl's
+/// error output.
+fn echoed(out: &std::process::Output) -> serde_json::Value {
+    assert!(!out.status.success(), "echo-request denies everything");
+    let err = stderr(out);
+    let start = err.find("echo {").map(|i| i + "echo ".len());
+    let end = err.rfind('}').map(|i| i + 1);
+    match start.zip(end) {
+        Some((start, end)) => serde_json::from_str(&err[start..end])
+            .unwrap_or_else(|e| panic!("echo is not JSON ({e}): {err}")),
+        None => panic!("no echo in: {err}"),
+    }
+}
+
+/// Plugins see who asks: the authenticated (here impersonated) user and
+/// groups, the operation, the object's coordinates and dry runs.
+#[test]
+fn plugins_see_the_requesting_user_and_attributes() {
+    let s = start(&[]);
+    apply(
+        &s,
+        "echo",
+        &plugin_yaml(
+            "echo",
+            "echo_request.wasm",
+            "Validating",
+            "Deny",
+            "Fail",
+            "{}",
+        ),
+    );
+    let me = kubectl_json(&s, None, &["auth", "whoami", "-o", "json"]);
+    let admin = me["status"]["userInfo"]["username"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let out = kubectl(
+        &s,
+        None,
+        &["create", "configmap", "e1", "--from-literal=k=v"],
+    );
+    let echo = echoed(&out);
+    assert_eq!(echo["user"], admin.as_str(), "{echo}");
+    assert_eq!(
+        (
+            &echo["operation"],
+            &echo["resource"],
+            &echo["namespace"],
+            &echo["name"]
+        ),
+        (
+            &"CREATE".into(),
+            &"configmaps".into(),
+            &"default".into(),
+            &"e1".into()
+        ),
+        "{echo}"
+    );
+    assert_eq!(echo["dryRun"], false, "{echo}");
+
+    let out = kubectl(
+        &s,
+        None,
+        &[
+            "--as",
+            "alice",
+            "--as-group",
+            "system:masters",
+            "--as-group",
+            "devs",
+            "create",
+            "configmap",
+            "e2",
+            "--from-literal=k=v",
+            "--dry-run=server",
+        ],
+    );
+    let echo = echoed(&out);
+    assert_eq!(echo["user"], "alice", "{echo}");
+    let groups: Vec<&str> = echo["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g.as_str())
+        .collect();
+    for g in ["system:masters", "devs", "system:authenticated"] {
+        assert!(groups.contains(&g), "{g} missing from {echo}");
+    }
+    assert_eq!(echo["dryRun"], true, "{echo}");
+    assert_eq!(echo["name"], "e2", "{echo}");
 }

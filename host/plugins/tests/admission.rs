@@ -26,6 +26,7 @@ const FIXTURES: &[&str] = &[
     "hostile_trap",
     "hostile_output",
     "hostile_io",
+    "echo_request",
     // Other plugin kinds, exercised by tests/access.rs.
     "token_authenticator",
     "namespace_authorizer",
@@ -211,6 +212,35 @@ async fn require_labels_allows_and_denies_per_config() {
         .unwrap();
     assert!(mutate.allowed);
     assert_eq!(mutate.patch, None);
+}
+
+/// The guest sees the request's attributes as the host was given them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_request_sees_the_request_attributes() {
+    let runtime = runtime();
+    let plugin = runtime
+        .load_admission("echo", &wasm("echo_request"), "", Limits::default())
+        .await
+        .expect("load echo-request");
+    let mut req = request(Operation::Update, Some(configmap("cm", None)));
+    req.dry_run = true;
+    req.user.uid = "u-1".to_owned();
+    for (phase, response) in [
+        ("validate", plugin.validate(&req).await.unwrap()),
+        ("mutate", plugin.mutate(&req).await.unwrap()),
+    ] {
+        let message = response.status.expect("a denial").message;
+        let echoed: Value = serde_json::from_str(message.strip_prefix("echo ").unwrap()).unwrap();
+        assert_eq!(
+            echoed,
+            json!({
+                "phase": phase, "user": "alice", "uid": "u-1",
+                "groups": ["system:authenticated"], "operation": "UPDATE",
+                "resource": "configmaps", "namespace": "default", "name": "cm",
+                "dryRun": true,
+            })
+        );
+    }
 }
 
 /// The guests link a 64 KiB stack (`plugins/.cargo/config.toml`): parsing
