@@ -31,8 +31,12 @@ fn allowed_writes_denials_and_plugin_annotations_are_audited() {
     let policy = dir.path().join("policy.yaml");
     std::fs::write(&policy, POLICY).unwrap();
     let log = dir.path().join("audit.log");
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, "evetoken,eve,u-eve\n").unwrap();
     let plugins = wasm_apiserver_e2e::plugin_dir();
     let s = Server::start_with_args(&[
+        "--token-auth-file",
+        tokens.to_str().unwrap(),
         "--audit-log-path",
         log.to_str().unwrap(),
         "--audit-policy-file",
@@ -75,6 +79,17 @@ spec:
         ],
     );
     assert!(!denied.status.success());
+    // eve may not impersonate: refused by the impersonation filter, which
+    // runs after the audit middleware, so still audited.
+    let refused = std::process::Command::new(wasm_apiserver_e2e::kubectl_binary(None))
+        .args(["--kubeconfig", "/dev/null", "--server", s.url()])
+        .arg("--certificate-authority")
+        .arg(s.data_dir().join("pki/ca.crt"))
+        .args(["--token", "evetoken", "--as", "mallory"])
+        .args(["get", "--raw", "/api/v1/namespaces/default/secrets"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
 
     let all = poll_until(
         Duration::from_secs(10),
@@ -85,7 +100,8 @@ spec:
                 e["objectRef"]["resource"] == "configmaps" && e["responseStatus"]["code"] == 201
             });
             let deny = evs.iter().any(|e| e["responseStatus"]["code"] == 403);
-            (write && deny).then_some(evs)
+            let refused = evs.iter().any(|e| e["user"]["username"] == "eve");
+            (write && deny && refused).then_some(evs)
         },
     );
     let write = all
@@ -115,12 +131,19 @@ spec:
 
     let deny = all
         .iter()
-        .find(|e| e["responseStatus"]["code"] == 403)
+        .find(|e| e["responseStatus"]["code"] == 403 && e["user"]["username"] != "eve")
         .unwrap();
     assert_eq!(
         deny["annotations"]["authorization.k8s.io/decision"], "forbid",
         "{deny}"
     );
+    // `--as nobody`: the authenticated user, and whom it impersonated.
+    assert_eq!(deny["user"]["username"], "kubernetes-admin", "{deny}");
+    assert_eq!(deny["impersonatedUser"]["username"], "nobody", "{deny}");
+    assert!(write.get("impersonatedUser").is_none(), "{write}");
+    let refused = all.iter().find(|e| e["user"]["username"] == "eve").unwrap();
+    assert_eq!(refused["responseStatus"]["code"], 403, "{refused}");
+    assert!(refused.get("impersonatedUser").is_none(), "{refused}");
     assert_eq!(deny["level"], "RequestResponse");
     // The AdmissionPlugin write is logged at Metadata: no bodies.
     let meta = all

@@ -2,8 +2,11 @@
 //! `audit.k8s.io/v1` Policy), JSON lines of `audit.k8s.io/v1` Events with
 //! stages, rotated by size (`--audit-log-maxsize` MB, `--audit-log-maxbackup`
 //! files). The middleware sits after authentication (so the user is known)
-//! and before authorization; authorization decisions and admission plugins'
-//! audit annotations land in the event through [`Annotations`].
+//! and, as upstream, before impersonation (so `user` is the authenticated
+//! user, a refused impersonation is audited, and the impersonation filter
+//! reports whom it impersonates through [`ImpersonatedUser`]) and
+//! authorization; authorization decisions and admission plugins' audit
+//! annotations land in the event through [`Annotations`].
 
 use crate::filters::UserInfo;
 use crate::request::RequestInfo;
@@ -26,6 +29,25 @@ pub struct Annotations(pub Arc<Mutex<BTreeMap<String, String>>>);
 impl Annotations {
     pub fn add(&self, items: impl IntoIterator<Item = (String, String)>) {
         self.0.lock().expect("audit annotations").extend(items);
+    }
+}
+
+/// Whom the request impersonates, set by the impersonation filter (which
+/// runs after the audit middleware) for the event's `impersonatedUser`.
+#[derive(Clone, Default, Debug)]
+pub struct ImpersonatedUser(Arc<Mutex<Option<UserInfo>>>);
+
+impl ImpersonatedUser {
+    pub fn set(&self, user: &UserInfo) {
+        *self.0.lock().expect("impersonated user") = Some(user.clone());
+    }
+
+    fn get(&self) -> Option<wasm_apiserver_api::authn::UserInfo> {
+        self.0
+            .lock()
+            .expect("impersonated user")
+            .as_ref()
+            .map(api_user)
     }
 }
 
@@ -190,6 +212,8 @@ pub async fn audit(State(state): State<Arc<AppState>>, mut req: Request, next: N
     }
     let annotations = Annotations::default();
     req.extensions_mut().insert(annotations.clone());
+    let impersonated = ImpersonatedUser::default();
+    req.extensions_mut().insert(impersonated.clone());
     let mut record = Record {
         audit_id: uuid::Uuid::new_v4().to_string(),
         request_uri: req.uri().to_string(),
@@ -247,6 +271,7 @@ pub async fn audit(State(state): State<Arc<AppState>>, mut req: Request, next: N
     );
 
     let resp = next.run(req).await;
+    record.impersonated_user = impersonated.get();
     let code = resp.status().as_u16();
     if info.verb == "watch" && code == 200 {
         record.annotations = annotations.0.lock().expect("audit annotations").clone();

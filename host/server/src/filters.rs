@@ -1,6 +1,7 @@
 //! The request pipeline before the handlers, in request order:
-//! request info → authentication → authorization. Admission runs inside the
-//! object store, where the decoded object is known.
+//! request info → authentication → (audit, [`crate::audit`]) →
+//! impersonation → authorization. Admission runs inside the object store,
+//! where the decoded object is known.
 //!
 //! Authentication is [`crate::authn`], authorization [`crate::authz`].
 
@@ -179,11 +180,15 @@ pub async fn impersonate(
     if target != "system:anonymous" && !groups.iter().any(|g| g == "system:authenticated") {
         groups.push("system:authenticated".into());
     }
-    req.extensions_mut().insert(UserInfo {
+    let user = UserInfo {
         username: target,
         uid: uid.unwrap_or_default(),
         groups,
         extra,
-    });
+    };
+    if let Some(audited) = req.extensions().get::<crate::audit::ImpersonatedUser>() {
+        audited.set(&user);
+    }
+    req.extensions_mut().insert(user);
     next.run(req).await
 }

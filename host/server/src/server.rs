@@ -68,14 +68,14 @@ impl AppState {
 }
 
 /// The HTTP router. Middleware runs in request order:
-/// request info → authentication → impersonation → audit → authorization →
+/// request info → authentication → audit → impersonation → authorization →
 /// handler (which runs admission).
 pub fn router(state: Arc<AppState>) -> Router {
     let pipeline = ServiceBuilder::new()
         .layer(from_fn(filters::with_request_info))
         .layer(from_fn_with_state(state.clone(), filters::authenticate))
-        .layer(from_fn_with_state(state.clone(), filters::impersonate))
         .layer(from_fn_with_state(state.clone(), crate::audit::audit))
+        .layer(from_fn_with_state(state.clone(), filters::impersonate))
         .layer(from_fn_with_state(state.clone(), filters::authorize));
     Router::new()
         .route("/api", get(discovery::api_versions))
