@@ -13,7 +13,9 @@
 # client certificate in WORKDIR/replica-1/pki/. Replicas 2 and 3 serve that
 # same certificate (--tls-cert-file/--tls-private-key-file) and trust client
 # certificates of that CA (--client-ca-file), so WORKDIR/kubeconfig, with one
-# context per replica, works against all three. (Their own
+# context per replica, works against all three; they also sign and verify
+# ServiceAccount tokens with its key (--service-account-signing-key-file), so a
+# `kubectl create token` through one replica works on all three. (Their own
 # replica-N/admin.kubeconfig names their own, unused CA: use WORKDIR/kubeconfig.)
 #
 # Ctrl-C (or SIGTERM) stops the replicas, then etcd. Without WORKDIR the
@@ -172,7 +174,8 @@ pki="$work/replica-1/pki"
 for n in 2 3; do
     start_replica "$n" \
         --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
-        --client-ca-file "$pki/ca.crt"
+        --client-ca-file "$pki/ca.crt" \
+        --service-account-signing-key-file "$pki/sa.key"
 done
 for n in 1 2 3; do
     wait_for "replica $n /readyz (log: $work/replica-$n.log)" replica_ready "${api_ports[$((n - 1))]}"

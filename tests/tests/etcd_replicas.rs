@@ -2,7 +2,8 @@
 //! kubectl and kube-rs: writes, watches and optimistic concurrency across
 //! replicas, admission plugins registered through one replica enforced by
 //! another, no acknowledged write lost when the etcd leader dies under a
-//! writer, watches resuming across a replica restart, and 503/504 answers
+//! writer, watches resuming across a replica restart, ServiceAccount tokens
+//! valid on every replica sharing the signing key, and 503/504 answers
 //! with a failing `/readyz` (not hangs) while etcd is unreachable.
 //!
 //! Every test starts its own etcd ([`EtcdCluster`], Debian's `etcd-server`:
@@ -206,6 +207,56 @@ fn replicas_share_objects_watches_and_optimistic_concurrency() {
 }
 
 /// The guest components' directory as a string flag value.
+/// `kubectl auth whoami` on `server` with a bearer token and nothing else.
+fn whoami_with_token(server: &Server, token: &str) -> Output {
+    std::process::Command::new(wasm_apiserver_e2e::kubectl_binary(None))
+        .args(["--kubeconfig", "/dev/null", "--server", server.url()])
+        .arg("--certificate-authority")
+        .arg(server.data_dir().join("pki/ca.crt"))
+        .args(["--token", token, REQUEST_TIMEOUT])
+        .args([
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ])
+        .output()
+        .expect("run kubectl")
+}
+
+/// A ServiceAccount token issued through one replica authenticates on
+/// another that shares the signing key (`--service-account-signing-key-file`),
+/// and on no replica with a key of its own.
+#[test]
+fn service_account_tokens_work_on_replicas_sharing_the_signing_key() {
+    let etcd = EtcdCluster::start(1);
+    let a = replica(&etcd, &[]);
+    let key = a.data_dir().join("pki/sa.key");
+    let b = replica(
+        &etcd,
+        &["--service-account-signing-key-file", key.to_str().unwrap()],
+    );
+    let own_key = replica(&etcd, &[]);
+
+    ok(&a, &["create", "serviceaccount", "bot"]);
+    let token = ok(&a, &["create", "token", "bot"]);
+    let token = token.trim();
+    for server in [&a, &b] {
+        let out = whoami_with_token(server, token);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "system:serviceaccount:default:bot"
+        );
+    }
+    let out = whoami_with_token(&own_key, token);
+    assert!(
+        !out.status.success(),
+        "another key must not verify the token"
+    );
+    assert!(stderr(&out).contains("Unauthorized"), "{}", stderr(&out));
+}
+
 fn plugin_dir() -> String {
     wasm_apiserver_e2e::plugin_dir().display().to_string()
 }

@@ -119,6 +119,22 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub anonymous_auth: bool,
 
+    /// PEM private key (PKCS#8, ECDSA P-256) that signs ServiceAccount
+    /// tokens; default `<data-dir>/pki/sa.key`, created on first start.
+    /// Replicas must share it.
+    #[arg(long)]
+    pub service_account_signing_key_file: Option<PathBuf>,
+
+    /// PEM file of keys (public, or private) that also verify ServiceAccount
+    /// tokens, for key rotation; repeatable.
+    #[arg(long)]
+    pub service_account_key_file: Vec<PathBuf>,
+
+    /// `iss` of ServiceAccount tokens; repeatable: the first issues (and is
+    /// the audience of API tokens), every one is accepted.
+    #[arg(long)]
+    pub service_account_issuer: Vec<String>,
+
     /// Maximum request body size in bytes (kube-apiserver's `--max-request-bytes`).
     #[arg(long, default_value_t = 3 * 1024 * 1024)]
     pub max_request_bytes: usize,
@@ -153,6 +169,9 @@ impl ServeArgs {
             audit_policy_file: None,
             audit_log_maxsize: 0,
             audit_log_maxbackup: 0,
+            service_account_signing_key_file: None,
+            service_account_key_file: Vec::new(),
+            service_account_issuer: Vec::new(),
         }
     }
 }

@@ -273,8 +273,13 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         anonymous: args.anonymous_auth,
         token_file,
         bootstrap_tokens: args.enable_bootstrap_token_auth,
-        service_accounts: Some(Arc::new(crate::satoken::TokenSigner::load_or_create(
+        service_accounts: Some(Arc::new(crate::satoken::TokenSigner::from_config(
             &args.data_dir,
+            &crate::satoken::SignerConfig {
+                signing_key_file: args.service_account_signing_key_file.clone(),
+                key_files: args.service_account_key_file.clone(),
+                issuers: args.service_account_issuer.clone(),
+            },
         )?)),
         plugins: Default::default(),
     };
