@@ -855,3 +855,56 @@ fn chunked_list(v: Option<&str>) {
         .collect();
     assert_eq!(got, expected, "{out}");
 }
+
+/// Server-side field validation of unknown fields: kubectl's default
+/// (`--validate=strict`, so `fieldValidation=Strict`) fails the request;
+/// `--validate=warn` stores the object without them and prints a warning
+/// each; `--validate=false` (`Ignore`) drops them silently.
+#[test]
+fn unknown_fields_follow_field_validation() {
+    let s = Server::start();
+    let manifest = |name: &str| {
+        let yaml = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  colour: red\ndata:\n  k: v\nspc: 1\n"
+        );
+        write_manifest(&s, &format!("{name}.yaml"), &yaml)
+    };
+    let stderr = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    let strict = manifest("strict");
+    let out = kubectl(&s, None, &["create", "-f", strict.to_str().unwrap()]);
+    assert!(!out.status.success(), "strict create must fail");
+    let err = stderr(&out);
+    assert!(
+        err.contains("strict decoding error")
+            && err.contains("unknown field \"spc\"")
+            && err.contains("unknown field \"metadata.colour\""),
+        "{err}"
+    );
+    assert!(
+        !kubectl(&s, None, &["get", "configmap", "strict"])
+            .status
+            .success()
+    );
+
+    for (name, flag, warns) in [
+        ("warn", "--validate=warn", true),
+        ("ignore", "--validate=false", false),
+    ] {
+        let path = manifest(name);
+        let out = kubectl(&s, None, &["create", flag, "-f", path.to_str().unwrap()]);
+        assert!(out.status.success(), "{flag}: {}", stderr(&out));
+        assert_eq!(
+            stderr(&out).contains("Warning: unknown field \"spc\""),
+            warns,
+            "{flag}: {}",
+            stderr(&out)
+        );
+        let cm = kubectl_json(&s, None, &["get", "configmap", name]);
+        assert!(
+            cm.get("spc").is_none() && cm["metadata"].get("colour").is_none(),
+            "{cm}"
+        );
+        assert_eq!(cm["data"]["k"], "v", "{cm}");
+    }
+}

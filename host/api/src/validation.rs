@@ -154,21 +154,93 @@ pub fn validate_object(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError>
 /// Decodes built-in kinds through their k8s-openapi types so that a wrongly
 /// typed field is a 400, as upstream's strict decoder makes it.
 fn typed_check(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
-    use k8s_openapi::api::{coordination::v1 as coord, core::v1 as core};
-    fn check<T: serde::de::DeserializeOwned>(kind: &str, obj: &Value) -> Result<(), ApiError> {
-        serde_json::from_value::<T>(obj.clone())
-            .map(drop)
-            .map_err(|e| ApiError::BadRequest(format!("error decoding {kind}: {e}")))
-    }
-    match (info.group.as_str(), info.kind.as_str()) {
-        ("", "Namespace") => check::<core::Namespace>(&info.kind, obj),
-        ("", "ConfigMap") => check::<core::ConfigMap>(&info.kind, obj),
-        ("", "Secret") => check::<core::Secret>(&info.kind, obj),
-        ("", "ServiceAccount") => check::<core::ServiceAccount>(&info.kind, obj),
-        ("", "Event") => check::<core::Event>(&info.kind, obj),
-        ("coordination.k8s.io", "Lease") => check::<coord::Lease>(&info.kind, obj),
+    match typed(info, obj) {
+        Some(Err(e)) => Err(ApiError::BadRequest(format!(
+            "error decoding {}: {e}",
+            info.kind
+        ))),
         _ => Ok(()),
     }
+}
+
+/// `obj` decoded as its built-in kind's k8s-openapi type and encoded again
+/// (so holding only the fields the kind has); `None` for kinds without a
+/// type here (custom kinds, our own API group).
+fn typed(info: &ResourceInfo, obj: &Value) -> Option<Result<Value, serde_json::Error>> {
+    use k8s_openapi::api::{
+        admissionregistration::v1 as adm, coordination::v1 as coord, core::v1 as core,
+        rbac::v1 as rbac,
+    };
+    fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(
+        obj: &Value,
+    ) -> Option<Result<Value, serde_json::Error>> {
+        Some(T::deserialize(obj).and_then(|t| serde_json::to_value(&t)))
+    }
+    match (info.group.as_str(), info.kind.as_str()) {
+        ("", "Namespace") => round_trip::<core::Namespace>(obj),
+        ("", "ConfigMap") => round_trip::<core::ConfigMap>(obj),
+        ("", "Secret") => round_trip::<core::Secret>(obj),
+        ("", "ServiceAccount") => round_trip::<core::ServiceAccount>(obj),
+        ("", "Event") => round_trip::<core::Event>(obj),
+        ("coordination.k8s.io", "Lease") => round_trip::<coord::Lease>(obj),
+        ("rbac.authorization.k8s.io", "Role") => round_trip::<rbac::Role>(obj),
+        ("rbac.authorization.k8s.io", "ClusterRole") => round_trip::<rbac::ClusterRole>(obj),
+        ("rbac.authorization.k8s.io", "RoleBinding") => round_trip::<rbac::RoleBinding>(obj),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
+            round_trip::<rbac::ClusterRoleBinding>(obj)
+        }
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+            round_trip::<adm::ValidatingWebhookConfiguration>(obj)
+        }
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+            round_trip::<adm::MutatingWebhookConfiguration>(obj)
+        }
+        _ => None,
+    }
+}
+
+/// Removes from `obj` the fields its built-in kind does not have and
+/// returns their paths as upstream's field validation names them
+/// (`spec.foo`, `rules[0].verbz`). Kinds without a type here, and objects
+/// that do not decode (which [`validate_object`] then rejects), are left
+/// alone. A `null` is never unknown: it means "absent".
+pub fn prune_unknown_fields(info: &ResourceInfo, obj: &mut Value) -> Vec<String> {
+    fn walk(path: &str, given: &mut Value, known: &Value, out: &mut Vec<String>) {
+        match (given, known) {
+            (Value::Object(given), Value::Object(known)) => {
+                given.retain(|key, value| {
+                    let at = if path.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{path}.{key}")
+                    };
+                    match known.get(key) {
+                        Some(known) => {
+                            walk(&at, value, known, out);
+                            true
+                        }
+                        None if value.is_null() => true,
+                        None => {
+                            out.push(at);
+                            false
+                        }
+                    }
+                });
+            }
+            (Value::Array(given), Value::Array(known)) => {
+                for (i, (value, known)) in given.iter_mut().zip(known).enumerate() {
+                    walk(&format!("{path}[{i}]"), value, known, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let Some(Ok(known)) = typed(info, obj) else {
+        return Vec::new();
+    };
+    let mut unknown = Vec::new();
+    walk("", obj, &known, &mut unknown);
+    unknown
 }
 
 #[cfg(test)]
@@ -216,5 +288,43 @@ mod tests {
         assert_eq!(validate_object(cm, &bad_type).unwrap_err().code(), 400);
         let bad_label = json!({"metadata": {"name": "a", "labels": {"x": "not ok"}}});
         assert_eq!(validate_object(cm, &bad_label).unwrap_err().code(), 422);
+    }
+
+    #[test]
+    fn unknown_fields_are_found_and_pruned() {
+        let r = Registry::builtin();
+        let cm = r.get("", "v1", "configmaps").unwrap();
+        let mut obj = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "labels": {"x": "y"}, "colour": "red", "annotations": null},
+            "data": {"k": "v"}, "binaryData": {}, "immutable": false,
+            "spc": {"x": 1},
+        });
+        let unknown = prune_unknown_fields(cm, &mut obj);
+        assert_eq!(unknown, ["metadata.colour", "spc"]);
+        assert_eq!(
+            obj,
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "a", "labels": {"x": "y"}, "annotations": null},
+                "data": {"k": "v"}, "binaryData": {}, "immutable": false,
+            })
+        );
+
+        let role = r.get("rbac.authorization.k8s.io", "v1", "roles").unwrap();
+        let mut obj = json!({
+            "metadata": {"name": "r"},
+            "rules": [{"verbs": ["get"], "resources": ["pods"], "apiGroups": [""]},
+                      {"verbs": ["list"], "resourcez": ["x"]}],
+        });
+        assert_eq!(prune_unknown_fields(role, &mut obj), ["rules[1].resourcez"]);
+
+        let secret = r.get("", "v1", "secrets").unwrap();
+        let mut obj =
+            json!({"metadata": {"name": "s"}, "stringData": {"a": "b"}, "type": "Opaque"});
+        assert!(prune_unknown_fields(secret, &mut obj).is_empty());
+        // Objects that do not decode are validate_object's to reject.
+        let mut obj = json!({"metadata": {"name": "a"}, "data": {"k": 1}, "x": 1});
+        assert!(prune_unknown_fields(cm, &mut obj).is_empty());
     }
 }

@@ -5,7 +5,9 @@
 use crate::discovery::{api_group, json_response, resource_list};
 use crate::error::ErrorResponse;
 use crate::filters::UserInfo;
-use crate::objects::{Deleted, ListOutcome, ListParams, Preconditions, WriteOptions};
+use crate::objects::{
+    Deleted, FieldValidation, ListOutcome, ListParams, Preconditions, WriteOptions,
+};
 use crate::request::RequestInfo;
 use crate::server::AppState;
 use crate::watch::{self, WatchOptions};
@@ -96,23 +98,31 @@ fn write_options(
             )));
         }
     };
-    match q.get("fieldValidation") {
-        None | Some("Ignore" | "Warn" | "Strict") => {}
+    let field_validation = match q.get("fieldValidation") {
+        None | Some("Warn") => FieldValidation::Warn,
+        Some("Ignore") => FieldValidation::Ignore,
+        Some("Strict") => FieldValidation::Strict,
         Some(other) => {
             return Err(ApiError::BadRequest(format!(
                 "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \"Warn\", \"Strict\""
             )));
         }
-    }
+    };
     let mut opts = WriteOptions::new(dry_run, user.clone());
     opts.audit = audit.clone();
+    opts.field_validation = field_validation;
     Ok(opts)
 }
 
 /// Adds admission warnings as `Warning: 299 - "..."` headers, as upstream.
 fn with_warnings(mut resp: Response, opts: &WriteOptions) -> Response {
     for w in opts.warnings() {
-        let text = w.replace('"', "'").replace(['\n', '\r'], " ");
+        // A quoted-string (RFC 9110): quotes and backslashes escaped, as
+        // upstream does and kubectl undoes.
+        let text = w
+            .replace(['\n', '\r'], " ")
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"");
         if let Ok(v) = axum::http::HeaderValue::from_str(&format!("299 - \"{text}\"")) {
             resp.headers_mut().append("warning", v);
         }

@@ -28,12 +28,25 @@ const MAX_RETRIES: usize = 64;
 pub struct WriteOptions {
     /// `dryRun=All`: run everything but the storage write.
     pub dry_run: bool,
+    /// `fieldValidation`: what unknown fields in the request's object cause.
+    pub field_validation: FieldValidation,
     /// Who makes the request (handed to admission plugins).
     pub user: UserInfo,
     warnings: Mutex<Vec<String>>,
     audit_annotations: Mutex<BTreeMap<String, String>>,
     /// The request's audit annotations, when the audit log records it.
     pub audit: Option<crate::audit::Annotations>,
+}
+
+/// The `fieldValidation` query parameter. Unknown fields of built-in kinds
+/// are never stored; this says whether they fail the request, warn, or go
+/// silently. Upstream's default is `Warn`; kubectl sends `Strict` by default.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum FieldValidation {
+    Ignore,
+    #[default]
+    Warn,
+    Strict,
 }
 
 impl WriteOptions {
@@ -50,8 +63,15 @@ impl WriteOptions {
         Self::new(false, crate::admission::system_user(component))
     }
 
+    /// Adds warnings, each once (a write retried after a conflict repeats
+    /// its checks).
     pub fn add_warnings(&self, w: impl IntoIterator<Item = String>) {
-        self.warnings.lock().expect("warnings lock").extend(w);
+        let mut warnings = self.warnings.lock().expect("warnings lock");
+        for w in w {
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        }
     }
 
     pub fn add_audit_annotations(&self, a: impl IntoIterator<Item = (String, String)>) {
@@ -149,6 +169,33 @@ impl NamespaceCache {
             Some(t) => map.insert(ns.to_string(), t),
             None => map.remove(ns),
         };
+    }
+}
+
+/// Applies `fieldValidation` to the request's object: its unknown fields
+/// fail the request (`Strict`, 400 as upstream's strict decoder) or are
+/// dropped, with a warning each (`Warn`) or silently (`Ignore`).
+fn check_fields(info: &ResourceInfo, obj: &mut Value, opts: &WriteOptions) -> Result<()> {
+    let unknown = wasm_apiserver_api::validation::prune_unknown_fields(info, obj);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let each: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
+    match opts.field_validation {
+        FieldValidation::Strict => Err(ApiError::BadRequest(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+            each.join(", "),
+            kind = info.kind,
+            version = info.version,
+        ))),
+        FieldValidation::Warn => {
+            opts.add_warnings(each);
+            Ok(())
+        }
+        FieldValidation::Ignore => Ok(()),
     }
 }
 
@@ -515,6 +562,7 @@ impl Objects {
         opts: &WriteOptions,
     ) -> Result<Value> {
         self.normalize(info, ns, &mut obj)?;
+        check_fields(info, &mut obj, opts)?;
         let generate = meta::str_field(&obj, "generateName").map(String::from);
         if meta::name(&obj).is_none()
             && let Some(base) = &generate
@@ -578,6 +626,7 @@ impl Objects {
             let cur = decode(&cur_kv)?;
             let mut new = change(&cur)?;
             self.normalize(info, ns, &mut new)?;
+            check_fields(info, &mut new, opts)?;
             meta::prepare_for_update(&mut new, &cur);
             Self::defaults(info, &mut new);
             let attrs = Attributes {
