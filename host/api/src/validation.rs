@@ -154,7 +154,7 @@ pub fn validate_object(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError>
 /// Decodes built-in kinds through their k8s-openapi types so that a wrongly
 /// typed field is a 400, as upstream's strict decoder makes it.
 fn typed_check(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
-    match typed(info, obj) {
+    match typed(info, obj, false) {
         Some(Err(e)) => Err(ApiError::BadRequest(format!(
             "error decoding {}: {e}",
             info.kind
@@ -163,37 +163,49 @@ fn typed_check(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     }
 }
 
-/// `obj` decoded as its built-in kind's k8s-openapi type and encoded again
-/// (so holding only the fields the kind has); `None` for kinds without a
-/// type here (custom kinds, our own API group).
-fn typed(info: &ResourceInfo, obj: &Value) -> Option<Result<Value, serde_json::Error>> {
+/// `obj` decoded as its built-in kind's k8s-openapi type and, if `encode`,
+/// encoded again (so holding only the fields the kind has; else `Null`);
+/// `None` for kinds without a type here (custom kinds, our own API group).
+fn typed(
+    info: &ResourceInfo,
+    obj: &Value,
+    encode: bool,
+) -> Option<Result<Value, serde_json::Error>> {
     use k8s_openapi::api::{
         admissionregistration::v1 as adm, coordination::v1 as coord, core::v1 as core,
         rbac::v1 as rbac,
     };
-    fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(
+    let round_trip =
+        |decode: fn(&Value, bool) -> Result<Value, serde_json::Error>| Some(decode(obj, encode));
+    fn rt<T: serde::de::DeserializeOwned + serde::Serialize>(
         obj: &Value,
-    ) -> Option<Result<Value, serde_json::Error>> {
-        Some(T::deserialize(obj).and_then(|t| serde_json::to_value(&t)))
+        encode: bool,
+    ) -> Result<Value, serde_json::Error> {
+        let t = T::deserialize(obj)?;
+        if encode {
+            serde_json::to_value(&t)
+        } else {
+            Ok(Value::Null)
+        }
     }
     match (info.group.as_str(), info.kind.as_str()) {
-        ("", "Namespace") => round_trip::<core::Namespace>(obj),
-        ("", "ConfigMap") => round_trip::<core::ConfigMap>(obj),
-        ("", "Secret") => round_trip::<core::Secret>(obj),
-        ("", "ServiceAccount") => round_trip::<core::ServiceAccount>(obj),
-        ("", "Event") => round_trip::<core::Event>(obj),
-        ("coordination.k8s.io", "Lease") => round_trip::<coord::Lease>(obj),
-        ("rbac.authorization.k8s.io", "Role") => round_trip::<rbac::Role>(obj),
-        ("rbac.authorization.k8s.io", "ClusterRole") => round_trip::<rbac::ClusterRole>(obj),
-        ("rbac.authorization.k8s.io", "RoleBinding") => round_trip::<rbac::RoleBinding>(obj),
+        ("", "Namespace") => round_trip(rt::<core::Namespace>),
+        ("", "ConfigMap") => round_trip(rt::<core::ConfigMap>),
+        ("", "Secret") => round_trip(rt::<core::Secret>),
+        ("", "ServiceAccount") => round_trip(rt::<core::ServiceAccount>),
+        ("", "Event") => round_trip(rt::<core::Event>),
+        ("coordination.k8s.io", "Lease") => round_trip(rt::<coord::Lease>),
+        ("rbac.authorization.k8s.io", "Role") => round_trip(rt::<rbac::Role>),
+        ("rbac.authorization.k8s.io", "ClusterRole") => round_trip(rt::<rbac::ClusterRole>),
+        ("rbac.authorization.k8s.io", "RoleBinding") => round_trip(rt::<rbac::RoleBinding>),
         ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
-            round_trip::<rbac::ClusterRoleBinding>(obj)
+            round_trip(rt::<rbac::ClusterRoleBinding>)
         }
         ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
-            round_trip::<adm::ValidatingWebhookConfiguration>(obj)
+            round_trip(rt::<adm::ValidatingWebhookConfiguration>)
         }
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
-            round_trip::<adm::MutatingWebhookConfiguration>(obj)
+            round_trip(rt::<adm::MutatingWebhookConfiguration>)
         }
         _ => None,
     }
@@ -235,7 +247,7 @@ pub fn prune_unknown_fields(info: &ResourceInfo, obj: &mut Value) -> Vec<String>
             _ => {}
         }
     }
-    let Some(Ok(known)) = typed(info, obj) else {
+    let Some(Ok(known)) = typed(info, obj, true) else {
         return Vec::new();
     };
     let mut unknown = Vec::new();
