@@ -48,8 +48,12 @@ impl Query {
     fn get(&self, k: &str) -> Option<&str> {
         self.0.get(k).map(String::as_str).filter(|v| !v.is_empty())
     }
+    /// A boolean parameter as upstream decodes it: present and neither
+    /// `0` nor `false` (any case), so `True` (the Python client's) counts.
     fn flag(&self, k: &str) -> bool {
-        matches!(self.0.get(k).map(String::as_str), Some("true" | "1" | ""))
+        self.0
+            .get(k)
+            .is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
     }
 }
 
@@ -590,5 +594,15 @@ mod tests {
         assert_eq!(q.get("labelSelector"), Some("app=web,tier in (a,b)"));
         assert!(q.flag("watch"));
         assert!(Query::parse(Some("x=%zz")).is_err());
+        // Booleans as upstream decodes them.
+        for (raw, want) in [
+            ("w=True", true),
+            ("w=", true),
+            ("w=0", false),
+            ("w=FALSE", false),
+        ] {
+            assert_eq!(Query::parse(Some(raw)).unwrap().flag("w"), want, "{raw}");
+        }
+        assert!(!Query::parse(Some("x=1")).unwrap().flag("w"));
     }
 }

@@ -64,9 +64,13 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
     info.resource = rest.first().map(|s| s.to_string()).unwrap_or_default();
     info.name = rest.get(1).map(|s| s.to_string());
     info.subresource = rest.get(2).map(|s| s.to_string());
+    // Upstream's boolean decoding: anything but `0` and `false` (any case).
     let watch_param = query.is_some_and(|q| {
-        q.split('&')
-            .any(|kv| kv == "watch=true" || kv == "watch=1" || kv == "watch")
+        q.split('&').any(|kv| match kv.split_once('=') {
+            Some(("watch", v)) => v != "0" && !v.eq_ignore_ascii_case("false"),
+            None => kv == "watch",
+            _ => false,
+        })
     });
     info.verb = match *method {
         Method::GET | Method::HEAD if legacy_watch || watch_param => "watch",
@@ -130,6 +134,14 @@ mod tests {
             (i.api_group.as_str(), i.verb.as_str(), i.namespace),
             ("coordination.k8s.io", "watch", None)
         );
+        for (query, verb) in [
+            ("watch=True", "watch"),
+            ("watch=false", "list"),
+            ("watch=0", "list"),
+        ] {
+            let i = parse(&Method::GET, "/api/v1/configmaps", Some(query));
+            assert_eq!(i.verb, verb, "{query}");
+        }
         let i = parse(&Method::DELETE, "/api/v1/namespaces/n/secrets", None);
         assert_eq!(i.verb, "deletecollection");
         assert!(!parse(&Method::GET, "/apis/coordination.k8s.io", None).is_resource_request);

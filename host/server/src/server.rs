@@ -79,10 +79,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(from_fn_with_state(state.clone(), filters::authorize));
     Router::new()
         .route("/api", get(discovery::api_versions))
+        // The Python client asks for `/api/`, `/apis/` and `/version/`.
+        .route("/api/", get(discovery::api_versions))
         .route("/apis", get(discovery::api_groups))
+        .route("/apis/", get(discovery::api_groups))
         .route("/api/{*rest}", any(handlers::dispatch))
         .route("/apis/{*rest}", any(handlers::dispatch))
         .route("/version", get(discovery::version))
+        .route("/version/", get(discovery::version))
         .route("/healthz", get(discovery::healthz))
         .route("/livez", get(discovery::healthz))
         .route("/readyz", get(discovery::readyz))

@@ -1,0 +1,138 @@
+"""The official Kubernetes Python client against wasm-apiserver.
+
+Run by tests/tests/python_client.rs with the server's admin kubeconfig as
+argv[1]. Exits non-zero (an AssertionError or an ApiException) when the
+server answers anything but what kube-apiserver would.
+"""
+
+import base64
+import sys
+import threading
+import time
+
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+config.load_kube_config(config_file=sys.argv[1])
+core = client.CoreV1Api()
+coord = client.CoordinationV1Api()
+ns = "py-client"
+
+
+def expect_error(status, reason, call, *args, **kwargs):
+    try:
+        call(*args, **kwargs)
+    except ApiException as e:
+        assert e.status == status, f"{call.__name__}: status {e.status}, want {status}: {e.body}"
+        body = client.ApiClient().deserialize(
+            type("R", (), {"data": e.body})(), "V1Status"
+        )
+        assert body.reason == reason, f"{call.__name__}: reason {body.reason}, want {reason}"
+        return body
+    raise AssertionError(f"{call.__name__} succeeded, want {status} {reason}")
+
+
+# Discovery and version.
+version = client.VersionApi().get_code()
+assert version.major == "1", version
+groups = {g.name for g in client.ApisApi().get_api_versions().groups}
+assert "coordination.k8s.io" in groups, groups
+
+# Namespace, then typed objects in it.
+core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+assert core.read_namespace(ns).status.phase == "Active"
+
+cm = core.create_namespaced_config_map(
+    ns,
+    client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="a", labels={"app": "py", "tier": "one"}),
+        data={"k": "v"},
+    ),
+)
+assert cm.metadata.uid and cm.metadata.resource_version, cm.metadata
+assert cm.metadata.creation_timestamp is not None
+expect_error(409, "AlreadyExists", core.create_namespaced_config_map, ns,
+             client.V1ConfigMap(metadata=client.V1ObjectMeta(name="a")))
+expect_error(404, "NotFound", core.read_namespaced_config_map, "missing", ns)
+invalid = expect_error(422, "Invalid", core.create_namespaced_config_map, ns,
+                       client.V1ConfigMap(metadata=client.V1ObjectMeta(name="Not_A_Name")))
+assert invalid.details.causes[0].field == "metadata.name", invalid.details
+
+for name, tier in [("b", "two"), ("c", "two")]:
+    core.create_namespaced_config_map(
+        ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name, labels={"app": "py", "tier": tier})))
+
+# Lists: selectors, paging with continue.
+names = lambda items: sorted(i.metadata.name for i in items)
+assert names(core.list_namespaced_config_map(ns, label_selector="tier=two").items) == ["b", "c"]
+assert names(core.list_namespaced_config_map(ns, label_selector="tier notin (two)").items) == ["a"]
+assert names(core.list_namespaced_config_map(ns, field_selector="metadata.name=b").items) == ["b"]
+page = core.list_namespaced_config_map(ns, limit=2)
+assert len(page.items) == 2 and page.metadata._continue, page.metadata
+rest = core.list_namespaced_config_map(ns, limit=2, _continue=page.metadata._continue)
+assert names(page.items + rest.items) == ["a", "b", "c"]
+
+# Updates: strategic merge patch, replace, optimistic concurrency.
+patched = core.patch_namespaced_config_map("a", ns, {"data": {"k2": "v2"}})
+assert patched.data == {"k": "v", "k2": "v2"}, patched.data
+stale = cm  # the resourceVersion from before the patch
+stale.data = {"k": "stale"}
+expect_error(409, "Conflict", core.replace_namespaced_config_map, "a", ns, stale)
+patched.data["k"] = "new"
+replaced = core.replace_namespaced_config_map("a", ns, patched)
+assert replaced.data["k"] == "new"
+assert int(replaced.metadata.resource_version) > int(patched.metadata.resource_version)
+
+# Secrets: base64 data, stringData folded in.
+secret = core.create_namespaced_secret(ns, client.V1Secret(
+    metadata=client.V1ObjectMeta(name="s"), string_data={"password": "hunter2"}))
+assert base64.b64decode(secret.data["password"]) == b"hunter2", secret.data
+
+# Another group: coordination.k8s.io Leases.
+lease = coord.create_namespaced_lease(ns, client.V1Lease(
+    metadata=client.V1ObjectMeta(name="leader"),
+    spec=client.V1LeaseSpec(holder_identity="py", lease_duration_seconds=15)))
+assert coord.read_namespaced_lease("leader", ns).spec.holder_identity == "py"
+
+# Watch from a resourceVersion: the client's stream decoding of events.
+start_rv = core.list_namespaced_config_map(ns).metadata.resource_version
+seen = []
+
+
+def writer():
+    time.sleep(0.3)
+    core.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="w")))
+    core.patch_namespaced_config_map("w", ns, {"metadata": {"labels": {"x": "y"}}})
+    core.delete_namespaced_config_map("w", ns)
+
+
+t = threading.Thread(target=writer)
+t.start()
+w = watch.Watch()
+for event in w.stream(core.list_namespaced_config_map, ns, resource_version=start_rv,
+                      field_selector="metadata.name=w", timeout_seconds=10):
+    seen.append((event["type"], event["object"].metadata.name))
+    if event["type"] == "DELETED":
+        w.stop()
+t.join()
+assert seen == [("ADDED", "w"), ("MODIFIED", "w"), ("DELETED", "w")], seen
+
+# Deletes and the namespace's lifecycle.
+status = core.delete_namespaced_config_map("b", ns)
+assert status is not None
+expect_error(404, "NotFound", core.delete_namespaced_config_map, "b", ns)
+core.delete_collection_namespaced_config_map(ns, label_selector="app=py")
+assert names(core.list_namespaced_config_map(ns).items) == []
+core.delete_namespace(ns)
+deadline = time.time() + 20
+while time.time() < deadline:
+    try:
+        core.read_namespace(ns)
+    except ApiException as e:
+        assert e.status == 404, e
+        break
+    time.sleep(0.2)
+else:
+    raise AssertionError("namespace never went away")
+
+print("python client: all checks passed")
