@@ -831,7 +831,8 @@ fn service_account_tokens() {
 /// A wasm authenticator and a wasm authorizer decide requests: the token
 /// plugin names the user, the namespace plugin allows her in `team-a`, and its
 /// deny rule for secrets wins over an RBAC grant because `Wasm` comes first in
-/// `--authorization-mode`.
+/// `--authorization-mode`; so does its deny rule for impersonation, even for
+/// the admin (`system:masters`).
 #[test]
 fn wasm_authenticator_and_authorizer_decide() {
     let dir = tempfile::tempdir().unwrap();
@@ -855,7 +856,7 @@ spec:
   module: {file: namespace_authorizer.wasm}
   config:
     allow: [{user: alice, namespaces: [team-a], verbs: ["*"]}]
-    deny: [{resource: secrets}]
+    deny: [{resource: secrets}, {verb: impersonate}]
 "#,
     )
     .unwrap();
@@ -927,6 +928,17 @@ spec:
         &server,
         "wasm-mallory",
         "a token the wasm authenticator denies",
+    );
+    let impersonating = kubectl(
+        &server,
+        None,
+        &["--as", "bob", "get", "--raw", "/api/v1/namespaces"],
+    );
+    assert!(!impersonating.status.success());
+    let err = String::from_utf8_lossy(&impersonating.stderr);
+    assert!(
+        err.contains("cannot impersonate") && err.contains("denied by namespaces"),
+        "{err}"
     );
 }
 

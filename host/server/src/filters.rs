@@ -128,53 +128,53 @@ pub async fn impersonate(
     let Some(real) = req.extensions().get::<UserInfo>().cloned() else {
         return next.run(req).await;
     };
-    let check = |resource: &str, name: &str, namespace: Option<&str>, subresource: Option<&str>| {
-        let attrs = wasm_apiserver_api::rbac::Attributes {
-            user: real.username.clone(),
-            groups: real.groups.clone(),
-            verb: "impersonate".into(),
-            // As upstream: users, groups and serviceaccounts are core; uids and
-            // userextras are in authentication.k8s.io.
-            api_group: if matches!(resource, "uids" | "userextras") {
-                "authentication.k8s.io".into()
-            } else {
-                String::new()
-            },
-            resource: resource.into(),
-            subresource: subresource.map(String::from),
-            namespace: namespace.map(String::from),
-            name: Some(name.into()),
-            is_resource_request: true,
-            ..Default::default()
-        };
-        match state.authz.authorize(&attrs) {
-            wasm_apiserver_api::rbac::Decision::Allow(_) => Ok(()),
-            wasm_apiserver_api::rbac::Decision::NoOpinion(r) => {
-                Err(crate::authz::forbidden(&attrs, &r))
+    let attributes =
+        |resource: &str, name: &str, namespace: Option<&str>, subresource: Option<&str>| {
+            wasm_apiserver_api::rbac::Attributes {
+                user: real.username.clone(),
+                groups: real.groups.clone(),
+                verb: "impersonate".into(),
+                // As upstream: users, groups and serviceaccounts are core; uids and
+                // userextras are in authentication.k8s.io.
+                api_group: if matches!(resource, "uids" | "userextras") {
+                    "authentication.k8s.io".into()
+                } else {
+                    String::new()
+                },
+                resource: resource.into(),
+                subresource: subresource.map(String::from),
+                namespace: namespace.map(String::from),
+                name: Some(name.into()),
+                is_resource_request: true,
+                ..Default::default()
             }
-        }
-    };
+        };
     let mut checks = Vec::new();
     match target
         .strip_prefix("system:serviceaccount:")
         .and_then(|r| r.split_once(':'))
     {
-        Some((ns, name)) => checks.push(check("serviceaccounts", name, Some(ns), None)),
-        None => checks.push(check("users", &target, None, None)),
+        Some((ns, name)) => checks.push(attributes("serviceaccounts", name, Some(ns), None)),
+        None => checks.push(attributes("users", &target, None, None)),
     }
-    checks.extend(groups.iter().map(|g| check("groups", g, None, None)));
+    checks.extend(groups.iter().map(|g| attributes("groups", g, None, None)));
     if let Some(u) = &uid {
-        checks.push(check("uids", u, None, None));
+        checks.push(attributes("uids", u, None, None));
     }
     for (key, values) in &extra {
         checks.extend(
             values
                 .iter()
-                .map(|v| check("userextras", v, None, Some(key))),
+                .map(|v| attributes("userextras", v, None, Some(key))),
         );
     }
-    if let Some(Err(e)) = checks.into_iter().find(|c| c.is_err()) {
-        return ErrorResponse(e).into_response();
+    // Every authorization mode decides, wasm authorizers included.
+    for attrs in &checks {
+        if let wasm_apiserver_api::rbac::Decision::NoOpinion(r) =
+            state.authz.authorize_request(attrs).await
+        {
+            return ErrorResponse(crate::authz::forbidden(attrs, &r)).into_response();
+        }
     }
     let mut groups = groups;
     if target != "system:anonymous" && !groups.iter().any(|g| g == "system:authenticated") {
