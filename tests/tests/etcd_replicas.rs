@@ -206,7 +206,6 @@ fn replicas_share_objects_watches_and_optimistic_concurrency() {
     assert_eq!(now["data"]["k"], "from-b", "{now}");
 }
 
-/// The guest components' directory as a string flag value.
 /// `kubectl auth whoami` on `server` with a bearer token and nothing else.
 fn whoami_with_token(server: &Server, token: &str) -> Output {
     std::process::Command::new(wasm_apiserver_e2e::kubectl_binary(None))
@@ -257,6 +256,7 @@ fn service_account_tokens_work_on_replicas_sharing_the_signing_key() {
     assert!(stderr(&out).contains("Unauthorized"), "{}", stderr(&out));
 }
 
+/// The guest components' directory as a string flag value.
 fn plugin_dir() -> String {
     wasm_apiserver_e2e::plugin_dir().display().to_string()
 }

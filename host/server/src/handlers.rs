@@ -42,8 +42,12 @@ struct Query(HashMap<String, String>);
 
 impl Query {
     fn parse(raw: Option<&str>) -> Result<Self> {
-        let pairs: Vec<(String, String)> = serde_urlencoded_pairs(raw.unwrap_or(""))?;
-        Ok(Query(pairs.into_iter().collect()))
+        let mut map = HashMap::new();
+        // As upstream, the first of repeated parameters counts.
+        for (k, v) in query_pairs(raw.unwrap_or(""))? {
+            map.entry(k).or_insert(v);
+        }
+        Ok(Query(map))
     }
     fn get(&self, k: &str) -> Option<&str> {
         self.0.get(k).map(String::as_str).filter(|v| !v.is_empty())
@@ -57,7 +61,8 @@ impl Query {
     }
 }
 
-fn serde_urlencoded_pairs(raw: &str) -> Result<Vec<(String, String)>> {
+/// The decoded `key=value` pairs of a query string, in order.
+pub(crate) fn query_pairs(raw: &str) -> Result<Vec<(String, String)>> {
     raw.split('&')
         .filter(|p| !p.is_empty())
         .map(|p| {

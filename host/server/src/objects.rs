@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use wasm_apiserver_api::error::Target;
 use wasm_apiserver_api::selector::{FieldSelector, LabelSelector};
-use wasm_apiserver_api::validation::validate_object;
+use wasm_apiserver_api::validation::{prune_unknown_fields, validate_object};
 use wasm_apiserver_api::{ApiError, Registry, ResourceInfo, meta};
 use wasm_apiserver_plugins::{Operation, UserInfo};
 use wasm_apiserver_storage::{KeyValue, ListOptions, Storage, StorageError};
@@ -176,7 +176,7 @@ impl NamespaceCache {
 /// fail the request (`Strict`, 400 as upstream's strict decoder) or are
 /// dropped, with a warning each (`Warn`) or silently (`Ignore`).
 fn check_fields(info: &ResourceInfo, obj: &mut Value, opts: &WriteOptions) -> Result<()> {
-    let unknown = wasm_apiserver_api::validation::prune_unknown_fields(info, obj);
+    let unknown = prune_unknown_fields(info, obj);
     if unknown.is_empty() {
         return Ok(());
     }
@@ -586,6 +586,9 @@ impl Objects {
             name: &name,
         };
         self.admit_mutating(&attrs, &mut obj, None, opts).await?;
+        // What mutating plugins added is decoded as upstream decodes a
+        // patched object: unknown fields go, silently.
+        prune_unknown_fields(info, &mut obj);
         validate_object(info, &obj)?;
         crate::authz::check_escalation(&self.authz, info, ns, &obj, &opts.user)?;
         self.admit_validating(&attrs, Some(&obj), None, opts)
@@ -623,7 +626,10 @@ impl Objects {
             let Some(cur_kv) = self.storage.get(&key).await.map_err(storage_error)? else {
                 return Err(ApiError::NotFound(target(info, name)));
             };
-            let cur = decode(&cur_kv)?;
+            let mut cur = decode(&cur_kv)?;
+            // Unknown fields stored before they were pruned are not the
+            // request's: drop them silently, so only the request's count.
+            prune_unknown_fields(info, &mut cur);
             let mut new = change(&cur)?;
             self.normalize(info, ns, &mut new)?;
             check_fields(info, &mut new, opts)?;
@@ -638,6 +644,7 @@ impl Objects {
             };
             self.admit_mutating(&attrs, &mut new, Some(&cur), opts)
                 .await?;
+            prune_unknown_fields(info, &mut new);
             validate_object(info, &new)?;
             crate::authz::check_escalation(&self.authz, info, ns, &new, &opts.user)?;
             self.admit_validating(&attrs, Some(&new), Some(&cur), opts)

@@ -64,14 +64,13 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
     info.resource = rest.first().map(|s| s.to_string()).unwrap_or_default();
     info.name = rest.get(1).map(|s| s.to_string());
     info.subresource = rest.get(2).map(|s| s.to_string());
-    // Upstream's boolean decoding: anything but `0` and `false` (any case).
-    let watch_param = query.is_some_and(|q| {
-        q.split('&').any(|kv| match kv.split_once('=') {
-            Some(("watch", v)) => v != "0" && !v.eq_ignore_ascii_case("false"),
-            None => kv == "watch",
-            _ => false,
-        })
-    });
+    // As upstream: the first `watch` parameter, decoded, as a boolean
+    // (anything but `0` and `false`, any case). An undecodable query is the
+    // handler's to reject.
+    let watch_param = query
+        .and_then(|q| crate::handlers::query_pairs(q).ok())
+        .and_then(|pairs| pairs.into_iter().find(|(k, _)| k == "watch"))
+        .is_some_and(|(_, v)| v != "0" && !v.eq_ignore_ascii_case("false"));
     info.verb = match *method {
         Method::GET | Method::HEAD if legacy_watch || watch_param => "watch",
         Method::GET | Method::HEAD if info.name.is_some() => "get",
@@ -138,6 +137,9 @@ mod tests {
             ("watch=True", "watch"),
             ("watch=false", "list"),
             ("watch=0", "list"),
+            ("watch=%66alse", "list"),
+            ("watch=false&watch=true", "list"),
+            ("watch", "watch"),
         ] {
             let i = parse(&Method::GET, "/api/v1/configmaps", Some(query));
             assert_eq!(i.verb, verb, "{query}");

@@ -74,7 +74,8 @@ impl TokenSigner {
                 if !path.exists() {
                     let key = rcgen::KeyPair::generate()?;
                     std::fs::create_dir_all(data_dir.join("pki"))?;
-                    std::fs::write(&path, key.serialize_pem())?;
+                    // Readable by the server's user only, as the TLS keys.
+                    crate::tls::write_secret(&path, &key.serialize_pem())?;
                 }
                 path
             }

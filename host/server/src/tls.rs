@@ -23,7 +23,7 @@ pub struct Pki {
     pub admin_key_pem: String,
 }
 
-fn write_secret(path: &Path, text: &str) -> std::io::Result<()> {
+pub(crate) fn write_secret(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create(true).truncate(true);

@@ -226,6 +226,66 @@ async fn errors_are_upstream_status_objects() {
     );
 }
 
+/// fieldValidation: Strict rejects the request's unknown fields (400,
+/// nothing stored), Warn drops them with a warning each; unknown fields an
+/// older version stored are dropped silently on the next write, never blamed
+/// on a request that does not send them.
+#[tokio::test]
+async fn unknown_fields_follow_field_validation() {
+    let app = app().await;
+    let mut body = cm("u", json!({}));
+    body["spc"] = json!(1);
+    let r = app
+        .call(
+            "POST",
+            &format!("{CMS}?fieldValidation=Strict"),
+            "application/json",
+            Some(body.clone()),
+        )
+        .await;
+    assert_status(&r, 400, "BadRequest");
+    assert!(
+        r.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("strict decoding error: unknown field \"spc\""),
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        app.get(&format!("{CMS}/u")).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let r = app.post(CMS, body).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert!(r.body.get("spc").is_none(), "{}", r.body);
+    assert_eq!(r.warnings, ["299 - \"unknown field \\\"spc\\\"\""]);
+
+    let old = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "old", "namespace": "default", "uid": "u-old",
+                     "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "data": {"k": "v"}, "spc": 1});
+    app.storage
+        .create(
+            "/registry/core/configmaps/default/old",
+            serde_json::to_vec(&old).unwrap(),
+        )
+        .await
+        .unwrap();
+    let r = app
+        .call(
+            "PATCH",
+            &format!("{CMS}/old?fieldValidation=Strict"),
+            "application/merge-patch+json",
+            Some(json!({"data": {"k": "v2"}})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    assert_eq!(r.body["data"]["k"], "v2");
+    assert!(r.body.get("spc").is_none(), "{}", r.body);
+}
+
 #[tokio::test]
 async fn watch_from_a_compacted_revision_gets_410() {
     let a = app().await;

@@ -21,10 +21,10 @@
 //!   etcd watch (started lazily, at its first `watch`) feeds a ring of the
 //!   last [`EtcdOptions::watch_cache_size`] events and a broadcast, so N
 //!   client watches of a resource cost one etcd watch, and writes to a
-//!   resource nobody watches cost etcd no watch work (each event of a
-//!   watch with previous values is a read in etcd). A watch from a revision
-//!   older than the ring gets a dedicated etcd watch instead, so nothing is
-//!   skipped.
+//!   resource nobody has watched cost etcd no watch work (each event of a
+//!   watch with previous values is a read in etcd). A cache, once started,
+//!   runs until the store is dropped. A watch from a revision older than
+//!   the ring gets a dedicated etcd watch instead, so nothing is skipped.
 //!   Both kinds reopen their etcd watch from the last revision seen when
 //!   the stream breaks (e.g. when an etcd member goes away).
 //! * **Progress** (the API server's BOOKMARKs) comes from etcd progress
@@ -88,8 +88,8 @@ pub struct EtcdOptions {
     pub request_timeout: Duration,
     /// How often watches ask etcd for a progress notification (BOOKMARKs).
     pub progress_interval: Duration,
-    /// Events kept in memory by the watch cache; a watch from an older
-    /// revision gets its own etcd watch.
+    /// Events kept in memory by each resource's watch cache; a watch from an
+    /// older revision gets its own etcd watch.
     pub watch_cache_size: usize,
     /// Batches the watch cache's broadcast holds; a watcher further behind
     /// catches up from the ring.
@@ -111,7 +111,7 @@ impl Default for EtcdOptions {
 }
 
 /// The etcd-backed store (see the module docs). Cheap to clone; the watch
-/// cache stops when the last clone is dropped.
+/// caches stop when the last clone is dropped.
 #[derive(Clone)]
 pub struct EtcdStore {
     inner: Arc<Inner>,

@@ -484,6 +484,15 @@ async fn one_etcd_watch_per_watched_resource() {
         (e.kv.key.as_str(), e.revision()),
         ("/registry/g/r2/b", b.mod_revision)
     );
+    // The r2 write reached neither r1 watch: their next event is r1's next.
+    let c = s.create("/registry/g/r1/ns1/c", v("1")).await.unwrap();
+    for w in [&mut ns1, &mut all] {
+        let e = next_event(w).await;
+        assert_eq!(
+            (e.kv.key.as_str(), e.revision()),
+            ("/registry/g/r1/ns1/c", c.mod_revision)
+        );
+    }
     assert_eq!(s.etcd_watch_count(), 2);
 }
 
