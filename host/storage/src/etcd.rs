@@ -88,7 +88,8 @@ pub struct EtcdOptions {
     pub request_timeout: Duration,
     /// How often watches ask etcd for a progress notification (BOOKMARKs).
     pub progress_interval: Duration,
-    /// Events kept in memory by each resource's watch cache; a watch from an
+    /// Events kept in memory by each resource's watch cache (default 2000;
+    /// kube-apiserver's `--default-watch-cache-size` is 100); a watch from an
     /// older revision gets its own etcd watch.
     pub watch_cache_size: usize,
     /// Batches the watch cache's broadcast holds; a watcher further behind
@@ -103,7 +104,7 @@ impl Default for EtcdOptions {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
             progress_interval: Duration::from_secs(5),
-            watch_cache_size: 10_000,
+            watch_cache_size: 2_000,
             broadcast_capacity: 1024,
             tls: None,
         }
