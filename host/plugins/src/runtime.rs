@@ -332,13 +332,18 @@ impl PluginCore {
         Fut: Future<Output = (Store<StoreState>, wasmtime::Result<R>)>,
     {
         let plugin = || self.name.to_string();
-        let _permit = tokio::time::timeout(
-            self.limits.queue_timeout,
-            self.permits.clone().acquire_owned(),
-        )
-        .await
-        .map_err(|_| PluginError::Busy { plugin: plugin() })?
-        .map_err(|_| PluginError::Busy { plugin: plugin() })?;
+        // A free slot needs no timer (registering one can wake tokio's
+        // parked timer driver on another thread).
+        let _permit = match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => tokio::time::timeout(
+                self.limits.queue_timeout,
+                self.permits.clone().acquire_owned(),
+            )
+            .await
+            .map_err(|_| PluginError::Busy { plugin: plugin() })?
+            .map_err(|_| PluginError::Busy { plugin: plugin() })?,
+        };
 
         let output = Capture::default();
         let state = StoreState::new(
