@@ -54,6 +54,9 @@ assert cm.metadata.creation_timestamp is not None
 expect_error(409, "AlreadyExists", core.create_namespaced_config_map, ns,
              client.V1ConfigMap(metadata=client.V1ObjectMeta(name="a")))
 expect_error(404, "NotFound", core.read_namespaced_config_map, "missing", ns)
+# A group this server does not serve: upstream's 404 Status.
+unserved = expect_error(404, "NotFound", client.EventsV1Api().list_namespaced_event, ns)
+assert unserved.message == "the server could not find the requested resource", unserved.message
 invalid = expect_error(422, "Invalid", core.create_namespaced_config_map, ns,
                        client.V1ConfigMap(metadata=client.V1ObjectMeta(name="Not_A_Name")))
 assert invalid.details.causes[0].field == "metadata.name", invalid.details

@@ -396,10 +396,14 @@ fn spawn_writer(
         .expect("tokio runtime");
     let client = runtime.block_on(async {
         let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
-        let config =
+        let mut config =
             Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
                 .await
                 .expect("kube config");
+        // Each attempt must show the server's own answer: kube retries a 503
+        // by default, and a retried create whose first try committed late
+        // (etcd decided it after the server's timeout) answers 409.
+        config.default_retry = false;
         Client::try_from(config).expect("kube client")
     });
     std::thread::spawn(move || {

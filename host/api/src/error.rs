@@ -72,10 +72,20 @@ impl Target {
     }
 }
 
+/// The message of a 404: the object's, or upstream's for a path that names
+/// no resource this server serves (an empty target).
+fn not_found(t: &Target) -> String {
+    if t.kind.is_empty() && t.name.is_empty() {
+        "the server could not find the requested resource".into()
+    } else {
+        format!("{} not found", t.qualified())
+    }
+}
+
 /// An API error with an upstream-compatible code, reason and message.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ApiError {
-    #[error("{} not found", .0.qualified())]
+    #[error("{}", not_found(.0))]
     NotFound(Target),
     #[error("{} already exists", .0.qualified())]
     AlreadyExists(Target),
@@ -270,6 +280,20 @@ mod tests {
                 "message": "configmaps \"foo\" not found", "reason": "NotFound",
                 "details": {"name": "foo", "kind": "configmaps"}, "code": 404
             })
+        );
+    }
+
+    #[test]
+    fn unknown_resource_is_upstreams_404() {
+        let e = ApiError::NotFound(Target::default());
+        let body = e.status_json();
+        assert_eq!(
+            body["message"],
+            "the server could not find the requested resource"
+        );
+        assert_eq!(
+            (body["code"].as_u64(), &body["reason"]),
+            (Some(404), &json!("NotFound"))
         );
     }
 
