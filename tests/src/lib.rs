@@ -427,6 +427,23 @@ pub fn kubectl(server: &Server, version: Option<&str>, args: &[&str]) -> Output 
         .expect("run kubectl")
 }
 
+/// Runs kubectl against `server` as the holder of a bearer `token` only (no
+/// admin kubeconfig; the server's CA for TLS).
+pub fn kubectl_with_token(server: &Server, token: &str, args: &[&str]) -> Output {
+    Command::new(kubectl_binary(None))
+        .args(["--kubeconfig", "/dev/null", "--server", server.url()])
+        .arg("--certificate-authority")
+        .arg(server.data_dir().join("pki/ca.crt"))
+        .arg("--cache-dir")
+        .arg(server.kubectl_cache_dir())
+        .args(["--token", token])
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run kubectl")
+}
+
 /// Runs kubectl to completion with `stdin` piped in (for `apply -f -`).
 pub fn kubectl_stdin(server: &Server, version: Option<&str>, args: &[&str], stdin: &str) -> Output {
     let mut child = kubectl_command(server, version, args)

@@ -81,14 +81,17 @@ spec:
     assert!(!denied.status.success());
     // eve may not impersonate: refused by the impersonation filter, which
     // runs after the audit middleware, so still audited.
-    let refused = std::process::Command::new(wasm_apiserver_e2e::kubectl_binary(None))
-        .args(["--kubeconfig", "/dev/null", "--server", s.url()])
-        .arg("--certificate-authority")
-        .arg(s.data_dir().join("pki/ca.crt"))
-        .args(["--token", "evetoken", "--as", "mallory"])
-        .args(["get", "--raw", "/api/v1/namespaces/default/secrets"])
-        .output()
-        .unwrap();
+    let refused = wasm_apiserver_e2e::kubectl_with_token(
+        &s,
+        "evetoken",
+        &[
+            "--as",
+            "mallory",
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/secrets",
+        ],
+    );
     assert!(!refused.status.success());
 
     let all = poll_until(

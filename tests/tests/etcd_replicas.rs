@@ -208,19 +208,17 @@ fn replicas_share_objects_watches_and_optimistic_concurrency() {
 
 /// `kubectl auth whoami` on `server` with a bearer token and nothing else.
 fn whoami_with_token(server: &Server, token: &str) -> Output {
-    std::process::Command::new(wasm_apiserver_e2e::kubectl_binary(None))
-        .args(["--kubeconfig", "/dev/null", "--server", server.url()])
-        .arg("--certificate-authority")
-        .arg(server.data_dir().join("pki/ca.crt"))
-        .args(["--token", token, REQUEST_TIMEOUT])
-        .args([
+    wasm_apiserver_e2e::kubectl_with_token(
+        server,
+        token,
+        &[
+            REQUEST_TIMEOUT,
             "auth",
             "whoami",
             "-o",
             "jsonpath={.status.userInfo.username}",
-        ])
-        .output()
-        .expect("run kubectl")
+        ],
+    )
 }
 
 /// A ServiceAccount token issued through one replica authenticates on

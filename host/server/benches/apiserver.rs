@@ -342,6 +342,13 @@ impl Row {
 }
 
 /// A latency: in µs below a millisecond, else in ms.
+/// The `q` quantile of sorted nanosecond samples, in µs (0 for none).
+fn percentile_us(sorted_nanos: &[u64], q: f64) -> f64 {
+    let n = sorted_nanos.len();
+    let i = ((q * n as f64).ceil() as usize).clamp(1, n.max(1)) - 1;
+    sorted_nanos.get(i).map_or(0.0, |n| *n as f64 / 1e3)
+}
+
 fn ms(d: Option<Duration>) -> String {
     d.map_or_else(
         || "-".into(),
@@ -1847,10 +1854,7 @@ async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf) -> Result<Vec<Row>, Error> {
     let seconds = started.elapsed().as_secs_f64();
     let cpu = cpu_since(&cpu);
     nanos.sort_unstable();
-    let at = |q: f64| {
-        let i = ((q * nanos.len() as f64).ceil() as usize).clamp(1, nanos.len().max(1)) - 1;
-        nanos.get(i).map_or(0.0, |n| *n as f64 / 1e3)
-    };
+    let at = |q: f64| percentile_us(&nanos, q);
     let mean = nanos.iter().sum::<u64>() as f64 / nanos.len().max(1) as f64 / 1e3;
     let per_call = Row {
         scenario: PLUGIN_CALL_SCENARIO.into(),
@@ -1883,11 +1887,7 @@ async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf) -> Result<Vec<Row>, Error> {
         }
     }
     cold_nanos.sort_unstable();
-    let cold_at = |q: f64| {
-        let i =
-            ((q * cold_nanos.len() as f64).ceil() as usize).clamp(1, cold_nanos.len().max(1)) - 1;
-        cold_nanos.get(i).map_or(0.0, |n| *n as f64 / 1e3)
-    };
+    let cold_at = |q: f64| percentile_us(&cold_nanos, q);
     let cold_calls = Row {
         scenario: PLUGIN_COLD_SCENARIO.into(),
         clients: 1,

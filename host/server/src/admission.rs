@@ -483,14 +483,16 @@ impl Admission {
         }
     }
 
-    /// Runs the mutating plugins; applies their patches to `obj`.
+    /// Runs the mutating plugins; applies their patches to `obj`. Returns
+    /// whether any patch was applied.
     pub async fn mutate(
         &self,
         a: &Attributes<'_>,
         obj: &mut Value,
         old: Option<&Value>,
         ctx: &WriteOptions,
-    ) -> Result<(), ApiError> {
+    ) -> Result<bool, ApiError> {
+        let mut patched_any = false;
         for p in self.matching(Phase::Mutating, a, Some(obj), old).await {
             let req = Self::request(a, Some(obj), old, ctx);
             match p.call(Phase::Mutating, &req).await {
@@ -498,7 +500,10 @@ impl Admission {
                     Self::decide(&p, &resp, ctx)?;
                     if let Some(patch_doc) = resp.patch.as_ref().filter(|_| resp.allowed) {
                         match patch::apply_json_patch(obj, patch_doc) {
-                            Ok(patched) => *obj = patched,
+                            Ok(patched) => {
+                                *obj = patched;
+                                patched_any = true;
+                            }
                             Err(e) => Self::failed(&p, e, "invalid patch")?,
                         }
                     }
@@ -506,7 +511,7 @@ impl Admission {
                 Err((kind, e)) => Self::failed(&p, e, kind)?,
             }
         }
-        Ok(())
+        Ok(patched_any)
     }
 
     /// Runs the validating plugins on the final object.

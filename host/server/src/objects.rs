@@ -298,10 +298,16 @@ impl Objects {
         old: Option<&Value>,
         opts: &WriteOptions,
     ) -> Result<()> {
-        match &self.admission {
-            Some(adm) => adm.mutate(a, obj, old, opts).await,
-            None => Ok(()),
+        let patched = match &self.admission {
+            Some(adm) => adm.mutate(a, obj, old, opts).await?,
+            None => false,
+        };
+        // What plugins added is decoded as upstream decodes a patched
+        // object: unknown fields go, silently.
+        if patched {
+            prune_unknown_fields(a.info, obj);
         }
+        Ok(())
     }
 
     async fn admit_validating(
@@ -586,9 +592,6 @@ impl Objects {
             name: &name,
         };
         self.admit_mutating(&attrs, &mut obj, None, opts).await?;
-        // What mutating plugins added is decoded as upstream decodes a
-        // patched object: unknown fields go, silently.
-        prune_unknown_fields(info, &mut obj);
         validate_object(info, &obj)?;
         crate::authz::check_escalation(&self.authz, info, ns, &obj, &opts.user)?;
         self.admit_validating(&attrs, Some(&obj), None, opts)
@@ -644,7 +647,6 @@ impl Objects {
             };
             self.admit_mutating(&attrs, &mut new, Some(&cur), opts)
                 .await?;
-            prune_unknown_fields(info, &mut new);
             validate_object(info, &new)?;
             crate::authz::check_escalation(&self.authz, info, ns, &new, &opts.user)?;
             self.admit_validating(&attrs, Some(&new), Some(&cur), opts)
