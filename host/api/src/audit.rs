@@ -22,6 +22,18 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// Audit annotations of one request, shared by the pipeline stages that add
+/// them (authorization, admission) and the audit log that records them.
+#[derive(Clone, Default, Debug)]
+pub struct Annotations(pub Arc<Mutex<BTreeMap<String, String>>>);
+
+impl Annotations {
+    pub fn add(&self, items: impl IntoIterator<Item = (String, String)>) {
+        self.0.lock().expect("audit annotations").extend(items);
+    }
+}
 
 pub const API_VERSION: &str = "audit.k8s.io/v1";
 /// Annotation keys the authorizer adds to every event.

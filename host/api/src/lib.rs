@@ -4,7 +4,9 @@
 //! without a server or a store: the resource registry ([`resource`]), the
 //! `Status` error model ([`error`]), label and field selectors ([`selector`]),
 //! the three patch formats ([`patch`]), object metadata rules ([`meta`],
-//! [`validation`]), `Table` rendering for `kubectl get` ([`table`]) and the
+//! [`validation`]), the built-in resources as data ([`builtin`]), what a
+//! request is about ([`request`], shared by every layer above), `Table`
+//! rendering for `kubectl get` ([`table`]) and the
 //! OpenAPI document kubectl reads ([`openapi`]), and access control:
 //! authentication rules ([`authn`]), RBAC ([`rbac`]) and audit policy and
 //! events ([`audit`]).
@@ -12,16 +14,22 @@
 pub mod admission;
 pub mod audit;
 pub mod authn;
+pub mod builtin;
 pub mod error;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod rbac;
+pub mod request;
 pub mod resource;
 pub mod selector;
 pub mod table;
 pub mod validation;
 
 pub use error::{ApiError, Cause};
-pub use resource::{Registry, ResourceInfo};
+pub use request::{ConnectionInfo, RequestInfo};
+pub use resource::{Column, Registry, ResourceInfo};
+
+/// The Kubernetes version this server reports and implements.
+pub const KUBERNETES_VERSION: &str = "v1.33.0";

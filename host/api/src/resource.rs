@@ -1,32 +1,161 @@
-//! The resource registry: which group/version/resources exist, their kinds,
-//! scope and verbs. Discovery, routing, storage keys and OpenAPI all derive
-//! from it, so adding a resource is one entry here.
+//! Resource descriptions as data: which group/version/resource a resource
+//! is, its kind, scope, verbs, subresources and `kubectl get` columns, and
+//! [`Registry`], an immutable map of them. The server keeps the live set of
+//! resources as a snapshot of this map (swapped atomically when resources
+//! are added or removed at runtime); discovery, OpenAPI, Table output and
+//! storage keys all derive from it. The built-in resources are listed in
+//! `builtin`.
 
+use serde_json::Value;
+use serde_json_path::JsonPath;
 use std::collections::BTreeMap;
 
-/// Columns that `kubectl get` shows for a resource, beyond NAME and AGE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Printer {
-    /// NAME, AGE.
-    Default,
-    /// NAME, STATUS, AGE.
-    Namespace,
-    /// NAME, DATA, AGE.
-    ConfigMap,
-    /// NAME, TYPE, DATA, AGE.
-    Secret,
-    /// NAME, SECRETS, AGE.
-    ServiceAccount,
-    /// LAST SEEN, TYPE, REASON, OBJECT, MESSAGE.
-    Event,
-    /// NAME, HOLDER, AGE.
-    Lease,
-    /// NAME, PHASES, MODE, STATUS, AGE.
-    AdmissionPlugin,
+/// A JSONPath in upstream's dialect (kubectl's and CRD printer columns':
+/// `.spec.replicas`, `{.status.phase}`, `.items[*].name`,
+/// `.status.conditions[?(@.type=="Ready")].status`), compiled once. It is
+/// evaluated as the equivalent RFC 9535 query (`$` prefixed), which the
+/// `serde_json_path` crate implements.
+#[derive(Debug, Clone)]
+pub struct ColumnPath {
+    pub source: String,
+    compiled: JsonPath,
+}
+
+impl ColumnPath {
+    pub fn parse(source: &str) -> Result<Self, String> {
+        let trimmed = source.trim();
+        let inner = trimmed
+            .strip_prefix('{')
+            .and_then(|s| s.strip_suffix('}'))
+            .unwrap_or(trimmed)
+            .trim();
+        let query = match inner.strip_prefix('$') {
+            Some(rest) => format!("${rest}"),
+            None if inner.starts_with('.') || inner.starts_with('[') => format!("${inner}"),
+            None => format!("$.{inner}"),
+        };
+        let compiled = JsonPath::parse(&query).map_err(|e| format!("invalid JSONPath {source:?}: {e}"))?;
+        Ok(ColumnPath {
+            source: source.to_string(),
+            compiled,
+        })
+    }
+
+    /// Every node the path selects, in document order.
+    pub fn query<'a>(&self, obj: &'a Value) -> Vec<&'a Value> {
+        self.compiled.query(obj).all()
+    }
+}
+
+/// How a [`Column`]'s JSONPath results become a cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Render {
+    /// The first non-empty result, as is (a CRD's printer columns).
+    #[default]
+    Value,
+    /// The first non-empty result, a timestamp, as a human age (`5m10s`).
+    Age,
+    /// The number of keys or items, summed over every path.
+    Count,
+    /// Every result of the first path, joined with `,`.
+    Join,
+    /// An object reference (`kind`, `name`) as `kind/name`, kind in lower case.
+    ObjectRef,
+}
+
+/// One `kubectl get` column, described as a CRD's `additionalPrinterColumns`
+/// entry is (name, type, format, description, priority, JSONPath), plus how
+/// results render, so built-in and custom resources share one path.
+#[derive(Debug, Clone)]
+pub struct Column {
+    pub name: String,
+    /// `string`, `integer`, `number`, `boolean` or `date`.
+    pub type_: String,
+    pub format: String,
+    pub description: String,
+    pub priority: i32,
+    /// Upstream-dialect JSONPaths; several are alternatives (first
+    /// non-empty wins) or, for [`Render::Count`], summed.
+    pub json_paths: Vec<ColumnPath>,
+    pub render: Render,
+    /// The cell when no path yields anything (`None`: null, which kubectl
+    /// prints as `<none>`).
+    pub default: Option<Value>,
+}
+
+impl Column {
+    /// A column over one JSONPath, rendered as is. The path is a constant
+    /// of the server's (built-in columns): an invalid one is a bug and
+    /// panics. Paths from users go through [`ColumnPath::parse`].
+    pub fn new(name: &str, type_: &str, description: &str, json_path: &str) -> Self {
+        Self::with_path(name, type_, description, builtin_path(json_path))
+    }
+
+    /// A column over an already parsed path.
+    pub fn with_path(name: &str, type_: &str, description: &str, path: ColumnPath) -> Self {
+        Column {
+            name: name.into(),
+            type_: type_.into(),
+            format: String::new(),
+            description: description.into(),
+            priority: 0,
+            json_paths: vec![path],
+            render: Render::Value,
+            default: None,
+        }
+    }
+
+    pub fn render(mut self, render: Render) -> Self {
+        self.render = render;
+        self
+    }
+
+    pub fn format(mut self, format: &str) -> Self {
+        self.format = format.into();
+        self
+    }
+
+    pub fn or(mut self, default: Value) -> Self {
+        self.default = Some(default);
+        self
+    }
+
+    /// Adds an alternative (or, for counts, another summed) path.
+    pub fn path(mut self, json_path: &str) -> Self {
+        self.json_paths.push(builtin_path(json_path));
+        self
+    }
+
+    /// Upstream's `Name` column.
+    pub fn name() -> Self {
+        Column::new(
+            "Name",
+            "string",
+            "Name must be unique within a namespace.",
+            ".metadata.name",
+        )
+        .format("name")
+        .or(Value::from(""))
+    }
+
+    /// Upstream's `Age` column.
+    pub fn age() -> Self {
+        Column::new(
+            "Age",
+            "string",
+            "CreationTimestamp is a timestamp representing the server time when this object was created.",
+            ".metadata.creationTimestamp",
+        )
+        .render(Render::Age)
+    }
+}
+
+fn builtin_path(json_path: &str) -> ColumnPath {
+    ColumnPath::parse(json_path).unwrap_or_else(|e| panic!("built-in column: {e}"))
 }
 
 /// One API resource (a `GroupVersionResource` with its kind and scope).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ResourceInfo {
     /// API group; empty for the legacy core group.
     pub group: String,
@@ -37,11 +166,12 @@ pub struct ResourceInfo {
     pub kind: String,
     pub namespaced: bool,
     pub short_names: Vec<String>,
+    pub categories: Vec<String>,
     pub subresources: Vec<String>,
-    pub printer: Printer,
-    /// A review resource (SubjectAccessReview...): `create` computes an
-    /// answer and nothing is stored.
-    pub create_only: bool,
+    /// The verbs discovery lists.
+    pub verbs: Vec<String>,
+    /// `kubectl get` columns (a `Table`'s column definitions).
+    pub columns: Vec<Column>,
 }
 
 /// The RBAC API group.
@@ -49,7 +179,7 @@ pub const RBAC: &str = "rbac.authorization.k8s.io";
 /// The authorization (access review) API group.
 pub const AUTHZ: &str = "authorization.k8s.io";
 
-/// The verbs every resource in the registry supports.
+/// The verbs of a stored resource.
 pub const VERBS: &[&str] = &[
     "create",
     "delete",
@@ -62,6 +192,43 @@ pub const VERBS: &[&str] = &[
 ];
 
 impl ResourceInfo {
+    /// A stored resource with every verb and `NAME`, `AGE` columns.
+    pub fn new(group: &str, version: &str, plural: &str, kind: &str, namespaced: bool) -> Self {
+        ResourceInfo {
+            group: group.into(),
+            version: version.into(),
+            plural: plural.into(),
+            singular: kind.to_ascii_lowercase(),
+            kind: kind.into(),
+            namespaced,
+            short_names: Vec::new(),
+            categories: Vec::new(),
+            subresources: Vec::new(),
+            verbs: VERBS.iter().map(|v| v.to_string()).collect(),
+            columns: vec![Column::name(), Column::age()],
+        }
+    }
+
+    pub fn short_names(mut self, names: &[&str]) -> Self {
+        self.short_names = names.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    pub fn subresources(mut self, subs: &[&str]) -> Self {
+        self.subresources = subs.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    pub fn verbs(mut self, verbs: &[&str]) -> Self {
+        self.verbs = verbs.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    pub fn columns(mut self, columns: Vec<Column>) -> Self {
+        self.columns = columns;
+        self
+    }
+
     /// `v1` or `coordination.k8s.io/v1`.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
@@ -74,6 +241,11 @@ impl ResourceInfo {
     /// `ConfigMapList`.
     pub fn list_kind(&self) -> String {
         format!("{}List", self.kind)
+    }
+
+    /// Whether discovery lists `verb`.
+    pub fn has_verb(&self, verb: &str) -> bool {
+        self.verbs.iter().any(|v| v == verb)
     }
 
     /// The storage key prefix for all objects of this resource:
@@ -104,219 +276,13 @@ impl ResourceInfo {
     }
 }
 
-/// All known resources, indexed by group/version/plural.
+/// A set of resources, indexed by group/version/plural.
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     resources: BTreeMap<(String, String, String), ResourceInfo>,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn info(
-    group: &str,
-    version: &str,
-    plural: &str,
-    kind: &str,
-    namespaced: bool,
-    short: &[&str],
-    subresources: &[&str],
-    printer: Printer,
-) -> ResourceInfo {
-    ResourceInfo {
-        group: group.into(),
-        version: version.into(),
-        plural: plural.into(),
-        singular: kind.to_ascii_lowercase(),
-        kind: kind.into(),
-        namespaced,
-        short_names: short.iter().map(|s| s.to_string()).collect(),
-        subresources: subresources.iter().map(|s| s.to_string()).collect(),
-        printer,
-        create_only: false,
-    }
-}
-
-fn review(group: &str, plural: &str, kind: &str, namespaced: bool) -> ResourceInfo {
-    ResourceInfo {
-        create_only: true,
-        ..info(
-            group,
-            "v1",
-            plural,
-            kind,
-            namespaced,
-            &[],
-            &[],
-            Printer::Default,
-        )
-    }
-}
-
 impl Registry {
-    /// The built-in resources of this server.
-    pub fn builtin() -> Self {
-        let mut r = Registry::default();
-        for i in [
-            info(
-                "",
-                "v1",
-                "namespaces",
-                "Namespace",
-                false,
-                &["ns"],
-                &["status", "finalize"],
-                Printer::Namespace,
-            ),
-            info(
-                "",
-                "v1",
-                "configmaps",
-                "ConfigMap",
-                true,
-                &["cm"],
-                &[],
-                Printer::ConfigMap,
-            ),
-            info(
-                "",
-                "v1",
-                "secrets",
-                "Secret",
-                true,
-                &[],
-                &[],
-                Printer::Secret,
-            ),
-            info(
-                "",
-                "v1",
-                "serviceaccounts",
-                "ServiceAccount",
-                true,
-                &["sa"],
-                &["token"],
-                Printer::ServiceAccount,
-            ),
-            info(
-                "",
-                "v1",
-                "events",
-                "Event",
-                true,
-                &["ev"],
-                &[],
-                Printer::Event,
-            ),
-            info(
-                "coordination.k8s.io",
-                "v1",
-                "leases",
-                "Lease",
-                true,
-                &[],
-                &[],
-                Printer::Lease,
-            ),
-            info(
-                RBAC,
-                "v1",
-                "roles",
-                "Role",
-                true,
-                &[],
-                &[],
-                Printer::Default,
-            ),
-            info(
-                RBAC,
-                "v1",
-                "clusterroles",
-                "ClusterRole",
-                false,
-                &[],
-                &[],
-                Printer::Default,
-            ),
-            info(
-                RBAC,
-                "v1",
-                "rolebindings",
-                "RoleBinding",
-                true,
-                &[],
-                &[],
-                Printer::Default,
-            ),
-            info(
-                RBAC,
-                "v1",
-                "clusterrolebindings",
-                "ClusterRoleBinding",
-                false,
-                &[],
-                &[],
-                Printer::Default,
-            ),
-            review(
-                AUTHZ,
-                "selfsubjectaccessreviews",
-                "SelfSubjectAccessReview",
-                false,
-            ),
-            review(AUTHZ, "subjectaccessreviews", "SubjectAccessReview", false),
-            review(
-                AUTHZ,
-                "localsubjectaccessreviews",
-                "LocalSubjectAccessReview",
-                true,
-            ),
-            review(
-                AUTHZ,
-                "selfsubjectrulesreviews",
-                "SelfSubjectRulesReview",
-                false,
-            ),
-            review(
-                "authentication.k8s.io",
-                "selfsubjectreviews",
-                "SelfSubjectReview",
-                false,
-            ),
-            info(
-                "admissionregistration.k8s.io",
-                "v1",
-                "validatingwebhookconfigurations",
-                "ValidatingWebhookConfiguration",
-                false,
-                &[],
-                &[],
-                Printer::Default,
-            ),
-            info(
-                "admissionregistration.k8s.io",
-                "v1",
-                "mutatingwebhookconfigurations",
-                "MutatingWebhookConfiguration",
-                false,
-                &[],
-                &[],
-                Printer::Default,
-            ),
-            info(
-                crate::admission::GROUP,
-                crate::admission::VERSION,
-                crate::admission::PLURAL,
-                crate::admission::KIND,
-                false,
-                &["ap"],
-                &["status"],
-                Printer::AdmissionPlugin,
-            ),
-        ] {
-            r.insert(i);
-        }
-        r
-    }
-
     /// Adds or replaces a resource.
     pub fn insert(&mut self, info: ResourceInfo) {
         self.resources.insert(
@@ -327,6 +293,12 @@ impl Registry {
             ),
             info,
         );
+    }
+
+    /// Removes a resource; returns it if it was there.
+    pub fn remove(&mut self, group: &str, version: &str, plural: &str) -> Option<ResourceInfo> {
+        self.resources
+            .remove(&(group.to_string(), version.to_string(), plural.to_string()))
     }
 
     /// Looks a resource up by group, version and plural.
@@ -398,5 +370,15 @@ mod tests {
                 "rbac.authorization.k8s.io"
             ]
         );
+    }
+
+    #[test]
+    fn resources_come_and_go() {
+        let mut r = Registry::default();
+        r.insert(ResourceInfo::new("example.com", "v1", "widgets", "Widget", true));
+        assert_eq!(r.groups().keys().collect::<Vec<_>>(), vec!["example.com"]);
+        assert!(r.remove("example.com", "v1", "widgets").is_some());
+        assert!(r.get("example.com", "v1", "widgets").is_none());
+        assert!(r.groups().is_empty());
     }
 }

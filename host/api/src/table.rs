@@ -1,8 +1,10 @@
 //! `Table` rendering (`meta.k8s.io/v1`), which `kubectl get` asks for with
-//! `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`. Columns follow
-//! upstream's printers for the built-in kinds.
+//! `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`. Each resource
+//! describes its columns as data ([`Column`]: a CRD printer column's
+//! fields, JSONPaths evaluated by one implementation); the built-in kinds'
+//! columns follow upstream's printers.
 
-use crate::resource::{Printer, ResourceInfo};
+use crate::resource::{Column, Render, ResourceInfo};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
@@ -26,91 +28,8 @@ impl IncludeObject {
     }
 }
 
-fn column(name: &str, ty: &str, format: &str, description: &str) -> Value {
-    json!({"name": name, "type": ty, "format": format, "description": description, "priority": 0})
-}
-
-fn columns(info: &ResourceInfo) -> Vec<Value> {
-    let name = column(
-        "Name",
-        "string",
-        "name",
-        "Name must be unique within a namespace.",
-    );
-    let age = column(
-        "Age",
-        "string",
-        "",
-        "CreationTimestamp is a timestamp representing the server time when this object was created.",
-    );
-    match info.printer {
-        Printer::Default => vec![name, age],
-        Printer::Namespace => vec![
-            name,
-            column("Status", "string", "", "The status of the namespace"),
-            age,
-        ],
-        Printer::ConfigMap => vec![
-            name,
-            column("Data", "string", "", "Number of keys in the config map"),
-            age,
-        ],
-        Printer::Secret => vec![
-            name,
-            column("Type", "string", "", "The type of the secret"),
-            column("Data", "string", "", "The number of entries in the secret"),
-            age,
-        ],
-        Printer::ServiceAccount => vec![
-            name,
-            column("Secrets", "string", "", "Number of secrets"),
-            age,
-        ],
-        Printer::Event => vec![
-            column("Last Seen", "string", "", "Time when last event occurred"),
-            column("Type", "string", "", "Type of this event (Normal, Warning)"),
-            column(
-                "Reason",
-                "string",
-                "",
-                "Short, machine understandable string",
-            ),
-            column(
-                "Object",
-                "string",
-                "",
-                "The object that this event is about",
-            ),
-            column(
-                "Message",
-                "string",
-                "",
-                "A human-readable description of the status",
-            ),
-        ],
-        Printer::Lease => vec![
-            name,
-            column("Holder", "string", "", "The holder of the lease"),
-            age,
-        ],
-        Printer::AdmissionPlugin => vec![
-            name,
-            column(
-                "Phases",
-                "string",
-                "",
-                "Admission phases the plugin runs in",
-            ),
-            column(
-                "Mode",
-                "string",
-                "",
-                "What a denial does: Deny, Warn or Audit",
-            ),
-            column("Status", "string", "", "Whether the plugin is loaded"),
-            age,
-        ],
-    }
+fn column_definition(c: &Column) -> Value {
+    json!({"name": c.name, "type": c.type_, "format": c.format, "description": c.description, "priority": c.priority})
 }
 
 /// Upstream's `HumanDuration`-style age: `45s`, `5m10s`, `3h`, `2d`, `3y`.
@@ -132,85 +51,66 @@ pub fn human_age(since: &str, now: DateTime<Utc>) -> String {
     }
 }
 
-fn count(v: Option<&Value>) -> usize {
-    v.and_then(Value::as_object).map_or(0, |m| m.len())
+/// Whether a JSONPath result counts as a value (not null, not "").
+fn present(v: &&Value) -> bool {
+    !v.is_null() && v.as_str() != Some("")
+}
+
+/// The first present result of the column's paths, tried in order.
+fn first<'a>(c: &Column, obj: &'a Value) -> Option<&'a Value> {
+    c.json_paths
+        .iter()
+        .find_map(|p| p.query(obj).into_iter().find(present))
+}
+
+fn size(v: &Value) -> usize {
+    match v {
+        Value::Object(m) => m.len(),
+        Value::Array(a) => a.len(),
+        _ => 0,
+    }
+}
+
+/// One cell: the column's JSONPath results, rendered as the column says.
+fn cell(c: &Column, obj: &Value, now: DateTime<Utc>) -> Value {
+    let fallback = || c.default.clone().unwrap_or(Value::Null);
+    match c.render {
+        Render::Value => first(c, obj).cloned().unwrap_or_else(fallback),
+        Render::Age => json!(human_age(
+            first(c, obj).and_then(Value::as_str).unwrap_or_default(),
+            now
+        )),
+        Render::Count => json!(
+            c.json_paths
+                .iter()
+                .flat_map(|p| p.query(obj))
+                .map(size)
+                .sum::<usize>()
+        ),
+        Render::Join => {
+            let items: Vec<&str> = c
+                .json_paths
+                .first()
+                .map(|p| p.query(obj))
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(Value::as_str)
+                .collect();
+            json!(items.join(","))
+        }
+        Render::ObjectRef => {
+            let r = first(c, obj).unwrap_or(&Value::Null);
+            json!(format!(
+                "{}/{}",
+                r["kind"].as_str().unwrap_or_default().to_ascii_lowercase(),
+                r["name"].as_str().unwrap_or_default()
+            ))
+        }
+    }
 }
 
 fn cells(info: &ResourceInfo, obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
-    let name = json!(crate::meta::name(obj).unwrap_or_default());
-    let created = crate::meta::str_field(obj, "creationTimestamp").unwrap_or_default();
-    let age = json!(human_age(created, now));
-    let s = |path: &[&str]| -> String {
-        path.iter()
-            .try_fold(obj, |v, k| v.get(k))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    };
-    match info.printer {
-        Printer::Default => vec![name, age],
-        Printer::Namespace => vec![name, json!(s(&["status", "phase"])), age],
-        Printer::ConfigMap => vec![
-            name,
-            json!(count(obj.get("data")) + count(obj.get("binaryData"))),
-            age,
-        ],
-        Printer::Secret => vec![
-            name,
-            json!(s(&["type"])),
-            json!(count(obj.get("data"))),
-            age,
-        ],
-        Printer::ServiceAccount => {
-            vec![
-                name,
-                json!(
-                    obj.get("secrets")
-                        .and_then(Value::as_array)
-                        .map_or(0, Vec::len)
-                ),
-                age,
-            ]
-        }
-        Printer::Event => {
-            let last = [
-                &["lastTimestamp"][..],
-                &["eventTime"],
-                &["metadata", "creationTimestamp"],
-            ]
-            .iter()
-            .map(|p| s(p))
-            .find(|t| !t.is_empty())
-            .unwrap_or_default();
-            let object = format!(
-                "{}/{}",
-                s(&["involvedObject", "kind"]).to_ascii_lowercase(),
-                s(&["involvedObject", "name"])
-            );
-            vec![
-                json!(human_age(&last, now)),
-                json!(s(&["type"])),
-                json!(s(&["reason"])),
-                json!(object),
-                json!(s(&["message"])),
-            ]
-        }
-        Printer::Lease => vec![name, json!(s(&["spec", "holderIdentity"])), age],
-        Printer::AdmissionPlugin => {
-            let phases: Vec<&str> = obj["spec"]["phases"]
-                .as_array()
-                .map(|a| a.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            let mode = obj["spec"]["mode"].as_str().unwrap_or("Deny");
-            vec![
-                name,
-                json!(phases.join(",")),
-                json!(mode),
-                json!(s(&["status", "phase"])),
-                age,
-            ]
-        }
-    }
+    info.columns.iter().map(|c| cell(c, obj, now)).collect()
 }
 
 fn row(info: &ResourceInfo, obj: &Value, include: IncludeObject, now: DateTime<Utc>) -> Value {
@@ -239,7 +139,7 @@ pub fn to_table(
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": list_meta,
-        "columnDefinitions": columns(info),
+        "columnDefinitions": info.columns.iter().map(column_definition).collect::<Vec<_>>(),
         "rows": objects.iter().map(|o| row(info, o, include, now)).collect::<Vec<_>>(),
     })
 }
@@ -282,5 +182,58 @@ mod tests {
         assert_eq!(human_age(&ago(3600), now), "60m");
         assert_eq!(human_age(&ago(3 * 86400), now), "3d0h");
         assert_eq!(human_age("garbage", now), "<unknown>");
+    }
+
+    fn cells_of(plural: &str, group: &str, obj: Value) -> Vec<Value> {
+        let r = Registry::builtin();
+        let info = r.all().find(|i| i.plural == plural && i.group == group).unwrap();
+        let t = to_table(info, &[obj], json!({}), IncludeObject::None);
+        t["rows"][0]["cells"].as_array().unwrap().clone()
+    }
+
+    #[test]
+    fn builtin_columns_render_as_upstream_printers() {
+        let now = crate::meta::timestamp(Utc::now() - chrono::Duration::seconds(30));
+        let ev = cells_of(
+            "events",
+            "",
+            json!({"metadata": {"name": "e", "creationTimestamp": now}, "lastTimestamp": null,
+                   "type": "Warning", "reason": "Boom", "message": "m",
+                   "involvedObject": {"kind": "Pod", "name": "web"}}),
+        );
+        assert_eq!(ev, vec![json!("30s"), json!("Warning"), json!("Boom"), json!("pod/web"), json!("m")]);
+        let ap = cells_of(
+            "admissionplugins",
+            crate::admission::GROUP,
+            json!({"metadata": {"name": "p"}, "spec": {"phases": ["Mutating", "Validating"]}}),
+        );
+        assert_eq!(ap[1..4], [json!("Mutating,Validating"), json!("Deny"), json!("")]);
+        assert_eq!(ap[4], "<unknown>");
+        let secret = cells_of("secrets", "", json!({"metadata": {"name": "s"}, "data": {"a": "", "b": ""}}));
+        assert_eq!(secret[1..3], [json!(""), json!(2)]);
+        let cm = cells_of("configmaps", "", json!({"metadata": {"name": "c"}, "data": {"a": ""}, "binaryData": {"b": ""}}));
+        assert_eq!(cm[1], 2);
+    }
+
+    #[test]
+    fn custom_columns_use_upstream_jsonpath() {
+        let mut info = crate::resource::ResourceInfo::new("example.com", "v1", "widgets", "Widget", true);
+        info.columns = vec![
+            Column::name(),
+            Column::with_path(
+                "Ready",
+                "string",
+                "",
+                crate::resource::ColumnPath::parse(r#".status.conditions[?(@.type=="Ready")].status"#).unwrap(),
+            ),
+            Column::with_path("Replicas", "integer", "", crate::resource::ColumnPath::parse("{.spec.replicas}").unwrap()),
+        ];
+        let obj = json!({"metadata": {"name": "w"}, "spec": {"replicas": 3},
+            "status": {"conditions": [{"type": "Synced", "status": "False"}, {"type": "Ready", "status": "True"}]}});
+        let t = to_table(&info, &[obj, json!({"metadata": {"name": "x"}})], json!({}), IncludeObject::None);
+        assert_eq!(t["rows"][0]["cells"], json!(["w", "True", 3]));
+        assert_eq!(t["rows"][1]["cells"], json!(["x", null, null]));
+        assert_eq!(t["columnDefinitions"][2]["type"], "integer");
+        assert!(crate::resource::ColumnPath::parse(".status[?(").is_err());
     }
 }

@@ -7,7 +7,7 @@
 //! concurrency and metrics come from [`crate::runtime`].
 //!
 //! This module also implements the host side of the `log` and `types`
-//! imports for its binding; [`crate::authz`] reuses that binding through
+//! imports for its binding; the authorizer kind reuses that binding through
 //! `bindgen!`'s `with`.
 
 use crate::kind::{Loaded, world_pre};
@@ -202,7 +202,7 @@ fn to_wit(r: &AuthnRequest) -> wit::AuthnRequest {
     }
 }
 
-/// Converts a WIT `user-info` (shared with [`crate::authz`]).
+/// Converts a WIT `user-info` (shared with the authorizer kind).
 pub(crate) fn user_from_wit(u: wit_types::UserInfo) -> UserInfo {
     UserInfo {
         username: u.username,
@@ -212,7 +212,7 @@ pub(crate) fn user_from_wit(u: wit_types::UserInfo) -> UserInfo {
     }
 }
 
-/// Converts a [`UserInfo`] to its WIT record (shared with [`crate::authz`]).
+/// Converts a [`UserInfo`] to its WIT record (shared with the authorizer kind).
 pub(crate) fn user_to_wit(u: &UserInfo) -> wit_types::UserInfo {
     wit_types::UserInfo {
         username: u.username.clone(),

@@ -2,7 +2,7 @@
 //! the epoch ticker, and [`PluginCore`], which runs one call in a fresh,
 //! limited sandbox and classifies how it ended.
 //!
-//! A plugin kind (see [`crate::admission`]) adds only its world binding and
+//! A plugin kind (the `admission`, `authn` and `authz` modules) adds only its world binding and
 //! the conversion of its request and response; loading, limits, concurrency
 //! and metrics all come from here.
 //!

@@ -21,7 +21,7 @@
 //! timeout, ...) counts as no opinion, so a broken plugin can only take
 //! rights away, never grant them.
 
-use crate::authz::{Attributes, Decision};
+use wasm_apiserver_api::rbac::{Attributes, Decision};
 use base64::Engine;
 use serde_json::Value;
 use std::path::Path;
@@ -102,13 +102,13 @@ pub async fn load(
                         name,
                         &wasm,
                         &config,
-                        crate::admission::limits(&spec.limits),
+                        wasm_apiserver_registry::admission::limits(&spec.limits),
                     )
                     .await?,
             ),
             Some("AuthorizerPlugin") => out.authorizers.push(
                 runtime
-                    .load_authorizer(name, &wasm, &config, crate::admission::limits(&spec.limits))
+                    .load_authorizer(name, &wasm, &config, wasm_apiserver_registry::admission::limits(&spec.limits))
                     .await?,
             ),
             other => anyhow::bail!(

@@ -1,36 +1,20 @@
 //! Audit logging: `--audit-log-path` + `--audit-policy-file` (upstream's
 //! `audit.k8s.io/v1` Policy), JSON lines of `audit.k8s.io/v1` Events with
 //! stages, rotated by size (`--audit-log-maxsize` MB, `--audit-log-maxbackup`
-//! files). The middleware sits after authentication (so the user is known)
+//! files). The middleware (in `filters`) sits after authentication (so the user is known)
 //! and, as upstream, before impersonation (so `user` is the authenticated
 //! user, a refused impersonation is audited, and the impersonation filter
 //! reports whom it impersonates through [`ImpersonatedUser`]) and
 //! authorization; authorization decisions and admission plugins' audit
 //! annotations land in the event through [`Annotations`].
 
-use crate::filters::UserInfo;
-use crate::request::RequestInfo;
-use crate::server::{AppState, ConnectionInfo};
-use axum::body::{Body, to_bytes};
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
-use serde_json::Value;
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use wasm_apiserver_api::audit::{self, Level, ObjectRef, Policy, Record, Stage};
-
-/// Audit annotations of one request, shared by the pipeline stages.
-#[derive(Clone, Default, Debug)]
-pub struct Annotations(pub Arc<Mutex<BTreeMap<String, String>>>);
-
-impl Annotations {
-    pub fn add(&self, items: impl IntoIterator<Item = (String, String)>) {
-        self.0.lock().expect("audit annotations").extend(items);
-    }
-}
+pub use wasm_apiserver_api::audit::Annotations;
+use wasm_apiserver_api::audit::{self, Level, Policy, Record, RequestAuditConfig, Stage};
+use wasm_apiserver_api::rbac::Attributes;
+use wasm_apiserver_plugins::UserInfo;
 
 /// Whom the request impersonates, set by the impersonation filter (which
 /// runs after the audit middleware) for the event's `impersonatedUser`.
@@ -42,7 +26,7 @@ impl ImpersonatedUser {
         *self.0.lock().expect("impersonated user") = Some(user.clone());
     }
 
-    fn get(&self) -> Option<wasm_apiserver_api::authn::UserInfo> {
+    pub fn get(&self) -> Option<wasm_apiserver_api::authn::UserInfo> {
         self.0
             .lock()
             .expect("impersonated user")
@@ -166,7 +150,13 @@ impl AuditLog {
         })
     }
 
-    fn emit(
+    /// What the policy says about a request.
+    pub fn config_for(&self, attrs: &Attributes) -> RequestAuditConfig {
+        audit::config_for(&self.policy, attrs)
+    }
+
+    /// Writes the event of one stage, if the level and policy ask for it.
+    pub fn emit(
         &self,
         record: &Record,
         level: Level,
@@ -185,123 +175,13 @@ impl AuditLog {
     }
 }
 
-fn api_user(u: &UserInfo) -> wasm_apiserver_api::authn::UserInfo {
+pub fn api_user(u: &UserInfo) -> wasm_apiserver_api::authn::UserInfo {
     wasm_apiserver_api::authn::UserInfo {
         username: u.username.clone(),
         uid: u.uid.clone(),
         groups: u.groups.clone(),
         extra: u.extra.clone(),
     }
-}
-
-/// The audit middleware.
-pub async fn audit(State(state): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
-    let Some(log) = state.audit.clone() else {
-        return next.run(req).await;
-    };
-    let (Some(info), Some(user)) = (
-        req.extensions().get::<RequestInfo>().cloned(),
-        req.extensions().get::<UserInfo>().cloned(),
-    ) else {
-        return next.run(req).await;
-    };
-    let attrs = crate::authz::attributes(&info, &user);
-    let cfg = audit::config_for(&log.policy, &attrs);
-    if cfg.level == Level::None {
-        return next.run(req).await;
-    }
-    let annotations = Annotations::default();
-    req.extensions_mut().insert(annotations.clone());
-    let impersonated = ImpersonatedUser::default();
-    req.extensions_mut().insert(impersonated.clone());
-    let mut record = Record {
-        audit_id: uuid::Uuid::new_v4().to_string(),
-        request_uri: req.uri().to_string(),
-        verb: info.verb.clone(),
-        user: api_user(&user),
-        source_ips: req
-            .extensions()
-            .get::<ConnectionInfo>()
-            .map(|c| vec![c.peer.ip().to_string()])
-            .unwrap_or_default(),
-        user_agent: req
-            .headers()
-            .get("user-agent")
-            .and_then(|v| v.to_str().ok())
-            .map(String::from),
-        object_ref: info.is_resource_request.then(|| ObjectRef {
-            resource: info.resource.clone(),
-            namespace: info.namespace.clone().unwrap_or_default(),
-            name: info.name.clone().unwrap_or_default(),
-            api_group: info.api_group.clone(),
-            api_version: info.api_version.clone(),
-            subresource: info.subresource.clone().unwrap_or_default(),
-            ..Default::default()
-        }),
-        request_received: chrono::Utc::now(),
-        ..Default::default()
-    };
-    if cfg.level >= Level::Request
-        && matches!(info.verb.as_str(), "create" | "update" | "patch" | "delete")
-    {
-        let (parts, body) = req.into_parts();
-        let bytes = to_bytes(body, state.max_request_bytes)
-            .await
-            .unwrap_or_default();
-        let ct = parts
-            .headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        record.request_object = if ct.starts_with("application/vnd.kubernetes.protobuf") {
-            wasm_apiserver_api::protobuf::decode(&bytes).ok()
-        } else if ct.contains("yaml") {
-            serde_yaml::from_slice::<Value>(&bytes).ok()
-        } else {
-            serde_json::from_slice::<Value>(&bytes).ok()
-        };
-        req = Request::from_parts(parts, Body::from(bytes));
-    }
-    log.emit(
-        &record,
-        cfg.level,
-        Stage::RequestReceived,
-        &cfg.omit_stages,
-        cfg.omit_managed_fields,
-    );
-
-    let resp = next.run(req).await;
-    record.impersonated_user = impersonated.get();
-    let code = resp.status().as_u16();
-    if info.verb == "watch" && code == 200 {
-        record.annotations = annotations.0.lock().expect("audit annotations").clone();
-        record.response_status = Some(audit::response_status(code, None));
-        log.emit(
-            &record,
-            cfg.level,
-            Stage::ResponseStarted,
-            &cfg.omit_stages,
-            cfg.omit_managed_fields,
-        );
-        return resp;
-    }
-    let (parts, body) = resp.into_parts();
-    let bytes = to_bytes(body, usize::MAX).await.unwrap_or_default();
-    let body_json = serde_json::from_slice::<Value>(&bytes).ok();
-    let status_body = body_json.as_ref().filter(|b| b["kind"] == "Status");
-    record.response_status = Some(audit::response_status(code, status_body));
-    if cfg.level >= Level::RequestResponse {
-        record.response_object = body_json.clone();
-    }
-    record.annotations = annotations.0.lock().expect("audit annotations").clone();
-    log.emit(
-        &record,
-        cfg.level,
-        Stage::ResponseComplete,
-        &cfg.omit_stages,
-        cfg.omit_managed_fields,
-    );
-    Response::from_parts(parts, Body::from(bytes))
 }
 
 #[cfg(test)]

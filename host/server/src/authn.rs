@@ -3,13 +3,14 @@
 //! invalid is a 401, as upstream's union authenticator answers. Without any
 //! credential the request is `system:anonymous` (when `--anonymous-auth`).
 
-use crate::objects::Objects;
-use crate::server::ConnectionInfo;
+use async_trait::async_trait;
 use axum::http::{HeaderMap, header};
+use serde_json::{Value, json};
 use std::sync::Arc;
-use wasm_apiserver_api::ApiError;
 use wasm_apiserver_api::authn::{self, TokenFile};
+use wasm_apiserver_api::{ApiError, ConnectionInfo, meta};
 use wasm_apiserver_plugins::UserInfo;
+use wasm_apiserver_registry::{CreateRequest, Creater, ListParams, Objects, Preconditions, WriteOptions};
 
 /// The configured authenticators.
 #[derive(Debug, Clone)]
@@ -133,11 +134,8 @@ impl Authenticator {
         objects: &Objects,
         sub: crate::satoken::TokenSubject,
     ) -> Result<UserInfo, ApiError> {
-        let info = objects
-            .registry
-            .get("", "v1", "serviceaccounts")
-            .expect("built in");
-        match objects.get(info, Some(&sub.namespace), &sub.name).await {
+        let info = objects.resources.builtin("", "v1", "serviceaccounts");
+        match objects.get(&info, Some(&sub.namespace), &sub.name).await {
             Ok(sa) if wasm_apiserver_api::meta::str_field(&sa, "uid") == Some(sub.uid.as_str()) => {
                 Ok(UserInfo {
                     username: format!("system:serviceaccount:{}:{}", sub.namespace, sub.name),
@@ -162,9 +160,9 @@ impl Authenticator {
         id: &str,
         secret: &str,
     ) -> Result<UserInfo, ApiError> {
-        let info = objects.registry.get("", "v1", "secrets").expect("built in");
+        let info = objects.resources.builtin("", "v1", "secrets");
         let obj = match objects
-            .get(info, Some("kube-system"), &authn::bootstrap_secret_name(id))
+            .get(&info, Some("kube-system"), &authn::bootstrap_secret_name(id))
             .await
         {
             Ok(o) => o,
@@ -187,14 +185,10 @@ pub fn spawn_token_cleaner(
     every: std::time::Duration,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let info = objects
-            .registry
-            .get("", "v1", "secrets")
-            .expect("built in")
-            .clone();
-        let opts = crate::objects::WriteOptions::system("token-cleaner");
+        let info = objects.resources.builtin("", "v1", "secrets");
+        let opts = WriteOptions::system("token-cleaner");
         loop {
-            let params = crate::objects::ListParams {
+            let params = ListParams {
                 fields: wasm_apiserver_api::selector::FieldSelector::parse(
                     "type=bootstrap.kubernetes.io/token",
                     "Secret",
@@ -210,7 +204,7 @@ pub fn spawn_token_cleaner(
                         .filter(|s| authn::is_expired(s, chrono::Utc::now()))
                     {
                         let name = wasm_apiserver_api::meta::name(secret).unwrap_or_default();
-                        let pre = crate::objects::Preconditions {
+                        let pre = Preconditions {
                             uid: wasm_apiserver_api::meta::str_field(secret, "uid")
                                 .map(String::from),
                             ..Default::default()
@@ -231,4 +225,48 @@ pub fn spawn_token_cleaner(
             tokio::time::sleep(every).await;
         }
     })
+}
+
+/// `POST .../serviceaccounts/<name>/token` (TokenRequest, `kubectl create
+/// token`): the REST object of the `serviceaccounts/token` subresource.
+pub struct TokenRequests {
+    pub objects: Objects,
+    pub signer: Arc<crate::satoken::TokenSigner>,
+}
+
+#[async_trait]
+impl Creater for TokenRequests {
+    async fn create(&self, req: CreateRequest<'_>, mut body: Value) -> Result<Value, ApiError> {
+        let ns = req.namespace.unwrap_or_default();
+        let name = req.name.unwrap_or_default();
+        let info = self.objects.resources.builtin("", "v1", "serviceaccounts");
+        let sa = self.objects.get(&info, Some(ns), name).await?;
+        let audiences: Vec<String> = body["spec"]["audiences"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        // Upstream's bounds: at least 10 minutes, at most 48 hours; default 1 hour.
+        let lifetime = body["spec"]["expirationSeconds"]
+            .as_i64()
+            .unwrap_or(3600)
+            .clamp(600, 48 * 3600);
+        let sub = crate::satoken::TokenSubject {
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            uid: meta::str_field(&sa, "uid").unwrap_or_default().to_string(),
+        };
+        let (token, exp) = self
+            .signer
+            .issue(&sub, &audiences, lifetime)
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        body["apiVersion"] = json!("authentication.k8s.io/v1");
+        body["kind"] = json!("TokenRequest");
+        body["spec"]["expirationSeconds"] = json!(lifetime);
+        body["status"] = json!({"token": token, "expirationTimestamp": meta::timestamp(exp)});
+        Ok(body)
+    }
 }

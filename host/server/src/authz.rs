@@ -5,8 +5,7 @@
 //! read. Also: the default RBAC policy, access reviews (`kubectl auth
 //! can-i`), and escalation prevention on RBAC writes.
 
-use crate::objects::{Objects, WriteOptions};
-use crate::request::RequestInfo;
+use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
@@ -14,8 +13,12 @@ use std::time::Duration;
 use wasm_apiserver_api::rbac::{self, RbacSnapshot};
 pub use wasm_apiserver_api::rbac::{Attributes, Decision};
 use wasm_apiserver_api::resource::RBAC;
-use wasm_apiserver_api::{ApiError, ResourceInfo, meta};
+use wasm_apiserver_api::{ApiError, RequestInfo, ResourceInfo, meta};
 use wasm_apiserver_plugins::UserInfo;
+use wasm_apiserver_registry::error::storage_error;
+use wasm_apiserver_registry::{
+    CreateRequest, Creater, Escalation, Objects, Resource, Resources, WriteOptions,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -186,12 +189,8 @@ pub fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
     )
 }
 
-fn info(objects: &Objects, plural: &str) -> ResourceInfo {
-    objects
-        .registry
-        .get(RBAC, "v1", plural)
-        .expect("rbac is built in")
-        .clone()
+fn info(objects: &Objects, plural: &str) -> Arc<Resource> {
+    objects.resources.builtin(RBAC, "v1", plural)
 }
 
 /// Creates the default roles and bindings that are missing.
@@ -245,10 +244,10 @@ pub fn spawn_controller(objects: Objects, authz: Arc<Authorizer>) -> tokio::task
                     .storage
                     .watch(&format!("/registry/{RBAC}/"), revision)
                     .await
-                    .map_err(crate::error::storage_error)?;
+                    .map_err(storage_error)?;
                 while let Some(item) = stream.next().await {
                     if let wasm_apiserver_storage::WatchItem::Event(_) =
-                        item.map_err(crate::error::storage_error)?
+                        item.map_err(storage_error)?
                     {
                         reload(&objects, &authz).await?;
                     }
@@ -264,8 +263,51 @@ pub fn spawn_controller(objects: Objects, authz: Arc<Authorizer>) -> tokio::task
     })
 }
 
+/// The access review resources, answered by [`Reviews`].
+pub const REVIEWS: &[(&str, &str)] = &[
+    (wasm_apiserver_api::resource::AUTHZ, "selfsubjectaccessreviews"),
+    (wasm_apiserver_api::resource::AUTHZ, "subjectaccessreviews"),
+    (wasm_apiserver_api::resource::AUTHZ, "localsubjectaccessreviews"),
+    (wasm_apiserver_api::resource::AUTHZ, "selfsubjectrulesreviews"),
+    ("authentication.k8s.io", "selfsubjectreviews"),
+];
+
+/// Makes `authz` answer the access review resources.
+pub fn install_reviews(resources: &Resources, authz: &Arc<Authorizer>) {
+    let reviews: Arc<dyn Creater> = Arc::new(Reviews(authz.clone()));
+    for (group, plural) in REVIEWS {
+        let installed = resources.update(group, "v1", plural, |r| {
+            r.with_create_only(reviews.clone())
+        });
+        debug_assert!(installed, "{plural} is built in");
+    }
+}
+
+/// The REST object of the access review resources (their `create`
+/// answers a question and stores nothing).
+pub struct Reviews(pub Arc<Authorizer>);
+
+#[async_trait]
+impl Creater for Reviews {
+    async fn create(&self, req: CreateRequest<'_>, body: Value) -> Result<Value, ApiError> {
+        review(&self.0, req.info, req.namespace, req.user, body).await
+    }
+}
+
+impl Escalation for Authorizer {
+    fn check(
+        &self,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        obj: &Value,
+        user: &UserInfo,
+    ) -> Result<(), ApiError> {
+        check_escalation(self, info, namespace, obj, user)
+    }
+}
+
 /// Answers a `create` of an access review resource.
-pub async fn review(
+async fn review(
     authz: &Authorizer,
     res: &ResourceInfo,
     ns: Option<&str>,
@@ -321,7 +363,7 @@ pub async fn review(
 
 /// Refuses RBAC writes that would grant more than the writer holds, unless
 /// the writer may `escalate` (roles) or `bind` (bindings), as upstream.
-pub fn check_escalation(
+fn check_escalation(
     authz: &Authorizer,
     res: &ResourceInfo,
     ns: Option<&str>,

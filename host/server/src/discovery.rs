@@ -2,14 +2,14 @@
 //! `/version`, health probes and `/openapi/v2`, all derived from the
 //! resource registry.
 
-use crate::server::AppState;
+use crate::error::ErrorResponse;
+use crate::state::AppState;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use wasm_apiserver_api::resource::VERBS;
-use wasm_apiserver_api::{ApiError, Registry};
+use wasm_apiserver_api::{ApiError, KUBERNETES_VERSION, Registry};
 
 /// A JSON response with the given status.
 pub fn json_response(status: StatusCode, body: &Value) -> Response {
@@ -44,7 +44,9 @@ fn group_json(name: &str, versions: &[String]) -> Value {
 /// `GET /apis`.
 pub async fn api_groups(State(state): State<Arc<AppState>>) -> Response {
     let groups: Vec<Value> = state
-        .registry
+        .resources
+        .snapshot()
+        .infos()
         .groups()
         .iter()
         .map(|(g, vs)| group_json(g, vs))
@@ -69,14 +71,18 @@ pub fn api_group(registry: &Registry, group: &str) -> Result<Value, ApiError> {
 pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Result<Value, ApiError> {
     let mut resources = Vec::new();
     for r in registry.in_group_version(group, version) {
-        resources.push(json!({
+        let mut entry = json!({
             "name": r.plural,
             "singularName": r.singular,
             "namespaced": r.namespaced,
             "kind": r.kind,
-            "verbs": if r.create_only { &["create"][..] } else { VERBS },
+            "verbs": r.verbs,
             "shortNames": r.short_names,
-        }));
+        });
+        if !r.categories.is_empty() {
+            entry["categories"] = json!(r.categories);
+        }
+        resources.push(entry);
         for sub in &r.subresources {
             resources.push(json!({
                 "name": format!("{}/{sub}", r.plural),
@@ -102,14 +108,14 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Result<
 
 /// `GET /version`.
 pub async fn version() -> Response {
-    let v = crate::KUBERNETES_VERSION.trim_start_matches('v');
+    let v = KUBERNETES_VERSION.trim_start_matches('v');
     let mut parts = v.split('.');
     json_response(
         StatusCode::OK,
         &json!({
             "major": parts.next().unwrap_or("1"),
             "minor": parts.next().unwrap_or("0"),
-            "gitVersion": crate::KUBERNETES_VERSION,
+            "gitVersion": KUBERNETES_VERSION,
             "gitCommit": concat!("wasm-apiserver-", env!("CARGO_PKG_VERSION")),
             "gitTreeState": "clean",
             "buildDate": "2026-01-01T00:00:00Z",
@@ -146,16 +152,17 @@ pub async fn openapi_v2(State(state): State<Arc<AppState>>, headers: HeaderMap) 
         .unwrap_or("");
     if !accept.is_empty() && !accept.contains("json") && !accept.contains("*/*") {
         // client-go retries with JSON after a 404 (not after a 406).
-        return crate::error::ErrorResponse(not_found()).into_response();
+        return ErrorResponse(not_found()).into_response();
     }
-    json_response(StatusCode::OK, &state.openapi)
+    json_response(StatusCode::OK, state.resources.snapshot().openapi_v2())
 }
 
 /// `GET /openapi/v3`: the index of group-version documents.
 pub async fn openapi_v3_root(State(state): State<Arc<AppState>>) -> Response {
+    let snapshot = state.resources.snapshot();
     let mut paths = serde_json::Map::new();
-    for (path, _, _) in wasm_apiserver_api::openapi::v3_group_versions(&state.registry) {
-        let url = format!("/openapi/v3/{path}?hash={}", state.openapi_hash);
+    for (path, _, _) in wasm_apiserver_api::openapi::v3_group_versions(snapshot.infos()) {
+        let url = format!("/openapi/v3/{path}?hash={}", snapshot.openapi_hash());
         paths.insert(path, json!({"serverRelativeURL": url}));
     }
     json_response(StatusCode::OK, &json!({"paths": paths}))
@@ -166,20 +173,21 @@ pub async fn openapi_v3_doc(
     State(state): State<Arc<AppState>>,
     axum::extract::Path(rest): axum::extract::Path<String>,
 ) -> Response {
-    let found = wasm_apiserver_api::openapi::v3_group_versions(&state.registry)
+    let snapshot = state.resources.snapshot();
+    let found = wasm_apiserver_api::openapi::v3_group_versions(snapshot.infos())
         .into_iter()
         .find(|(path, _, _)| *path == rest);
     match found {
         Some((_, g, v)) => json_response(
             StatusCode::OK,
             &wasm_apiserver_api::openapi::openapi_v3(
-                &state.registry,
+                snapshot.infos(),
                 &g,
                 &v,
-                crate::KUBERNETES_VERSION,
+                KUBERNETES_VERSION,
             ),
         ),
-        None => crate::error::ErrorResponse(not_found()).into_response(),
+        None => ErrorResponse(not_found()).into_response(),
     }
 }
 

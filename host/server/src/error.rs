@@ -4,7 +4,6 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use wasm_apiserver_api::ApiError;
-use wasm_apiserver_storage::StorageError;
 
 /// An [`ApiError`] as an axum response.
 #[derive(Debug)]
@@ -34,23 +33,5 @@ impl IntoResponse for ErrorResponse {
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         resp
-    }
-}
-
-/// Maps storage failures that have no resource context (the resource-aware
-/// cases are mapped where the target is known, in `objects`).
-pub fn storage_error(e: StorageError) -> ApiError {
-    match e {
-        StorageError::Expired {
-            requested,
-            compacted,
-        } => ApiError::Expired(format!(
-            "too old resource version: {requested} ({compacted})"
-        )),
-        StorageError::TooLarge { requested, current } => {
-            ApiError::TooLargeResourceVersion { requested, current }
-        }
-        StorageError::Unavailable(m) => ApiError::ServiceUnavailable(m),
-        other => ApiError::Internal(other.to_string()),
     }
 }

@@ -1,24 +1,30 @@
 //! The request pipeline before the handlers, in request order:
-//! request info → authentication → (audit, [`crate::audit`]) →
-//! impersonation → authorization. Admission runs inside the object store,
-//! where the decoded object is known.
-//!
-//! Authentication is [`crate::authn`], authorization [`crate::authz`].
+//! request info → authentication → audit → impersonation → authorization.
+//! These are the HTTP side of access control: each filter reads the
+//! request's extensions and calls the access-control modules (`authn`,
+//! `authz`, `audit`). Admission runs inside the registry's store, where the
+//! decoded object is known.
 
+use crate::audit::{Annotations, ImpersonatedUser, api_user};
 use crate::error::ErrorResponse;
-use crate::request::{self, RequestInfo};
-use crate::server::{AppState, ConnectionInfo};
+use crate::state::AppState;
+use axum::body::{Body, to_bytes};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::IntoResponse;
 use axum::response::Response;
+use serde_json::Value;
 use std::sync::Arc;
+use wasm_apiserver_api::audit::{self, Level, ObjectRef, Record, Stage};
+use wasm_apiserver_api::request;
+use wasm_apiserver_api::{ConnectionInfo, RequestInfo};
 
 pub use wasm_apiserver_plugins::UserInfo;
 
 /// Parses the [`RequestInfo`] once for everything after it.
 pub async fn with_request_info(mut req: Request, next: Next) -> Response {
-    let info: RequestInfo = request::parse(req.method(), req.uri().path(), req.uri().query());
+    let info: RequestInfo =
+        request::parse(req.method().as_str(), req.uri().path(), req.uri().query());
     req.extensions_mut().insert(info);
     next.run(req).await
 }
@@ -56,7 +62,7 @@ pub async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: N
     };
     let attrs = crate::authz::attributes(info, user);
     let decision = state.authz.authorize_request(&attrs).await;
-    if let Some(a) = req.extensions().get::<crate::audit::Annotations>() {
+    if let Some(a) = req.extensions().get::<Annotations>() {
         a.add([
             (
                 "authorization.k8s.io/decision".to_string(),
@@ -186,9 +192,120 @@ pub async fn impersonate(
         groups,
         extra,
     };
-    if let Some(audited) = req.extensions().get::<crate::audit::ImpersonatedUser>() {
+    if let Some(audited) = req.extensions().get::<ImpersonatedUser>() {
         audited.set(&user);
     }
     req.extensions_mut().insert(user);
     next.run(req).await
 }
+
+/// The audit middleware.
+pub async fn audit(State(state): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+    let Some(log) = state.audit.clone() else {
+        return next.run(req).await;
+    };
+    let (Some(info), Some(user)) = (
+        req.extensions().get::<RequestInfo>().cloned(),
+        req.extensions().get::<UserInfo>().cloned(),
+    ) else {
+        return next.run(req).await;
+    };
+    let attrs = crate::authz::attributes(&info, &user);
+    let cfg = log.config_for(&attrs);
+    if cfg.level == Level::None {
+        return next.run(req).await;
+    }
+    let annotations = Annotations::default();
+    req.extensions_mut().insert(annotations.clone());
+    let impersonated = ImpersonatedUser::default();
+    req.extensions_mut().insert(impersonated.clone());
+    let mut record = Record {
+        audit_id: uuid::Uuid::new_v4().to_string(),
+        request_uri: req.uri().to_string(),
+        verb: info.verb.clone(),
+        user: api_user(&user),
+        source_ips: req
+            .extensions()
+            .get::<ConnectionInfo>()
+            .map(|c| vec![c.peer.ip().to_string()])
+            .unwrap_or_default(),
+        user_agent: req
+            .headers()
+            .get("user-agent")
+            .and_then(|v| v.to_str().ok())
+            .map(String::from),
+        object_ref: info.is_resource_request.then(|| ObjectRef {
+            resource: info.resource.clone(),
+            namespace: info.namespace.clone().unwrap_or_default(),
+            name: info.name.clone().unwrap_or_default(),
+            api_group: info.api_group.clone(),
+            api_version: info.api_version.clone(),
+            subresource: info.subresource.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        request_received: chrono::Utc::now(),
+        ..Default::default()
+    };
+    if cfg.level >= Level::Request
+        && matches!(info.verb.as_str(), "create" | "update" | "patch" | "delete")
+    {
+        let (parts, body) = req.into_parts();
+        let bytes = to_bytes(body, state.max_request_bytes)
+            .await
+            .unwrap_or_default();
+        let ct = parts
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        record.request_object = if ct.starts_with("application/vnd.kubernetes.protobuf") {
+            wasm_apiserver_api::protobuf::decode(&bytes).ok()
+        } else if ct.contains("yaml") {
+            serde_yaml::from_slice::<Value>(&bytes).ok()
+        } else {
+            serde_json::from_slice::<Value>(&bytes).ok()
+        };
+        req = Request::from_parts(parts, Body::from(bytes));
+    }
+    log.emit(
+        &record,
+        cfg.level,
+        Stage::RequestReceived,
+        &cfg.omit_stages,
+        cfg.omit_managed_fields,
+    );
+
+    let resp = next.run(req).await;
+    record.impersonated_user = impersonated.get();
+    let code = resp.status().as_u16();
+    if info.verb == "watch" && code == 200 {
+        record.annotations = annotations.0.lock().expect("audit annotations").clone();
+        record.response_status = Some(audit::response_status(code, None));
+        log.emit(
+            &record,
+            cfg.level,
+            Stage::ResponseStarted,
+            &cfg.omit_stages,
+            cfg.omit_managed_fields,
+        );
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let bytes = to_bytes(body, usize::MAX).await.unwrap_or_default();
+    let body_json = serde_json::from_slice::<Value>(&bytes).ok();
+    let status_body = body_json.as_ref().filter(|b| b["kind"] == "Status");
+    record.response_status = Some(audit::response_status(code, status_body));
+    if cfg.level >= Level::RequestResponse {
+        record.response_object = body_json.clone();
+    }
+    record.annotations = annotations.0.lock().expect("audit annotations").clone();
+    log.emit(
+        &record,
+        cfg.level,
+        Stage::ResponseComplete,
+        &cfg.omit_stages,
+        cfg.omit_managed_fields,
+    );
+    Response::from_parts(parts, Body::from(bytes))
+}
+

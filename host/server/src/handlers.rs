@@ -1,17 +1,16 @@
 //! The REST handler for every resource path under `/api/v1` and
-//! `/apis/<group>/<version>`: it decodes query parameters and bodies, calls
-//! the object store and encodes the answer (JSON or a `Table`).
+//! `/apis/<group>/<version>`: it looks the resource up in one registry
+//! snapshot, decodes query parameters and bodies, calls the resource's REST
+//! object (the generic store, or a computed create) and encodes the answer
+//! (JSON or a `Table`). One small function per verb; nothing here knows a
+//! particular resource: what is special lives with the resource's
+//! [`Strategy`](wasm_apiserver_registry::Strategy) or REST object.
 
 use crate::discovery::{api_group, json_response, resource_list};
 use crate::error::ErrorResponse;
-use crate::filters::UserInfo;
-use crate::objects::{
-    Deleted, FieldValidation, ListOutcome, ListParams, Preconditions, WriteOptions,
-};
-use crate::request::RequestInfo;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::watch::{self, WatchOptions};
-use axum::body::{Body, to_bytes};
+use axum::body::{Body, Bytes, to_bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -19,11 +18,18 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use wasm_apiserver_api::audit::Annotations;
 use wasm_apiserver_api::error::{Target, success_status};
 use wasm_apiserver_api::patch::{self, PatchType};
+use wasm_apiserver_api::request::query_pairs;
 use wasm_apiserver_api::selector::{FieldSelector, LabelSelector};
 use wasm_apiserver_api::table::{IncludeObject, to_table};
-use wasm_apiserver_api::{ApiError, ResourceInfo, meta};
+use wasm_apiserver_api::{ApiError, RequestInfo, ResourceInfo, meta};
+use wasm_apiserver_plugins::UserInfo;
+use wasm_apiserver_registry::{
+    CreateRequest, Creater, Deleted, FieldValidation, ListOutcome, ListParams, Preconditions,
+    Resource, WriteOptions,
+};
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
 
@@ -44,7 +50,7 @@ impl Query {
     fn parse(raw: Option<&str>) -> Result<Self> {
         let mut map = HashMap::new();
         // As upstream, the first of repeated parameters counts.
-        for (k, v) in query_pairs(raw.unwrap_or(""))? {
+        for (k, v) in query_pairs(raw.unwrap_or("")).map_err(ApiError::BadRequest)? {
             map.entry(k).or_insert(v);
         }
         Ok(Query(map))
@@ -61,42 +67,10 @@ impl Query {
     }
 }
 
-/// The decoded `key=value` pairs of a query string, in order.
-pub(crate) fn query_pairs(raw: &str) -> Result<Vec<(String, String)>> {
-    raw.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            let dec = |s: &str| {
-                percent_decode(&s.replace('+', " "))
-                    .ok_or_else(|| ApiError::BadRequest(format!("invalid query parameter {s:?}")))
-            };
-            Ok((dec(k)?, dec(v)?))
-        })
-        .collect()
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 fn write_options(
     q: &Query,
     user: &UserInfo,
-    audit: &Option<crate::audit::Annotations>,
+    audit: &Option<Annotations>,
 ) -> Result<WriteOptions> {
     let dry_run = match q.get("dryRun") {
         None => false,
@@ -137,19 +111,6 @@ fn with_warnings(mut resp: Response, opts: &WriteOptions) -> Response {
         }
     }
     resp
-}
-
-/// `AdmissionPlugin` writes take effect on this replica before the response
-/// (other replicas follow through the watch).
-async fn after_write(state: &AppState, res: &ResourceInfo, obj: &Value, opts: &WriteOptions) {
-    if opts.dry_run {
-        return;
-    }
-    if res.group == wasm_apiserver_api::admission::GROUP {
-        crate::admission::reconcile(&state.objects, obj).await;
-    } else if res.group == crate::webhook::GROUP {
-        crate::admission::reconcile_webhooks(&state.objects, &res.plural, obj, false);
-    }
 }
 
 fn list_params(q: &Query, info: &ResourceInfo) -> Result<ListParams> {
@@ -263,294 +224,298 @@ fn object_response(
     }
 }
 
+/// One resource request, decoded once for the verb functions.
+struct Call<'a> {
+    state: &'a AppState,
+    res: &'a Resource,
+    ns: Option<&'a str>,
+    name: Option<&'a str>,
+    subresource: Option<&'a str>,
+    q: &'a Query,
+    headers: &'a HeaderMap,
+    user: &'a UserInfo,
+    audit: &'a Option<Annotations>,
+}
+
+impl Call<'_> {
+    async fn body(&self, body: Body) -> Result<Bytes> {
+        to_bytes(body, self.state.max_request_bytes)
+            .await
+            .map_err(|_| ApiError::RequestEntityTooLarge("the request is too large".into()))
+    }
+
+    async fn object(&self, body: Body) -> Result<Value> {
+        decode_body(self.headers, &self.body(body).await?)
+    }
+
+    fn write_options(&self) -> Result<WriteOptions> {
+        write_options(self.q, self.user, self.audit)
+    }
+
+    fn name(&self) -> &str {
+        self.name.unwrap_or_default()
+    }
+}
+
+fn not_found() -> ApiError {
+    ApiError::NotFound(Target::default())
+}
+
 async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
-    let info: RequestInfo = req
-        .extensions()
-        .get::<RequestInfo>()
-        .cloned()
-        .unwrap_or_default();
-    let user: UserInfo = req
-        .extensions()
-        .get::<UserInfo>()
-        .cloned()
-        .unwrap_or_default();
-    let audit = req.extensions().get::<crate::audit::Annotations>().cloned();
+    let ext = req.extensions();
+    let info: RequestInfo = ext.get::<RequestInfo>().cloned().unwrap_or_default();
+    let user: UserInfo = ext.get::<UserInfo>().cloned().unwrap_or_default();
+    let audit = ext.get::<Annotations>().cloned();
     let (parts, body) = req.into_parts();
     let q = Query::parse(parts.uri.query())?;
-    let headers = parts.headers;
+    // One registry snapshot for the whole request.
+    let snapshot = state.resources.snapshot();
 
     if !info.is_resource_request {
         // /api/v1, /apis/<group>, /apis/<group>/<version>
         let segs: Vec<&str> = info.path.trim_matches('/').split('/').collect();
         let doc = match segs.as_slice() {
-            ["api", v] => resource_list(&state.registry, "", v)?,
-            ["apis", g] => api_group(&state.registry, g)?,
-            ["apis", g, v] => resource_list(&state.registry, g, v)?,
-            _ => return Err(ApiError::NotFound(Default::default())),
+            ["api", v] => resource_list(snapshot.infos(), "", v)?,
+            ["apis", g] => api_group(snapshot.infos(), g)?,
+            ["apis", g, v] => resource_list(snapshot.infos(), g, v)?,
+            _ => return Err(not_found()),
         };
         return Ok(json_response(StatusCode::OK, &doc));
     }
 
-    let not_found = || ApiError::NotFound(Target::default());
-    let res = state
-        .registry
+    let res = snapshot
         .get(&info.api_group, &info.api_version, &info.resource)
         .ok_or_else(not_found)?;
-    // Scope checks: namespaced objects need a namespace (except cluster-wide
-    // list/watch); cluster-scoped ones must not have one.
-    let mut ns = info.namespace.as_deref();
-    let cluster_scoped_with_ns = !res.namespaced && ns.is_some();
-    let namespaced_without_ns =
-        res.namespaced && ns.is_none() && !matches!(info.verb.as_str(), "list" | "watch");
-    if res.plural == "namespaces" {
-        ns = None;
-    } else if cluster_scoped_with_ns || namespaced_without_ns {
-        return Err(not_found());
-    }
-    if res.plural == "serviceaccounts"
-        && info.subresource.as_deref() == Some("token")
-        && info.verb == "create"
-    {
-        let body = read_body_limited(body, state.max_request_bytes).await?;
-        let req_obj = decode_body(&headers, &body)?;
-        let answer = token_request(
-            state,
-            res,
-            ns.unwrap_or_default(),
-            info.name.as_deref().unwrap_or_default(),
-            req_obj,
-        )
-        .await?;
-        return Ok(json_response(StatusCode::CREATED, &answer));
-    }
-    if let Some(sub) = &info.subresource
-        && (!res.subresources.contains(sub)
-            || !matches!(info.verb.as_str(), "get" | "update" | "patch"))
-    {
-        return Err(not_found());
-    }
-    let name = info.name.as_deref();
-    let objects = &state.objects;
-
-    let read_body = |body: Body| async move {
-        to_bytes(body, state.max_request_bytes)
-            .await
-            .map_err(|_| ApiError::RequestEntityTooLarge("the request is too large".into()))
+    let ns = res
+        .strategy
+        .scope(res, info.namespace.as_deref(), &info.verb)
+        .ok_or_else(not_found)?;
+    let call = Call {
+        state,
+        res,
+        ns,
+        name: info.name.as_deref(),
+        subresource: info.subresource.as_deref(),
+        q: &q,
+        headers: &parts.headers,
+        user: &user,
+        audit: &audit,
     };
-
-    match info.verb.as_str() {
-        "get" => {
-            let table = table_request(&headers, &q)?;
-            let obj = objects.get(res, ns, name.unwrap_or_default()).await?;
-            Ok(object_response(StatusCode::OK, res, obj, table))
+    let verb = info.verb.as_str();
+    if let Some(sub) = call.subresource {
+        if let Some(creater) = res.subresource_creaters.get(sub)
+            && verb == "create"
+        {
+            return computed_create(&call, creater.as_ref(), body).await;
         }
-        "list" => {
-            let table = table_request(&headers, &q)?;
-            let out = objects.list(res, ns, &list_params(&q, res)?).await?;
-            Ok(match table {
-                Some(include) => {
-                    let mut m = json!({"resourceVersion": out.resource_version.to_string()});
-                    if let Some(c) = &out.continue_token {
-                        m["continue"] = json!(c);
-                    }
-                    json_response(StatusCode::OK, &to_table(res, &out.items, m, include))
-                }
-                None => json_response(StatusCode::OK, &list_body(res, out)),
-            })
+        if !res.subresources.iter().any(|s| s == sub)
+            || !matches!(verb, "get" | "update" | "patch")
+        {
+            return Err(not_found());
         }
-        "watch" => {
-            let table = table_request(&headers, &q)?;
-            let mut params = list_params(&q, res)?;
-            if let Some(n) = name {
-                params.fields = FieldSelector::parse(&format!("metadata.name={n}"), &res.kind)
-                    .map_err(ApiError::BadRequest)?;
-            }
-            let rv = meta::parse_resource_version(q.get("resourceVersion").unwrap_or(""))
-                .map_err(ApiError::BadRequest)?;
-            let timeout =
-                match q.get("timeoutSeconds") {
-                    Some(t) => Duration::from_secs(t.parse().map_err(|_| {
-                        ApiError::BadRequest(format!("invalid timeoutSeconds {t:?}"))
-                    })?),
-                    None => DEFAULT_WATCH_TIMEOUT,
-                };
-            let opts = WatchOptions {
-                resource_version: rv,
-                allow_bookmarks: q.flag("allowWatchBookmarks"),
-                send_initial_events: q.flag("sendInitialEvents"),
-                timeout,
-                table,
-            };
-            watch::serve(objects, res, ns, params, opts).await
-        }
-        "create" if res.create_only => {
-            let obj = decode_body(&headers, &read_body(body).await?)?;
-            let answer = crate::authz::review(&state.authz, res, ns, &user, obj).await?;
-            Ok(json_response(StatusCode::CREATED, &answer))
-        }
-        _ if res.create_only => Err(ApiError::MethodNotAllowed),
-        "create" => {
-            if name.is_some() {
-                return Err(ApiError::MethodNotAllowed);
-            }
-            let opts = write_options(&q, &user, &audit)?;
-            let obj = decode_body(&headers, &read_body(body).await?)?;
-            let created = objects.create(res, ns, obj, &opts).await?;
-            after_write(state, res, &created, &opts).await;
-            Ok(with_warnings(
-                json_response(StatusCode::CREATED, &created),
-                &opts,
-            ))
-        }
-        "update" => {
-            let opts = write_options(&q, &user, &audit)?;
-            let obj = decode_body(&headers, &read_body(body).await?)?;
-            let updated = objects
-                .update(
-                    res,
-                    ns,
-                    name.unwrap_or_default(),
-                    info.subresource.as_deref(),
-                    obj,
-                    &opts,
-                )
-                .await?;
-            after_write(state, res, &updated, &opts).await;
-            Ok(with_warnings(
-                json_response(StatusCode::OK, &updated),
-                &opts,
-            ))
-        }
-        "patch" => {
-            let opts = write_options(&q, &user, &audit)?;
-            let ct = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let ptype = PatchType::from_content_type(ct).ok_or_else(|| {
-                ApiError::UnsupportedMediaType(format!(
-                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {ct:?})"
-                ))
-            })?;
-            if ptype == PatchType::Apply {
-                return Err(ApiError::UnsupportedMediaType(
-                    "server-side apply (application/apply-patch+yaml) is not supported yet; use client-side kubectl apply".into(),
-                ));
-            }
-            let bytes = read_body(body).await?;
-            let doc: Value = serde_json::from_slice(&bytes)
-                .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?;
-            let kind = res.kind.clone();
-            let apply = move |cur: &Value| -> Result<Value> {
-                let out = match ptype {
-                    PatchType::Json => patch::apply_json_patch(cur, &doc),
-                    PatchType::Merge => patch::apply_merge_patch(cur, &doc),
-                    _ => patch::apply_strategic_merge_patch(&kind, cur, &doc),
-                };
-                out.map_err(|e| match e {
-                    patch::PatchError::Invalid(m) => ApiError::BadRequest(m),
-                    patch::PatchError::Apply(m) => ApiError::Invalid(
-                        Target::default(),
-                        vec![wasm_apiserver_api::Cause {
-                            reason: "FieldValueInvalid".into(),
-                            field: "patch".into(),
-                            message: m,
-                        }],
-                    ),
-                })
-            };
-            let patched = objects
-                .patch(res, ns, name.unwrap_or_default(), &apply, &opts)
-                .await?;
-            after_write(state, res, &patched, &opts).await;
-            Ok(with_warnings(
-                json_response(StatusCode::OK, &patched),
-                &opts,
-            ))
-        }
-        "delete" => {
-            let bytes = read_body(body).await?;
-            let (opts, pre) = delete_options(&q, &user, &audit, &headers, &bytes)?;
-            let name = name.unwrap_or_default();
-            let resp = match objects.delete(res, ns, name, &pre, &opts).await? {
-                Deleted::Pending(obj) => json_response(StatusCode::OK, &obj),
-                Deleted::Now(obj) => {
-                    if !opts.dry_run && res.group == wasm_apiserver_api::admission::GROUP {
-                        if let Some(adm) = &objects.admission {
-                            adm.remove(name);
-                        }
-                    } else if !opts.dry_run && res.group == crate::webhook::GROUP {
-                        crate::admission::reconcile_webhooks(objects, &res.plural, &obj, true);
-                    }
-                    let uid = meta::str_field(&obj, "uid").map(String::from);
-                    let target = Target::new(&res.group, &res.plural, name);
-                    json_response(StatusCode::OK, &success_status(&target, uid))
-                }
-            };
-            Ok(with_warnings(resp, &opts))
-        }
-        "deletecollection" => {
-            let opts = write_options(&q, &user, &audit)?;
-            let out = objects
-                .delete_collection(res, ns, &list_params(&q, res)?, &opts)
-                .await?;
-            Ok(json_response(StatusCode::OK, &list_body(res, out)))
-        }
+    }
+    if let Some(creater) = &res.create_only {
+        return match verb {
+            "create" => computed_create(&call, creater.as_ref(), body).await,
+            _ => Err(ApiError::MethodNotAllowed),
+        };
+    }
+    match verb {
+        "get" => get(&call).await,
+        "list" => list(&call).await,
+        "watch" => watch(&call).await,
+        "create" => create(&call, body).await,
+        "update" => update(&call, body).await,
+        "patch" => patch(&call, body).await,
+        "delete" => delete(&call, body).await,
+        "deletecollection" => delete_collection(&call).await,
         _ => Err(ApiError::MethodNotAllowed),
     }
 }
 
-async fn read_body_limited(body: Body, limit: usize) -> Result<bytes::Bytes> {
-    to_bytes(body, limit)
-        .await
-        .map_err(|_| ApiError::RequestEntityTooLarge("the request is too large".into()))
+/// `create` answered by a REST object (access reviews, TokenRequest).
+async fn computed_create(call: &Call<'_>, creater: &dyn Creater, body: Body) -> Result<Response> {
+    let obj = call.object(body).await?;
+    let req = CreateRequest {
+        info: call.res,
+        namespace: call.ns,
+        name: call.name,
+        user: call.user,
+    };
+    let answer = creater.create(req, obj).await?;
+    Ok(json_response(StatusCode::CREATED, &answer))
 }
 
-/// `POST .../serviceaccounts/<name>/token` (TokenRequest, `kubectl create token`).
-async fn token_request(
-    state: &AppState,
-    res: &ResourceInfo,
-    ns: &str,
-    name: &str,
-    mut body: Value,
-) -> Result<Value> {
-    let sa = state.objects.get(res, Some(ns), name).await?;
-    let signer = state.authn.service_accounts.as_ref().ok_or_else(|| {
-        ApiError::ServiceUnavailable("ServiceAccount tokens are not enabled".into())
-    })?;
-    let audiences: Vec<String> = body["spec"]["audiences"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
-    // Upstream's bounds: at least 10 minutes, at most 48 hours; default 1 hour.
-    let lifetime = body["spec"]["expirationSeconds"]
-        .as_i64()
-        .unwrap_or(3600)
-        .clamp(600, 48 * 3600);
-    let sub = crate::satoken::TokenSubject {
-        namespace: ns.to_string(),
-        name: name.to_string(),
-        uid: meta::str_field(&sa, "uid").unwrap_or_default().to_string(),
+async fn get(call: &Call<'_>) -> Result<Response> {
+    let table = table_request(call.headers, call.q)?;
+    let obj = call
+        .state
+        .objects
+        .get(call.res, call.ns, call.name())
+        .await?;
+    Ok(object_response(StatusCode::OK, call.res, obj, table))
+}
+
+async fn list(call: &Call<'_>) -> Result<Response> {
+    let table = table_request(call.headers, call.q)?;
+    let params = list_params(call.q, call.res)?;
+    let out = call.state.objects.list(call.res, call.ns, &params).await?;
+    Ok(match table {
+        Some(include) => {
+            let mut m = json!({"resourceVersion": out.resource_version.to_string()});
+            if let Some(c) = &out.continue_token {
+                m["continue"] = json!(c);
+            }
+            json_response(StatusCode::OK, &to_table(call.res, &out.items, m, include))
+        }
+        None => json_response(StatusCode::OK, &list_body(call.res, out)),
+    })
+}
+
+async fn watch(call: &Call<'_>) -> Result<Response> {
+    let q = call.q;
+    let table = table_request(call.headers, q)?;
+    let mut params = list_params(q, call.res)?;
+    if let Some(n) = call.name {
+        params.fields = FieldSelector::parse(&format!("metadata.name={n}"), &call.res.kind)
+            .map_err(ApiError::BadRequest)?;
+    }
+    let rv = meta::parse_resource_version(q.get("resourceVersion").unwrap_or(""))
+        .map_err(ApiError::BadRequest)?;
+    let timeout = match q.get("timeoutSeconds") {
+        Some(t) => Duration::from_secs(
+            t.parse()
+                .map_err(|_| ApiError::BadRequest(format!("invalid timeoutSeconds {t:?}")))?,
+        ),
+        None => DEFAULT_WATCH_TIMEOUT,
     };
-    let (token, exp) = signer
-        .issue(&sub, &audiences, lifetime)
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    body["apiVersion"] = json!("authentication.k8s.io/v1");
-    body["kind"] = json!("TokenRequest");
-    body["spec"]["expirationSeconds"] = json!(lifetime);
-    body["status"] = json!({"token": token, "expirationTimestamp": meta::timestamp(exp)});
-    Ok(body)
+    let opts = WatchOptions {
+        resource_version: rv,
+        allow_bookmarks: q.flag("allowWatchBookmarks"),
+        send_initial_events: q.flag("sendInitialEvents"),
+        timeout,
+        table,
+    };
+    watch::serve(&call.state.objects, call.res, call.ns, params, opts).await
+}
+
+async fn create(call: &Call<'_>, body: Body) -> Result<Response> {
+    if call.name.is_some() {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    let opts = call.write_options()?;
+    let obj = call.object(body).await?;
+    let created = call
+        .state
+        .objects
+        .create(call.res, call.ns, obj, &opts)
+        .await?;
+    Ok(with_warnings(
+        json_response(StatusCode::CREATED, &created),
+        &opts,
+    ))
+}
+
+async fn update(call: &Call<'_>, body: Body) -> Result<Response> {
+    let opts = call.write_options()?;
+    let obj = call.object(body).await?;
+    let updated = call
+        .state
+        .objects
+        .update(call.res, call.ns, call.name(), call.subresource, obj, &opts)
+        .await?;
+    Ok(with_warnings(
+        json_response(StatusCode::OK, &updated),
+        &opts,
+    ))
+}
+
+async fn patch(call: &Call<'_>, body: Body) -> Result<Response> {
+    let opts = call.write_options()?;
+    let ct = call
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let ptype = PatchType::from_content_type(ct).ok_or_else(|| {
+        ApiError::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {ct:?})"
+        ))
+    })?;
+    if ptype == PatchType::Apply {
+        return Err(ApiError::UnsupportedMediaType(
+            "server-side apply (application/apply-patch+yaml) is not supported yet; use client-side kubectl apply".into(),
+        ));
+    }
+    let bytes = call.body(body).await?;
+    let doc: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?;
+    let kind = call.res.kind.clone();
+    let apply = move |cur: &Value| -> Result<Value> {
+        let out = match ptype {
+            PatchType::Json => patch::apply_json_patch(cur, &doc),
+            PatchType::Merge => patch::apply_merge_patch(cur, &doc),
+            _ => patch::apply_strategic_merge_patch(&kind, cur, &doc),
+        };
+        out.map_err(|e| match e {
+            patch::PatchError::Invalid(m) => ApiError::BadRequest(m),
+            patch::PatchError::Apply(m) => ApiError::Invalid(
+                Target::default(),
+                vec![wasm_apiserver_api::Cause {
+                    reason: "FieldValueInvalid".into(),
+                    field: "patch".into(),
+                    message: m,
+                }],
+            ),
+        })
+    };
+    let patched = call
+        .state
+        .objects
+        .patch(call.res, call.ns, call.name(), &apply, &opts)
+        .await?;
+    Ok(with_warnings(
+        json_response(StatusCode::OK, &patched),
+        &opts,
+    ))
+}
+
+async fn delete(call: &Call<'_>, body: Body) -> Result<Response> {
+    let bytes = call.body(body).await?;
+    let (opts, pre) = delete_options(call.q, call.user, call.audit, call.headers, &bytes)?;
+    let name = call.name();
+    let resp = match call
+        .state
+        .objects
+        .delete(call.res, call.ns, name, &pre, &opts)
+        .await?
+    {
+        Deleted::Pending(obj) => json_response(StatusCode::OK, &obj),
+        Deleted::Now(obj) => {
+            let uid = meta::str_field(&obj, "uid").map(String::from);
+            let target = Target::new(&call.res.group, &call.res.plural, name);
+            json_response(StatusCode::OK, &success_status(&target, uid))
+        }
+    };
+    Ok(with_warnings(resp, &opts))
+}
+
+async fn delete_collection(call: &Call<'_>) -> Result<Response> {
+    let opts = call.write_options()?;
+    let params = list_params(call.q, call.res)?;
+    let out = call
+        .state
+        .objects
+        .delete_collection(call.res, call.ns, &params, &opts)
+        .await?;
+    Ok(json_response(StatusCode::OK, &list_body(call.res, out)))
 }
 
 /// `DeleteOptions` from the body (if any) and the query.
 fn delete_options(
     q: &Query,
     user: &UserInfo,
-    audit: &Option<crate::audit::Annotations>,
+    audit: &Option<Annotations>,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<(WriteOptions, Preconditions)> {

@@ -1,15 +1,25 @@
-//! The API server: HTTP routing, the request pipeline and the object store
-//! logic on top of [`wasm_apiserver_storage::Storage`].
+//! The API server: the HTTP layer (axum routes, request decoding and
+//! encoding, watch streaming, discovery), access control (authentication,
+//! impersonation, authorization, audit), and the assembly that wires them
+//! to the registry (`wasm-apiserver-registry`), storage and the plugin
+//! runtime.
 //!
-//! Architecture invariant: this is the only crate that names axum. The API
-//! machinery (`wasm-apiserver-api`) and storage know nothing of HTTP.
+//! Architecture invariant: this is the only crate that names axum; nothing
+//! imports the assembly ([`server`]).
 //!
-//! Request pipeline, in order (see [`router`]):
-//! request info → authentication → authorization → handler, where the handler
-//! runs admission before anything reaches storage (see [`objects`]).
+//! Request pipeline, in order (see [`router`]): request info →
+//! authentication → audit → impersonation → authorization → handler, which
+//! calls the registry (admission runs there, where the decoded object is
+//! known).
+//!
+//! Modules by layer, each importing only those below it:
+//! * HTTP: [`handlers`], [`watch`], [`discovery`], [`filters`] (the
+//!   middleware), [`state`], [`error`];
+//! * access control: [`authn`], [`authz`], [`audit`], [`access_plugins`],
+//!   [`satoken`];
+//! * the assembly: [`server`], with [`cli`], [`config`] and [`tls`].
 
 pub mod access_plugins;
-pub mod admission;
 pub mod audit;
 pub mod authn;
 pub mod authz;
@@ -19,23 +29,19 @@ pub mod discovery;
 pub mod error;
 pub mod filters;
 pub mod handlers;
-pub mod namespaces;
-pub mod objects;
-pub mod request;
 pub mod satoken;
 pub mod server;
+pub mod state;
 pub mod tls;
 pub mod watch;
-pub mod webhook;
 
 pub use config::ServeArgs;
-pub use server::{AppState, router, run};
+pub use server::{main, router, run};
+pub use state::AppState;
+pub use wasm_apiserver_api::KUBERNETES_VERSION;
 
 /// The memory allocator of the server binaries (and the benchmark):
 /// mimalloc, because glibc's malloc and free were a third of the request
 /// path's CPU (`perf` on the create benchmark). A binary installs it with
 /// `#[global_allocator] static ALLOC: Allocator = Allocator;`.
 pub use mimalloc::MiMalloc as Allocator;
-
-/// The Kubernetes version this server reports and implements.
-pub const KUBERNETES_VERSION: &str = "v1.33.0";

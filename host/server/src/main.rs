@@ -4,5 +4,5 @@
 static ALLOC: wasm_apiserver::Allocator = wasm_apiserver::Allocator;
 
 fn main() -> anyhow::Result<()> {
-    wasm_apiserver::cli::main()
+    wasm_apiserver::main()
 }

@@ -1,63 +1,51 @@
-//! Server assembly: shared state, the router with its middleware stack, and
-//! `run` (open storage, start controllers, bind, write the kubeconfig, serve).
+//! The assembly: builds the layers and wires them together: storage, the
+//! plugin runtime, the registry (store, built-in resources, admission),
+//! access control (authenticators, authorizers, audit) and the HTTP router
+//! with its middleware stack; `run` opens storage, starts the controllers,
+//! binds and serves. Nothing imports this module.
 
-use crate::admission::Admission;
+use crate::cli::{Cli, Command};
 use crate::config::ServeArgs;
-use crate::objects::Objects;
-use crate::{discovery, filters, handlers, namespaces};
+pub use crate::state::AppState;
+use crate::{authn, authz, discovery, filters, handlers};
 use axum::Router;
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::routing::{any, get};
-use serde_json::Value;
+use clap::Parser;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use tower::ServiceBuilder;
-use wasm_apiserver_api::Registry;
+use wasm_apiserver_api::ConnectionInfo;
+use wasm_apiserver_registry::admission::{Admission, controller};
+use wasm_apiserver_registry::builtin::{self, Dependencies};
+use wasm_apiserver_registry::{Objects, Resources, namespaces};
 use wasm_apiserver_storage::Storage;
 use wasm_apiserver_storage::embedded::{EmbeddedOptions, EmbeddedStore};
 
-/// State shared by every handler.
-pub struct AppState {
-    pub objects: Objects,
-    pub registry: Arc<Registry>,
-    /// The OpenAPI v2 document, built once from the registry.
-    pub openapi: Value,
-    /// Changes whenever the registry does; part of `/openapi/v3` URLs.
-    pub openapi_hash: String,
-    /// The address clients reach this server at.
-    pub address: SocketAddr,
-    pub max_request_bytes: usize,
-    pub authn: crate::authn::Authenticator,
-    /// Shared with `objects` (escalation checks).
-    pub authz: Arc<crate::authz::Authorizer>,
-    /// `--audit-log-path` with `--audit-policy-file`.
-    pub audit: Option<Arc<crate::audit::AuditLog>>,
-}
-
 impl AppState {
+    /// The registry over `storage` with every built-in resource, access
+    /// control that allows everything (`run` configures it from the
+    /// flags), and `admission` (if any) in every write.
     pub fn new(
         storage: Arc<dyn Storage>,
         address: SocketAddr,
         max_request_bytes: usize,
         admission: Option<Arc<Admission>>,
     ) -> Self {
-        let registry = Arc::new(Registry::builtin());
-        let openapi = wasm_apiserver_api::openapi::openapi_v2(&registry, crate::KUBERNETES_VERSION);
-        let openapi_hash = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            openapi.to_string().hash(&mut h);
-            format!("{:016X}", h.finish())
-        };
-        let mut objects = Objects::new(storage, registry.clone(), admission);
-        let authz = objects.authz.clone();
-        objects.authz = authz.clone();
+        let resources = Arc::new(Resources::new());
+        let objects = Objects::new(storage, resources.clone(), admission);
+        let authz = Arc::new(authz::Authorizer::always_allow());
+        builtin::install(
+            &objects,
+            Dependencies {
+                escalation: authz.clone(),
+            },
+        );
+        authz::install_reviews(&resources, &authz);
         AppState {
             objects,
-            openapi,
-            openapi_hash,
-            registry,
+            resources,
             address,
             max_request_bytes,
             authn: Default::default(),
@@ -74,7 +62,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let pipeline = ServiceBuilder::new()
         .layer(from_fn(filters::with_request_info))
         .layer(from_fn_with_state(state.clone(), filters::authenticate))
-        .layer(from_fn_with_state(state.clone(), crate::audit::audit))
+        .layer(from_fn_with_state(state.clone(), filters::audit))
         .layer(from_fn_with_state(state.clone(), filters::impersonate))
         .layer(from_fn_with_state(state.clone(), filters::authorize));
     Router::new()
@@ -130,14 +118,6 @@ fn write_kubeconfig(dir: &Path, address: SocketAddr, pki: &crate::tls::Pki) -> s
         opts.open(&tmp)?.write_all(text.as_bytes())?;
     }
     std::fs::rename(tmp, dir.join("admin.kubeconfig"))
-}
-
-/// What the connection knows about a request: the peer address and the
-/// verified client certificate's subject (CN, O).
-#[derive(Debug, Clone)]
-pub struct ConnectionInfo {
-    pub peer: SocketAddr,
-    pub client_cert: Option<(String, Vec<String>)>,
 }
 
 /// Accepts TLS connections and serves the router on each (HTTP/1.1 and h2).
@@ -238,6 +218,24 @@ async fn open_storage(args: &ServeArgs) -> anyhow::Result<Arc<dyn Storage>> {
     )
 }
 
+/// The command line's entry point: parses the arguments, sets up logging
+/// and runs the command.
+pub fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Command::Serve(args) => runtime.block_on(run(*args)),
+    }
+}
+
 /// Runs the server until SIGINT/SIGTERM.
 pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)?;
@@ -257,7 +255,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         storage.clone(),
     ));
     if let Some(path) = &args.admission_control_config_file {
-        let n = crate::admission::load_config_file(&admission, path).await?;
+        let n = controller::load_config_file(&admission, path).await?;
         tracing::info!(plugins = n, file = %path.display(), "static admission plugins loaded");
     }
     let mut state = AppState::new(
@@ -273,7 +271,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         )),
         None => None,
     };
-    state.authn = crate::authn::Authenticator {
+    state.authn = authn::Authenticator {
         anonymous: args.anonymous_auth,
         token_file,
         bootstrap_tokens: args.enable_bootstrap_token_auth,
@@ -312,21 +310,30 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         )?));
     }
     state.authz.set_modes(
-        crate::authz::Authorizer::parse(&args.authorization_mode).map_err(anyhow::Error::msg)?,
+        authz::Authorizer::parse(&args.authorization_mode).map_err(anyhow::Error::msg)?,
     );
+    if let Some(signer) = &state.authn.service_accounts {
+        let token_requests = Arc::new(authn::TokenRequests {
+            objects: state.objects.clone(),
+            signer: signer.clone(),
+        });
+        state.resources.update("", "v1", "serviceaccounts", |sa| {
+            sa.with_subresource_creater("token", token_requests)
+        });
+    }
     let state = Arc::new(state);
 
     namespaces::ensure_initial(&state.objects).await?;
-    crate::authz::ensure_bootstrap_policy(&state.objects).await?;
-    crate::authz::reload(&state.objects, &state.authz).await?;
-    crate::authz::spawn_controller(state.objects.clone(), state.authz.clone());
+    authz::ensure_bootstrap_policy(&state.objects).await?;
+    authz::reload(&state.objects, &state.authz).await?;
+    authz::spawn_controller(state.objects.clone(), state.authz.clone());
     if args.enable_bootstrap_token_auth {
-        crate::authn::spawn_token_cleaner(
+        authn::spawn_token_cleaner(
             state.objects.clone(),
             std::time::Duration::from_secs(10),
         );
     }
-    crate::admission::spawn_controller(state.objects.clone());
+    controller::spawn_controller(state.objects.clone());
     namespaces::spawn_controller(state.objects.clone());
     namespaces::spawn_cache(state.objects.clone());
     if !args.etcd_compaction_interval.is_zero() {

@@ -7,7 +7,9 @@
 //! storage becomes BOOKMARK events when asked for; a resourceVersion older than
 //! the retained history is an ERROR event carrying a 410 `Expired` Status.
 
-use crate::objects::{ListParams, Objects, decode};
+use wasm_apiserver_registry::codec::decode;
+use wasm_apiserver_registry::error::storage_error;
+use wasm_apiserver_registry::{ListParams, Objects, Resource};
 use axum::body::Body;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
@@ -17,7 +19,7 @@ use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use wasm_apiserver_api::table::{IncludeObject, to_table};
-use wasm_apiserver_api::{ApiError, ResourceInfo, meta};
+use wasm_apiserver_api::{ApiError, meta};
 use wasm_apiserver_storage::{EventKind, StorageError, WatchItem};
 
 /// Options of a watch request beyond the selectors.
@@ -40,14 +42,14 @@ fn line(kind: &str, object: Value) -> Bytes {
 /// Starts a watch and returns the streaming response.
 pub async fn serve(
     objects: &Objects,
-    info: &ResourceInfo,
+    info: &Resource,
     ns: Option<&str>,
     params: ListParams,
     opts: WatchOptions,
 ) -> Result<Response, ApiError> {
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let render = {
-        let info = info.clone();
+        let info = info.info.clone();
         let table = opts.table;
         move |obj: Value| -> Value {
             match table {
@@ -111,7 +113,7 @@ pub async fn serve(
             Ok(s) => s,
             Err(e) => {
                 let _ = tx
-                    .send(line("ERROR", crate::error::storage_error(e).status_json()))
+                    .send(line("ERROR", storage_error(e).status_json()))
                     .await;
                 return;
             }
@@ -128,7 +130,7 @@ pub async fn serve(
                 None => return,
                 Some(Err(e @ StorageError::Expired { .. })) | Some(Err(e)) => {
                     let _ = tx
-                        .send(line("ERROR", crate::error::storage_error(e).status_json()))
+                        .send(line("ERROR", storage_error(e).status_json()))
                         .await;
                     return;
                 }

@@ -12,8 +12,11 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use tower::ServiceExt;
-use wasm_apiserver::admission::Admission;
 use wasm_apiserver::server::{AppState, router};
+use wasm_apiserver_api::resource::ColumnPath;
+use wasm_apiserver_api::{Column, ResourceInfo};
+use wasm_apiserver_registry::Resource;
+use wasm_apiserver_registry::admission::Admission;
 use wasm_apiserver_plugins::{Runtime, RuntimeConfig};
 use wasm_apiserver_storage::Storage;
 use wasm_apiserver_storage::embedded::{EmbeddedOptions, EmbeddedStore};
@@ -44,6 +47,7 @@ fn ensure_plugins() {
 
 struct App {
     router: Router,
+    state: Arc<AppState>,
     storage: Arc<dyn Storage>,
     _dir: tempfile::TempDir,
 }
@@ -66,11 +70,12 @@ async fn app() -> App {
         1 << 20,
         Some(admission),
     ));
-    wasm_apiserver::namespaces::ensure_initial(&state.objects)
+    wasm_apiserver_registry::namespaces::ensure_initial(&state.objects)
         .await
         .unwrap();
     App {
-        router: router(state),
+        router: router(state.clone()),
+        state,
         storage,
         _dir: dir,
     }
@@ -634,5 +639,151 @@ async fn validating_webhook_runs_in_the_same_chain() {
     assert_eq!(
         a.post(CMS, cm("free", json!({}))).await.status,
         StatusCode::CREATED
+    );
+}
+
+/// A resource added to the live registry is routed, stored, listed,
+/// watched, rendered as a Table, and listed by discovery and OpenAPI at
+/// once, without a restart, and served to kubectl; removing it stops all of
+/// that.
+#[tokio::test]
+async fn a_resource_registered_at_runtime_is_served_everywhere() {
+    let app = app().await;
+    let path = "/apis/example.com/v1/namespaces/default/widgets";
+    assert_eq!(app.get(path).await.status, StatusCode::NOT_FOUND);
+    let widgets = ResourceInfo::new("example.com", "v1", "widgets", "Widget", true)
+        .short_names(&["wd"])
+        .columns(vec![
+            Column::name(),
+            Column::with_path(
+                "Size",
+                "integer",
+                "The size",
+                ColumnPath::parse(".spec.size").unwrap(),
+            ),
+            Column::age(),
+        ]);
+    app.state.resources.insert(Resource::new(widgets));
+
+    let groups = app.get("/apis").await.body;
+    assert!(
+        groups["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["name"] == "example.com"),
+        "{groups}"
+    );
+    let list = app.get("/apis/example.com/v1").await.body;
+    assert_eq!(list["resources"][0]["name"], "widgets");
+    assert_eq!(list["resources"][0]["shortNames"], json!(["wd"]));
+    let openapi = app.get("/openapi/v3").await.body;
+    assert!(openapi["paths"].get("apis/example.com/v1").is_some(), "{openapi}");
+
+    // A watch started before the create sees it.
+    let watch_req = Request::builder()
+        .uri(format!("{path}?watch=1"))
+        .body(Body::empty())
+        .unwrap();
+    let watch = app.router.clone().oneshot(watch_req).await.unwrap();
+    assert_eq!(watch.status(), StatusCode::OK);
+    let mut events = watch.into_body();
+
+    let created = app
+        .post(
+            path,
+            json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                   "metadata": {"name": "w1"}, "spec": {"size": 3}}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    assert!(created.body["metadata"]["uid"].is_string());
+    let listed = app.get(path).await.body;
+    assert_eq!(listed["kind"], "WidgetList");
+    assert_eq!(listed["items"][0]["spec"]["size"], 3);
+
+    let table_req = Request::builder()
+        .uri(path)
+        .header(
+            header::ACCEPT,
+            "application/json;as=Table;v=v1;g=meta.k8s.io",
+        )
+        .body(Body::empty())
+        .unwrap();
+    let table = app.router.clone().oneshot(table_req).await.unwrap();
+    let table: Value =
+        serde_json::from_slice(&table.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(table["rows"][0]["cells"][0], "w1");
+    assert_eq!(table["rows"][0]["cells"][1], 3);
+    assert_eq!(table["columnDefinitions"][1]["name"], "Size");
+
+    let mut seen = String::new();
+    while !seen.contains('\n') {
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(10), events.frame())
+            .await
+            .expect("a watch event")
+            .expect("an open stream")
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    let event: Value = serde_json::from_str(seen.lines().next().unwrap()).unwrap();
+    assert_eq!(event["type"], "ADDED");
+    assert_eq!(event["object"]["metadata"]["name"], "w1");
+
+    // kubectl sees it in discovery, over real HTTP, with no restart.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = app.router.clone();
+    let server = tokio::spawn(async move { axum::serve(listener, served).await });
+    let kubectl = tokio::process::Command::new("kubectl")
+        .args([
+            "--server",
+            &format!("http://{addr}"),
+            "--cache-dir",
+            app._dir.path().join("kubectl-cache").to_str().unwrap(),
+            "api-resources",
+            "--api-group=example.com",
+        ])
+        .output()
+        .await
+        .expect("kubectl runs");
+    let out = String::from_utf8_lossy(&kubectl.stdout);
+    assert!(kubectl.status.success(), "{}", String::from_utf8_lossy(&kubectl.stderr));
+    let row = out.lines().find(|l| l.starts_with("widgets")).unwrap_or_default();
+    assert!(
+        row.contains("wd") && row.contains("example.com/v1") && row.contains("Widget"),
+        "{out}"
+    );
+    let got = tokio::process::Command::new("kubectl")
+        .args([
+            "--server",
+            &format!("http://{addr}"),
+            "--cache-dir",
+            app._dir.path().join("kubectl-cache").to_str().unwrap(),
+            "get",
+            "wd",
+            "-n",
+            "default",
+        ])
+        .output()
+        .await
+        .expect("kubectl runs");
+    let out = String::from_utf8_lossy(&got.stdout);
+    assert!(got.status.success(), "{}", String::from_utf8_lossy(&got.stderr));
+    assert!(out.contains("SIZE") && out.contains("w1") && out.contains('3'), "{out}");
+    server.abort();
+
+    // Removed: not routed, not discovered.
+    assert!(app.state.resources.remove("example.com", "v1", "widgets").is_some());
+    assert_eq!(app.get(path).await.status, StatusCode::NOT_FOUND);
+    let groups = app.get("/apis").await.body;
+    assert!(
+        !groups["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["name"] == "example.com")
     );
 }

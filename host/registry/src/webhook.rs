@@ -1,10 +1,9 @@
-//! Admission webhooks (`admissionregistration.k8s.io/v1`
+//! The admission webhook client (`admissionregistration.k8s.io/v1`
 //! Validating/MutatingWebhookConfiguration): the baseline that wasm plugins
 //! replace, run through the same chain so users can migrate one policy at a
-//! time. Only `clientConfig.url` (HTTPS) is supported: there are no Services
+//! time. This is the registry's one outgoing HTTP call. Only `clientConfig.url` (HTTPS) is supported: there are no Services
 //! to resolve. The server trusts exactly the `caBundle` of each webhook.
 
-use crate::admission::{Active, Backend};
 use base64::Engine;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -16,7 +15,6 @@ use rustls::pki_types::pem::PemObject;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use wasm_apiserver_api::admission::{FailurePolicy, Mode, Phase, Rule, Selector};
 use wasm_apiserver_plugins::{AdmissionRequest, AdmissionResponse, DenyStatus};
 
 pub const GROUP: &str = "admissionregistration.k8s.io";
@@ -55,7 +53,7 @@ impl CallError {
 }
 
 impl Webhook {
-    fn new(url: &str, ca_bundle_b64: &str, timeout: Duration) -> Result<Self, String> {
+    pub fn new(url: &str, ca_bundle_b64: &str, timeout: Duration) -> Result<Self, String> {
         let url: hyper::Uri = url.parse().map_err(|e| format!("clientConfig.url: {e}"))?;
         if url.scheme_str() != Some("https") {
             return Err("clientConfig.url: must use https".into());
@@ -189,65 +187,6 @@ fn parse_review(bytes: &[u8], uid: &str) -> Result<AdmissionResponse, CallError>
     })
 }
 
-/// Turns one webhook configuration object into chain entries.
-pub fn entries(config: &Value, mutating: bool) -> Result<Vec<Active>, String> {
-    let config_name = wasm_apiserver_api::meta::name(config).unwrap_or_default();
-    let mut out = Vec::new();
-    for (i, w) in config["webhooks"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
-    {
-        let name = w["name"]
-            .as_str()
-            .ok_or_else(|| format!("webhooks[{i}].name is required"))?;
-        let url = w["clientConfig"]["url"].as_str().ok_or_else(|| {
-            format!(
-                "webhooks[{i}].clientConfig.url is required (service references are not supported)"
-            )
-        })?;
-        let timeout = Duration::from_secs(w["timeoutSeconds"].as_u64().unwrap_or(10).clamp(1, 30));
-        let hook = Webhook::new(
-            url,
-            w["clientConfig"]["caBundle"].as_str().unwrap_or(""),
-            timeout,
-        )
-        .map_err(|e| format!("webhooks[{i}]: {e}"))?;
-        let parse = |k: &str| -> Result<Option<Selector>, String> {
-            match w.get(k) {
-                None | Some(Value::Null) => Ok(None),
-                Some(v) => serde_json::from_value(v.clone())
-                    .map(Some)
-                    .map_err(|e| format!("webhooks[{i}].{k}: {e}")),
-            }
-        };
-        let rules: Vec<Rule> = serde_json::from_value(w["rules"].clone()).unwrap_or_default();
-        let failure_policy = match w["failurePolicy"].as_str() {
-            Some("Ignore") => FailurePolicy::Ignore,
-            _ => FailurePolicy::Fail,
-        };
-        out.push(Active::new(
-            format!("{config_name}/{name}"),
-            vec![if mutating {
-                Phase::Mutating
-            } else {
-                Phase::Validating
-            }],
-            i as i32,
-            rules,
-            parse("namespaceSelector")?,
-            parse("objectSelector")?,
-            failure_policy,
-            Mode::Deny,
-            0,
-            Backend::Webhook(Arc::new(hook)),
-        )?);
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,7 +216,7 @@ mod tests {
     #[test]
     fn configs_need_https_and_a_ca() {
         let cfg = |url: &str, ca: &str| json!({"metadata": {"name": "c"}, "webhooks": [{"name": "w.example.com", "clientConfig": {"url": url, "caBundle": ca}}]});
-        let err = |url, ca| entries(&cfg(url, ca), false).err().unwrap_or_default();
+        let err = |url, ca| crate::admission::controller::webhook_entries(&cfg(url, ca), false).err().unwrap_or_default();
         assert!(err("http://127.0.0.1:1/x", "AAAA").contains("https"));
         assert!(err("https://127.0.0.1:1/x", "").contains("caBundle"));
     }

@@ -1,154 +1,41 @@
-//! The object store: Kubernetes object semantics on top of [`Storage`], like
-//! upstream's generic registry store. Handlers call it with decoded JSON;
-//! it owns metadata rules, optimistic concurrency, finalizers, namespace
-//! lifecycle, selectors and paging, and the admission hook.
+//! The generic store: Kubernetes object semantics on top of [`Storage`],
+//! like upstream's generic registry store. The REST handler calls it with
+//! decoded JSON and the [`Resource`] from the registry; it owns metadata
+//! rules, optimistic concurrency (CAS retries), finalizers, namespace
+//! lifecycle, selectors and paging, and runs the admission chain. What is
+//! special about a resource comes from its [`Strategy`](crate::strategy::Strategy).
 
-use crate::admission::{Admission, Attributes};
+use crate::admission::chain::{Admission, Attributes};
+use crate::codec::{decode, encode};
 use crate::error::storage_error;
+use crate::options::{
+    Deleted, FieldValidation, ListOutcome, ListParams, Preconditions, WriteOptions,
+};
+use crate::resources::{Resource, Resources};
 use base64::Engine;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::sync::Notify;
 use wasm_apiserver_api::error::Target;
-use wasm_apiserver_api::selector::{FieldSelector, LabelSelector};
-use wasm_apiserver_api::validation::{prune_unknown_fields, validate_object};
-use wasm_apiserver_api::{ApiError, Registry, ResourceInfo, meta};
-use wasm_apiserver_plugins::{Operation, UserInfo};
-use wasm_apiserver_storage::{KeyValue, ListOptions, Storage, StorageError};
+use wasm_apiserver_api::{ApiError, ResourceInfo, meta};
+use wasm_apiserver_plugins::Operation;
+use wasm_apiserver_storage::{ListOptions, Storage, StorageError};
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
 
 /// How many times a write is retried after losing a compare-and-swap race.
 const MAX_RETRIES: usize = 64;
 
-/// The context of one write: options, identity, and what admission adds to
-/// the response (warnings, audit annotations).
-#[derive(Debug, Default)]
-pub struct WriteOptions {
-    /// `dryRun=All`: run everything but the storage write.
-    pub dry_run: bool,
-    /// `fieldValidation`: what unknown fields in the request's object cause.
-    pub field_validation: FieldValidation,
-    /// Who makes the request (handed to admission plugins).
-    pub user: UserInfo,
-    warnings: Mutex<Vec<String>>,
-    audit_annotations: Mutex<BTreeMap<String, String>>,
-    /// The request's audit annotations, when the audit log records it.
-    pub audit: Option<crate::audit::Annotations>,
-}
-
-/// The `fieldValidation` query parameter. Unknown fields of built-in kinds
-/// are never stored; this says whether they fail the request, warn, or go
-/// silently. Upstream's default is `Warn`; kubectl sends `Strict` by default.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub enum FieldValidation {
-    Ignore,
-    #[default]
-    Warn,
-    Strict,
-}
-
-impl WriteOptions {
-    pub fn new(dry_run: bool, user: UserInfo) -> Self {
-        WriteOptions {
-            dry_run,
-            user,
-            ..Default::default()
-        }
-    }
-
-    /// A write by one of the server's own controllers.
-    pub fn system(component: &str) -> Self {
-        Self::new(false, crate::admission::system_user(component))
-    }
-
-    /// Adds warnings, each once (a write retried after a conflict repeats
-    /// its checks).
-    pub fn add_warnings(&self, w: impl IntoIterator<Item = String>) {
-        let mut warnings = self.warnings.lock().expect("warnings lock");
-        for w in w {
-            if !warnings.contains(&w) {
-                warnings.push(w);
-            }
-        }
-    }
-
-    pub fn add_audit_annotations(&self, a: impl IntoIterator<Item = (String, String)>) {
-        let items: Vec<(String, String)> = a.into_iter().collect();
-        if let Some(audit) = &self.audit {
-            audit.add(items.iter().cloned());
-        }
-        self.audit_annotations
-            .lock()
-            .expect("annotations lock")
-            .extend(items);
-    }
-
-    pub fn warnings(&self) -> Vec<String> {
-        self.warnings.lock().expect("warnings lock").clone()
-    }
-
-    pub fn audit_annotations(&self) -> BTreeMap<String, String> {
-        self.audit_annotations
-            .lock()
-            .expect("annotations lock")
-            .clone()
-    }
-}
-
-/// `DeleteOptions` preconditions.
-#[derive(Debug, Clone, Default)]
-pub struct Preconditions {
-    pub uid: Option<String>,
-    pub resource_version: Option<u64>,
-}
-
-/// Parameters of a list (and of a watch's initial state).
-#[derive(Debug, Clone, Default)]
-pub struct ListParams {
-    pub labels: LabelSelector,
-    pub fields: FieldSelector,
-    pub limit: Option<usize>,
-    pub continue_token: Option<String>,
-    pub resource_version: Option<String>,
-    pub resource_version_match: Option<String>,
-}
-
-impl ListParams {
-    pub fn matches(&self, obj: &Value) -> bool {
-        self.labels.matches_object(obj) && self.fields.matches(obj)
-    }
-}
-
-/// A page of a list.
-#[derive(Debug, Clone)]
-pub struct ListOutcome {
-    pub items: Vec<Value>,
-    pub resource_version: u64,
-    pub continue_token: Option<String>,
-}
-
-/// What a delete did.
-#[derive(Debug, Clone)]
-pub enum Deleted {
-    /// The object is gone; this was its last state.
-    Now(Value),
-    /// Finalizers (or namespace cleanup) hold it; it is marked for deletion.
-    Pending(Value),
-}
-
 /// Kubernetes object semantics over a [`Storage`].
 #[derive(Clone)]
 pub struct Objects {
     pub storage: Arc<dyn Storage>,
-    pub registry: Arc<Registry>,
+    /// The live resource registry.
+    pub resources: Arc<Resources>,
     /// Woken when a namespace starts terminating.
     pub namespace_deleted: Arc<Notify>,
     /// The admission chain; `None` runs without admission.
     pub admission: Option<Arc<Admission>>,
-    /// For escalation checks on RBAC writes.
-    pub authz: Arc<crate::authz::Authorizer>,
     /// Which namespaces exist and whether they terminate.
     pub namespace_cache: Arc<NamespaceCache>,
 }
@@ -175,8 +62,8 @@ impl NamespaceCache {
 /// Applies `fieldValidation` to the request's object: its unknown fields
 /// fail the request (`Strict`, 400 as upstream's strict decoder) or are
 /// dropped, with a warning each (`Warn`) or silently (`Ignore`).
-fn check_fields(info: &ResourceInfo, obj: &mut Value, opts: &WriteOptions) -> Result<()> {
-    let unknown = prune_unknown_fields(info, obj);
+fn check_fields(info: &Resource, obj: &mut Value, opts: &WriteOptions) -> Result<()> {
+    let unknown = info.strategy.prune(info, obj);
     if unknown.is_empty() {
         return Ok(());
     }
@@ -213,20 +100,6 @@ fn map_storage(info: &ResourceInfo, name: &str, e: StorageError) -> ApiError {
     }
 }
 
-/// Decodes a stored value and stamps its resourceVersion.
-pub fn decode(kv: &KeyValue) -> Result<Value> {
-    let mut obj: Value = serde_json::from_slice(&kv.value)
-        .map_err(|e| ApiError::Internal(format!("corrupt object at {}: {e}", kv.key)))?;
-    meta::set_resource_version(&mut obj, kv.mod_revision);
-    Ok(obj)
-}
-
-/// Encodes an object for storage: the resourceVersion lives in the revision.
-fn encode(obj: &mut Value) -> Vec<u8> {
-    meta::metadata_mut(obj).remove("resourceVersion");
-    serde_json::to_vec(obj).expect("JSON values serialize")
-}
-
 fn without_rv(obj: &Value) -> Value {
     let mut o = obj.clone();
     meta::metadata_mut(&mut o).remove("resourceVersion");
@@ -238,14 +111,10 @@ fn now() -> String {
 }
 
 /// True once nothing holds a deleted object any more.
-fn ready_to_delete(info: &ResourceInfo, obj: &Value) -> bool {
-    let spec_finalizers = info.plural == "namespaces"
-        && obj["spec"]["finalizers"]
-            .as_array()
-            .is_some_and(|a| !a.is_empty());
+fn ready_to_delete(info: &Resource, obj: &Value) -> bool {
     meta::str_field(obj, "deletionTimestamp").is_some()
         && meta::finalizers(obj).is_empty()
-        && !spec_finalizers
+        && !info.strategy.holds_deletion(obj)
 }
 
 /// Upstream's continue token: base64url(JSON{v, rv, start}) with `start`
@@ -278,21 +147,21 @@ fn decode_continue(token: &str) -> Result<(u64, String)> {
 impl Objects {
     pub fn new(
         storage: Arc<dyn Storage>,
-        registry: Arc<Registry>,
+        resources: Arc<Resources>,
         admission: Option<Arc<Admission>>,
     ) -> Self {
         Objects {
             storage,
-            registry,
+            resources,
             namespace_deleted: Arc::new(Notify::new()),
             admission,
-            authz: Arc::new(crate::authz::Authorizer::always_allow()),
             namespace_cache: Default::default(),
         }
     }
 
     async fn admit_mutating(
         &self,
+        res: &Resource,
         a: &Attributes<'_>,
         obj: &mut Value,
         old: Option<&Value>,
@@ -305,7 +174,7 @@ impl Objects {
         // What plugins added is decoded as upstream decodes a patched
         // object: unknown fields go, silently.
         if patched {
-            prune_unknown_fields(a.info, obj);
+            res.strategy.prune(res, obj);
         }
         Ok(())
     }
@@ -324,7 +193,7 @@ impl Objects {
     }
 
     /// Reads one object.
-    pub async fn get(&self, info: &ResourceInfo, ns: Option<&str>, name: &str) -> Result<Value> {
+    pub async fn get(&self, info: &Resource, ns: Option<&str>, name: &str) -> Result<Value> {
         match self
             .storage
             .get(&info.object_key(ns, name))
@@ -371,7 +240,7 @@ impl Objects {
     /// Lists objects matching the selectors, one page at a fixed revision.
     pub async fn list(
         &self,
-        info: &ResourceInfo,
+        info: &Resource,
         ns: Option<&str>,
         p: &ListParams,
     ) -> Result<ListOutcome> {
@@ -452,11 +321,8 @@ impl Objects {
         let terminating = match self.namespace_cache.get(ns) {
             Some(t) => t,
             None => {
-                let ns_info = self
-                    .registry
-                    .get("", "v1", "namespaces")
-                    .expect("namespaces are built in");
-                let obj = self.get(ns_info, None, ns).await?;
+                let ns_info = self.resources.builtin("", "v1", "namespaces");
+                let obj = self.get(&ns_info, None, ns).await?;
                 let t = meta::str_field(&obj, "deletionTimestamp").is_some();
                 self.namespace_cache.set(ns, Some(t));
                 t
@@ -519,50 +385,10 @@ impl Objects {
         Ok(())
     }
 
-    /// Kind-specific defaulting, as upstream's strategies do on every write.
-    fn defaults(info: &ResourceInfo, obj: &mut Value) {
-        match (info.group.as_str(), info.kind.as_str()) {
-            ("", "Namespace") => {
-                // Upstream labels every namespace with its own name.
-                let name = meta::name(obj).unwrap_or_default().to_string();
-                if !name.is_empty() {
-                    let m = meta::metadata_mut(obj);
-                    let labels = m.entry("labels").or_insert_with(|| json!({}));
-                    if labels.is_object() {
-                        labels["kubernetes.io/metadata.name"] = json!(name);
-                    }
-                }
-                if meta::str_field(obj, "deletionTimestamp").is_none() {
-                    obj["status"] = json!({"phase": "Active"});
-                }
-            }
-            ("", "Secret") => {
-                if obj
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .is_none_or(str::is_empty)
-                {
-                    obj["type"] = json!("Opaque");
-                }
-                // stringData is write-only: fold it into data.
-                if let Some(Value::Object(sd)) =
-                    obj.as_object_mut().and_then(|m| m.remove("stringData"))
-                {
-                    let engine = base64::engine::general_purpose::STANDARD;
-                    for (k, v) in sd {
-                        let s = v.as_str().unwrap_or_default();
-                        obj["data"][k] = json!(engine.encode(s));
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-
     /// Creates an object (POST).
     pub async fn create(
         &self,
-        info: &ResourceInfo,
+        info: &Resource,
         ns: Option<&str>,
         mut obj: Value,
         opts: &WriteOptions,
@@ -576,10 +402,8 @@ impl Objects {
             meta::metadata_mut(&mut obj).insert("name".into(), json!(meta::generate_name(base)));
         }
         meta::prepare_for_create(&mut obj, chrono::Utc::now());
-        if info.plural == "namespaces" {
-            obj["spec"]["finalizers"] = json!(["kubernetes"]);
-        }
-        Self::defaults(info, &mut obj);
+        info.strategy.prepare_for_create(&mut obj);
+        info.strategy.canonicalize(&mut obj);
         let name = meta::name(&obj).unwrap_or_default().to_string();
         if let Some(ns) = ns.filter(|_| info.namespaced) {
             self.ensure_namespace_active(info, ns, &name).await?;
@@ -591,9 +415,9 @@ impl Objects {
             namespace: ns,
             name: &name,
         };
-        self.admit_mutating(&attrs, &mut obj, None, opts).await?;
-        validate_object(info, &obj)?;
-        crate::authz::check_escalation(&self.authz, info, ns, &obj, &opts.user)?;
+        self.admit_mutating(info, &attrs, &mut obj, None, opts)
+            .await?;
+        info.strategy.validate(info, ns, &obj, &opts.user)?;
         self.admit_validating(&attrs, Some(&obj), None, opts)
             .await?;
         if opts.dry_run {
@@ -606,6 +430,7 @@ impl Objects {
             .await
             .map_err(|e| map_storage(info, &name, e))?;
         meta::set_resource_version(&mut obj, kv.mod_revision);
+        info.strategy.after_write(&obj, false).await;
         Ok(obj)
     }
 
@@ -614,7 +439,7 @@ impl Objects {
     /// returns the desired one; it enforces the caller's preconditions.
     pub async fn guaranteed_update<F>(
         &self,
-        info: &ResourceInfo,
+        info: &Resource,
         ns: Option<&str>,
         name: &str,
         subresource: Option<&str>,
@@ -632,12 +457,12 @@ impl Objects {
             let mut cur = decode(&cur_kv)?;
             // Unknown fields stored before they were pruned are not the
             // request's: drop them silently, so only the request's count.
-            prune_unknown_fields(info, &mut cur);
+            info.strategy.prune(info, &mut cur);
             let mut new = change(&cur)?;
             self.normalize(info, ns, &mut new)?;
             check_fields(info, &mut new, opts)?;
             meta::prepare_for_update(&mut new, &cur);
-            Self::defaults(info, &mut new);
+            info.strategy.canonicalize(&mut new);
             let attrs = Attributes {
                 info,
                 operation: Operation::Update,
@@ -645,10 +470,9 @@ impl Objects {
                 namespace: ns,
                 name,
             };
-            self.admit_mutating(&attrs, &mut new, Some(&cur), opts)
+            self.admit_mutating(info, &attrs, &mut new, Some(&cur), opts)
                 .await?;
-            validate_object(info, &new)?;
-            crate::authz::check_escalation(&self.authz, info, ns, &new, &opts.user)?;
+            info.strategy.validate(info, ns, &new, &opts.user)?;
             self.admit_validating(&attrs, Some(&new), Some(&cur), opts)
                 .await?;
             if ready_to_delete(info, &new) {
@@ -657,10 +481,8 @@ impl Objects {
                 }
                 match self.storage.delete(&key, Some(cur_kv.mod_revision)).await {
                     Ok(kv) => {
-                        if info.plural == "namespaces" {
-                            self.namespace_cache.set(name, None);
-                        }
                         meta::set_resource_version(&mut new, kv.mod_revision);
+                        info.strategy.after_write(&new, true).await;
                         return Ok(new);
                     }
                     Err(StorageError::Conflict { .. }) => continue,
@@ -668,6 +490,9 @@ impl Objects {
                 }
             }
             if without_rv(&new) == without_rv(&cur) {
+                if !opts.dry_run {
+                    info.strategy.after_write(&cur, false).await;
+                }
                 return Ok(cur);
             }
             if opts.dry_run {
@@ -681,6 +506,7 @@ impl Objects {
             {
                 Ok(kv) => {
                     meta::set_resource_version(&mut new, kv.mod_revision);
+                    info.strategy.after_write(&new, false).await;
                     return Ok(new);
                 }
                 Err(StorageError::Conflict { .. }) => continue,
@@ -693,7 +519,7 @@ impl Objects {
     /// Replaces an object (PUT), or one of its subresources.
     pub async fn update(
         &self,
-        info: &ResourceInfo,
+        info: &Resource,
         ns: Option<&str>,
         name: &str,
         subresource: Option<&str>,
@@ -717,6 +543,7 @@ impl Objects {
         let body_uid = meta::str_field(&body, "uid").map(String::from);
         let sub = subresource.map(String::from);
         let has_status = info.subresources.iter().any(|s| s == "status");
+        let strategy = info.strategy.clone();
         self.guaranteed_update(info, ns, name, subresource, opts, |cur| {
             check_preconditions(info, name, cur, body_uid.as_deref(), precondition)?;
             let mut new = match sub.as_deref() {
@@ -732,18 +559,16 @@ impl Objects {
                     new["status"] = body.get("status").cloned().unwrap_or(Value::Null);
                     new
                 }
-                Some("finalize") if info.plural == "namespaces" => {
-                    let mut new = cur.clone();
-                    new["spec"]["finalizers"] = body["spec"]["finalizers"].clone();
-                    new
-                }
-                Some(other) => {
-                    return Err(ApiError::NotFound(Target::new(
-                        &info.group,
-                        &format!("{}/{other}", info.plural),
-                        name,
-                    )));
-                }
+                Some(other) => match strategy.update_subresource(other, cur, &body) {
+                    Some(new) => new,
+                    None => {
+                        return Err(ApiError::NotFound(Target::new(
+                            &info.group,
+                            &format!("{}/{other}", info.plural),
+                            name,
+                        )));
+                    }
+                },
             };
             if new.get("status").is_some_and(Value::is_null) {
                 new.as_object_mut().map(|m| m.remove("status"));
@@ -756,7 +581,7 @@ impl Objects {
     /// Patches an object (PATCH) with an already-parsed patch document.
     pub async fn patch(
         &self,
-        info: &ResourceInfo,
+        info: &Resource,
         ns: Option<&str>,
         name: &str,
         apply: &(dyn Fn(&Value) -> Result<Value> + Send + Sync),
@@ -782,7 +607,7 @@ impl Objects {
     /// Deletes an object, or marks it for deletion while finalizers hold it.
     pub async fn delete(
         &self,
-        info: &ResourceInfo,
+        info: &Resource,
         ns: Option<&str>,
         name: &str,
         pre: &Preconditions,
@@ -804,8 +629,7 @@ impl Objects {
             };
             self.admit_validating(&attrs, None, Some(&cur), opts)
                 .await?;
-            let is_namespace = info.plural == "namespaces";
-            if is_namespace || !meta::finalizers(&cur).is_empty() {
+            if info.strategy.graceful_delete(&cur) {
                 if meta::str_field(&cur, "deletionTimestamp").is_some() {
                     return Ok(Deleted::Pending(cur));
                 }
@@ -813,9 +637,7 @@ impl Objects {
                 let m = meta::metadata_mut(&mut marked);
                 m.insert("deletionTimestamp".into(), json!(now()));
                 m.insert("deletionGracePeriodSeconds".into(), json!(0));
-                if is_namespace {
-                    marked["status"] = json!({"phase": "Terminating"});
-                }
+                info.strategy.prepare_for_delete(&mut marked);
                 if opts.dry_run {
                     return Ok(Deleted::Pending(marked));
                 }
@@ -826,10 +648,7 @@ impl Objects {
                 {
                     Ok(kv) => {
                         meta::set_resource_version(&mut marked, kv.mod_revision);
-                        if is_namespace {
-                            self.namespace_cache.set(name, Some(true));
-                            self.namespace_deleted.notify_one();
-                        }
+                        info.strategy.after_write(&marked, false).await;
                         return Ok(Deleted::Pending(marked));
                     }
                     Err(StorageError::Conflict { .. }) => continue,
@@ -843,6 +662,7 @@ impl Objects {
                 Ok(kv) => {
                     let mut last = cur;
                     meta::set_resource_version(&mut last, kv.mod_revision);
+                    info.strategy.after_write(&last, true).await;
                     return Ok(Deleted::Now(last));
                 }
                 Err(StorageError::Conflict { .. }) => continue,
@@ -855,7 +675,7 @@ impl Objects {
     /// Deletes every object matching the selectors (DELETE on a collection).
     pub async fn delete_collection(
         &self,
-        info: &ResourceInfo,
+        info: &Resource,
         ns: Option<&str>,
         p: &ListParams,
         opts: &WriteOptions,

@@ -1,5 +1,6 @@
-//! Admission: the chain of wasm admission plugins in the request path, and
-//! the controller that loads them at runtime from `AdmissionPlugin` objects.
+//! The admission chain in the request path: wasm admission plugins and
+//! webhooks, matched and run in order (the controller that loads them at
+//! runtime is the sibling `controller` module).
 //!
 //! * Mutating plugins run first, in `(order, name)` order, each seeing the
 //!   previous one's patch applied; then validating plugins run on the final
@@ -19,9 +20,9 @@
 //!   to load is reported in the object's status and the previous version
 //!   keeps serving.
 
-use crate::objects::{Objects, WriteOptions, decode};
+use crate::codec::decode;
+use crate::options::WriteOptions;
 use base64::Engine;
-use futures::StreamExt;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -35,9 +36,8 @@ use wasm_apiserver_api::selector::LabelSelector;
 use wasm_apiserver_api::{ApiError, ResourceInfo, meta, patch};
 use wasm_apiserver_plugins::{
     AdmissionPlugin, AdmissionRequest, AdmissionResponse, Gvk, Gvr, Limits, Operation, Runtime,
-    UserInfo,
 };
-use wasm_apiserver_storage::{Storage, WatchItem};
+use wasm_apiserver_storage::Storage;
 
 /// What answers an admission call.
 pub enum Backend {
@@ -91,7 +91,7 @@ impl Active {
         })
     }
 
-    fn digest(&self) -> String {
+    pub(crate) fn digest(&self) -> String {
         match &self.backend {
             Backend::Wasm(p) => p.digest().to_string(),
             Backend::Webhook(_) => String::new(),
@@ -116,9 +116,9 @@ impl Active {
 }
 
 #[derive(Default, Clone)]
-struct Chain {
+pub(crate) struct Chain {
     statics: Vec<Arc<Active>>,
-    dynamic: BTreeMap<String, Arc<Active>>,
+    pub(crate) dynamic: BTreeMap<String, Arc<Active>>,
     /// Webhooks by configuration (`validating/<name>`, `mutating/<name>`).
     webhooks: BTreeMap<String, Vec<Arc<Active>>>,
 }
@@ -166,15 +166,6 @@ pub struct Admission {
     storage: Arc<dyn Storage>,
 }
 
-/// The identity the server's own controllers write as.
-pub fn system_user(component: &str) -> UserInfo {
-    UserInfo {
-        username: format!("system:wasm-apiserver:{component}"),
-        groups: vec!["system:masters".into()],
-        ..Default::default()
-    }
-}
-
 /// Runtime limits from a plugin's `spec.limits`; unset fields take the
 /// runtime's defaults. Shared by admission and access plugins.
 pub fn limits(l: &wasm_apiserver_api::admission::PluginLimits) -> Limits {
@@ -205,7 +196,7 @@ impl Admission {
         &self.runtime
     }
 
-    fn snapshot(&self) -> Arc<Chain> {
+    pub(crate) fn snapshot(&self) -> Arc<Chain> {
         self.chain.read().expect("admission chain lock").clone()
     }
 
@@ -545,218 +536,3 @@ fn uuid_v4() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
-// --- the controller ----------------------------------------------------------
-
-fn plugin_info(objects: &Objects) -> ResourceInfo {
-    use wasm_apiserver_api::admission::{GROUP, PLURAL, VERSION};
-    objects
-        .registry
-        .get(GROUP, VERSION, PLURAL)
-        .expect("admission plugins are built in")
-        .clone()
-}
-
-/// Brings the chain in line with one `AdmissionPlugin` object and records
-/// the outcome in its status. Idempotent: an object whose generation is
-/// already active is left alone.
-pub async fn reconcile(objects: &Objects, obj: &Value) {
-    let Some(admission) = objects.admission.clone() else {
-        return;
-    };
-    let name = meta::name(obj).unwrap_or_default().to_string();
-    let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
-    if meta::str_field(obj, "deletionTimestamp").is_some() {
-        admission.remove(&name);
-        return;
-    }
-    let (phase, message, digest) = match admission.loaded(&name) {
-        Some((g, digest)) if g == generation => ("Active", String::new(), digest),
-        _ => match PluginSpec::parse(&obj["spec"]) {
-            Err(e) => ("Failed", e, String::new()),
-            Ok(spec) => match admission.load(&name, spec, generation).await {
-                Ok(active) => {
-                    let digest = active.digest();
-                    admission.install(active);
-                    tracing::info!(plugin = %name, generation, %digest, "admission plugin active");
-                    ("Active", String::new(), digest)
-                }
-                Err(e) => {
-                    tracing::warn!(plugin = %name, generation, error = %e, "admission plugin failed to load");
-                    ("Failed", e, String::new())
-                }
-            },
-        },
-    };
-    let mut status = json!({"phase": phase, "observedGeneration": generation});
-    if !message.is_empty() {
-        status["message"] = json!(message);
-    }
-    if phase == "Active" {
-        status["digest"] = json!(format!("sha256:{digest}"));
-    } else if let Some((g, d)) = admission.loaded(&name) {
-        status["activeGeneration"] = json!(g);
-        status["digest"] = json!(format!("sha256:{d}"));
-    }
-    if obj.get("status") == Some(&status) {
-        return;
-    }
-    let ctx = WriteOptions::system("admission-controller");
-    let info = plugin_info(objects);
-    let result = objects
-        .guaranteed_update(&info, None, &name, Some("status"), &ctx, |cur| {
-            let mut new = cur.clone();
-            new["status"] = status.clone();
-            Ok(new)
-        })
-        .await;
-    if let Err(e) = result {
-        tracing::debug!(plugin = %name, error = %e, "could not record admission plugin status");
-    }
-}
-
-/// Applies one webhook configuration object (or its deletion) to the chain.
-pub fn reconcile_webhooks(objects: &Objects, resource: &str, obj: &Value, deleted: bool) {
-    let Some(admission) = &objects.admission else {
-        return;
-    };
-    let mutating = resource == crate::webhook::MUTATING;
-    let key = format!(
-        "{}/{}",
-        if mutating { "mutating" } else { "validating" },
-        meta::name(obj).unwrap_or_default()
-    );
-    if deleted || meta::str_field(obj, "deletionTimestamp").is_some() {
-        admission.set_webhooks(&key, None);
-        return;
-    }
-    match crate::webhook::entries(obj, mutating) {
-        Ok(entries) => admission.set_webhooks(&key, Some(entries)),
-        Err(e) => {
-            tracing::warn!(config = %key, error = %e, "webhook configuration rejected; previous version stays")
-        }
-    }
-}
-
-/// Follows `AdmissionPlugin` objects and webhook configurations through
-/// storage watches, so every replica runs the same chain.
-pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let kinds = [
-            plugin_info(&objects),
-            objects
-                .registry
-                .get(crate::webhook::GROUP, "v1", crate::webhook::VALIDATING)
-                .expect("built in")
-                .clone(),
-            objects
-                .registry
-                .get(crate::webhook::GROUP, "v1", crate::webhook::MUTATING)
-                .expect("built in")
-                .clone(),
-        ];
-        let loops = kinds.into_iter().map(|info| {
-            let objects = objects.clone();
-            async move {
-                loop {
-                    if let Err(e) = follow(&objects, &info).await {
-                        tracing::warn!(resource = %info.plural, error = %e, "admission watch ended; relisting");
-                    }
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-            }
-        });
-        futures::future::join_all(loops).await;
-    })
-}
-
-async fn apply(objects: &Objects, info: &ResourceInfo, obj: &Value, deleted: bool) {
-    let Some(admission) = &objects.admission else {
-        return;
-    };
-    if info.group == crate::webhook::GROUP {
-        reconcile_webhooks(objects, &info.plural, obj, deleted);
-    } else if deleted {
-        admission.remove(meta::name(obj).unwrap_or_default());
-    } else {
-        reconcile(objects, obj).await;
-    }
-}
-
-async fn follow(objects: &Objects, info: &ResourceInfo) -> Result<(), ApiError> {
-    let Some(admission) = objects.admission.clone() else {
-        return Ok(());
-    };
-    let listed = objects.list(info, None, &Default::default()).await?;
-    if info.group == wasm_apiserver_api::admission::GROUP {
-        let names: Vec<String> = listed
-            .items
-            .iter()
-            .filter_map(|o| meta::name(o).map(String::from))
-            .collect();
-        let stale: Vec<String> = admission
-            .snapshot()
-            .dynamic
-            .keys()
-            .filter(|n| !names.contains(n))
-            .cloned()
-            .collect();
-        for name in stale {
-            admission.remove(&name);
-        }
-    }
-    for obj in &listed.items {
-        apply(objects, info, obj, false).await;
-    }
-    let mut stream = objects
-        .storage
-        .watch(&info.collection_key(None), listed.resource_version)
-        .await
-        .map_err(crate::error::storage_error)?;
-    while let Some(item) = stream.next().await {
-        let WatchItem::Event(ev) = item.map_err(crate::error::storage_error)? else {
-            continue;
-        };
-        let obj = decode(&ev.kv)?;
-        apply(
-            objects,
-            info,
-            &obj,
-            ev.kind == wasm_apiserver_storage::EventKind::Deleted,
-        )
-        .await;
-    }
-    Ok(())
-}
-
-/// Loads the plugins of `--admission-control-config-file`: YAML documents
-/// (or a `List`) of `AdmissionPlugin` objects.
-pub async fn load_config_file(
-    admission: &Admission,
-    path: &std::path::Path,
-) -> anyhow::Result<usize> {
-    use serde::Deserialize;
-    let text = tokio::fs::read_to_string(path).await?;
-    let mut count = 0;
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v = Value::deserialize(doc)?;
-        let items = match v.get("items").and_then(Value::as_array) {
-            Some(items) => items.clone(),
-            None if v.is_null() => continue,
-            None => vec![v],
-        };
-        for item in items {
-            let name = meta::name(&item).ok_or_else(|| {
-                anyhow::anyhow!("{}: a plugin without metadata.name", path.display())
-            })?;
-            let spec = PluginSpec::parse(&item["spec"])
-                .map_err(|e| anyhow::anyhow!("{}: plugin {name}: {e}", path.display()))?;
-            let active = admission
-                .load(name, spec, 0)
-                .await
-                .map_err(|e| anyhow::anyhow!("{}: plugin {name}: {e}", path.display()))?;
-            admission.install_static(active);
-            count += 1;
-        }
-    }
-    Ok(count)
-}

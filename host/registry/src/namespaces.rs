@@ -2,7 +2,10 @@
 //! empties a terminating namespace and then removes it (upstream's namespace
 //! controller plus the `kubernetes` finalizer).
 
-use crate::objects::{ListParams, Objects, Preconditions, WriteOptions};
+use crate::error::storage_error;
+use crate::options::{Deleted, ListParams, Preconditions, WriteOptions};
+use crate::codec::decode;
+use crate::store::Objects;
 use serde_json::{Value, json};
 use std::time::Duration;
 use wasm_apiserver_api::{ApiError, meta};
@@ -12,11 +15,7 @@ pub const INITIAL: &[&str] = &["default", "kube-system", "kube-public", "kube-no
 
 /// Creates the initial namespaces if missing.
 pub async fn ensure_initial(objects: &Objects) -> Result<(), ApiError> {
-    let info = objects
-        .registry
-        .get("", "v1", "namespaces")
-        .expect("built in")
-        .clone();
+    let info = objects.resources.builtin("", "v1", "namespaces");
     for name in INITIAL {
         let obj = json!({"metadata": {"name": name}});
         match objects
@@ -52,11 +51,7 @@ pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
 }
 
 async fn finalize_all(objects: &Objects) -> Result<(), ApiError> {
-    let info = objects
-        .registry
-        .get("", "v1", "namespaces")
-        .expect("built in")
-        .clone();
+    let info = objects.resources.builtin("", "v1", "namespaces");
     let all = objects.list(&info, None, &ListParams::default()).await?;
     for ns in all
         .items
@@ -74,7 +69,11 @@ async fn finalize_all(objects: &Objects) -> Result<(), ApiError> {
 async fn finalize(objects: &Objects, ns: &str) -> Result<(), ApiError> {
     let opts = WriteOptions::system("namespace-controller");
     let mut remaining = 0;
-    for info in objects.registry.all().filter(|r| r.namespaced) {
+    let snapshot = objects.resources.snapshot();
+    for info in snapshot
+        .all()
+        .filter(|r| r.namespaced && r.create_only.is_none())
+    {
         let listed = objects.list(info, Some(ns), &ListParams::default()).await?;
         for obj in &listed.items {
             let name = meta::name(obj).unwrap_or_default();
@@ -82,7 +81,7 @@ async fn finalize(objects: &Objects, ns: &str) -> Result<(), ApiError> {
                 .delete(info, Some(ns), name, &Preconditions::default(), &opts)
                 .await
             {
-                Ok(crate::objects::Deleted::Pending(_)) => remaining += 1,
+                Ok(Deleted::Pending(_)) => remaining += 1,
                 Ok(_) | Err(ApiError::NotFound(_)) => {}
                 Err(e) => return Err(e),
             }
@@ -92,11 +91,7 @@ async fn finalize(objects: &Objects, ns: &str) -> Result<(), ApiError> {
         tracing::debug!(namespace = ns, remaining, "namespace waits for finalizers");
         return Ok(());
     }
-    let info = objects
-        .registry
-        .get("", "v1", "namespaces")
-        .expect("built in")
-        .clone();
+    let info = objects.resources.builtin("", "v1", "namespaces");
     let result = objects
         .guaranteed_update(&info, None, ns, Some("finalize"), &opts, |cur| {
             let mut new = cur.clone();
@@ -119,11 +114,7 @@ async fn finalize(objects: &Objects, ns: &str) -> Result<(), ApiError> {
 pub fn spawn_cache(objects: Objects) -> tokio::task::JoinHandle<()> {
     use futures::StreamExt;
     tokio::spawn(async move {
-        let info = objects
-            .registry
-            .get("", "v1", "namespaces")
-            .expect("built in")
-            .clone();
+        let info = objects.resources.builtin("", "v1", "namespaces");
         loop {
             let result: Result<(), ApiError> = async {
                 let listed = objects.list(&info, None, &ListParams::default()).await?;
@@ -137,14 +128,14 @@ pub fn spawn_cache(objects: Objects) -> tokio::task::JoinHandle<()> {
                     .storage
                     .watch(&info.collection_key(None), listed.resource_version)
                     .await
-                    .map_err(crate::error::storage_error)?;
+                    .map_err(storage_error)?;
                 while let Some(item) = stream.next().await {
                     let wasm_apiserver_storage::WatchItem::Event(ev) =
-                        item.map_err(crate::error::storage_error)?
+                        item.map_err(storage_error)?
                     else {
                         continue;
                     };
-                    let obj = crate::objects::decode(&ev.kv)?;
+                    let obj = decode(&ev.kv)?;
                     let name = meta::name(&obj).unwrap_or_default();
                     let state = match ev.kind {
                         wasm_apiserver_storage::EventKind::Deleted => None,

@@ -1,8 +1,51 @@
 //! Request info: what a request is about (verb, group/version/resource,
 //! namespace, name, subresource), parsed from the path once, as upstream's
-//! `RequestInfoFactory` does, so authorization and handlers share it.
+//! `RequestInfoFactory` does, so authorization and handlers share it; the
+//! query-string decoding both use; and what the connection knows about the
+//! client ([`ConnectionInfo`]). These are the types every layer of the server
+//! shares, so they live at the bottom.
 
-use axum::http::Method;
+use std::net::SocketAddr;
+
+/// What the connection knows about a request: the peer address and the
+/// verified client certificate's subject (CN, O).
+#[derive(Debug, Clone)]
+pub struct ConnectionInfo {
+    pub peer: SocketAddr,
+    pub client_cert: Option<(String, Vec<String>)>,
+}
+
+/// The decoded `key=value` pairs of a query string, in order.
+pub fn query_pairs(raw: &str) -> Result<Vec<(String, String)>, String> {
+    raw.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            let dec = |s: &str| {
+                percent_decode(&s.replace('+', " "))
+                    .ok_or_else(|| format!("invalid query parameter {s:?}"))
+            };
+            Ok((dec(k)?, dec(v)?))
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
 
 /// The parsed target of a request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -24,11 +67,11 @@ pub struct RequestInfo {
 /// Subresources of a namespace that are not namespaced resources.
 const NAMESPACE_SUBRESOURCES: &[&str] = &["status", "finalize"];
 
-/// Parses a request path and method.
-pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
+/// Parses a request path and (upper-case HTTP) method.
+pub fn parse(method: &str, path: &str, query: Option<&str>) -> RequestInfo {
     let mut info = RequestInfo {
         path: path.to_string(),
-        verb: method.as_str().to_ascii_lowercase(),
+        verb: method.to_ascii_lowercase(),
         ..Default::default()
     };
     let parts: Vec<&str> = path
@@ -68,18 +111,18 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
     // (anything but `0` and `false`, any case). An undecodable query is the
     // handler's to reject.
     let watch_param = query
-        .and_then(|q| crate::handlers::query_pairs(q).ok())
+        .and_then(|q| query_pairs(q).ok())
         .and_then(|pairs| pairs.into_iter().find(|(k, _)| k == "watch"))
         .is_some_and(|(_, v)| v != "0" && !v.eq_ignore_ascii_case("false"));
-    info.verb = match *method {
-        Method::GET | Method::HEAD if legacy_watch || watch_param => "watch",
-        Method::GET | Method::HEAD if info.name.is_some() => "get",
-        Method::GET | Method::HEAD => "list",
-        Method::POST => "create",
-        Method::PUT => "update",
-        Method::PATCH => "patch",
-        Method::DELETE if info.name.is_some() => "delete",
-        Method::DELETE => "deletecollection",
+    info.verb = match method {
+        "GET" | "HEAD" if legacy_watch || watch_param => "watch",
+        "GET" | "HEAD" if info.name.is_some() => "get",
+        "GET" | "HEAD" => "list",
+        "POST" => "create",
+        "PUT" => "update",
+        "PATCH" => "patch",
+        "DELETE" if info.name.is_some() => "delete",
+        "DELETE" => "deletecollection",
         _ => "unknown",
     }
     .to_string();
@@ -93,7 +136,7 @@ mod tests {
     #[test]
     fn parses_like_upstream() {
         let i = parse(
-            &Method::GET,
+            "GET",
             "/api/v1/namespaces/default/configmaps/a",
             None,
         );
@@ -106,7 +149,7 @@ mod tests {
             ),
             ("get", Some("default"), "configmaps", Some("a"))
         );
-        let i = parse(&Method::GET, "/api/v1/namespaces/default", None);
+        let i = parse("GET", "/api/v1/namespaces/default", None);
         assert_eq!(
             (
                 i.resource.as_str(),
@@ -115,7 +158,7 @@ mod tests {
             ),
             ("namespaces", Some("default"), Some("default"))
         );
-        let i = parse(&Method::PUT, "/api/v1/namespaces/x/finalize", None);
+        let i = parse("PUT", "/api/v1/namespaces/x/finalize", None);
         assert_eq!(
             (
                 i.resource.as_str(),
@@ -125,7 +168,7 @@ mod tests {
             ("namespaces", Some("finalize"), "update")
         );
         let i = parse(
-            &Method::GET,
+            "GET",
             "/apis/coordination.k8s.io/v1/leases",
             Some("watch=1&x=y"),
         );
@@ -141,12 +184,12 @@ mod tests {
             ("watch=false&watch=true", "list"),
             ("watch", "watch"),
         ] {
-            let i = parse(&Method::GET, "/api/v1/configmaps", Some(query));
+            let i = parse("GET", "/api/v1/configmaps", Some(query));
             assert_eq!(i.verb, verb, "{query}");
         }
-        let i = parse(&Method::DELETE, "/api/v1/namespaces/n/secrets", None);
+        let i = parse("DELETE", "/api/v1/namespaces/n/secrets", None);
         assert_eq!(i.verb, "deletecollection");
-        assert!(!parse(&Method::GET, "/apis/coordination.k8s.io", None).is_resource_request);
-        assert!(!parse(&Method::GET, "/version", None).is_resource_request);
+        assert!(!parse("GET", "/apis/coordination.k8s.io", None).is_resource_request);
+        assert!(!parse("GET", "/version", None).is_resource_request);
     }
 }

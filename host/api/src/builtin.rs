@@ -1,0 +1,170 @@
+//! The built-in resources of this server as data: group, version, kind,
+//! scope, short names, subresources and upstream's `kubectl get` columns
+//! for each. The server registers these (with their strategies) at start;
+//! custom resources register the same [`ResourceInfo`] shape at runtime.
+
+use crate::admission;
+use crate::resource::{AUTHZ, Column, RBAC, Registry, Render, ResourceInfo};
+use serde_json::json;
+
+fn string(name: &str, description: &str, json_path: &str) -> Column {
+    Column::new(name, "string", description, json_path).or(json!(""))
+}
+
+fn count(name: &str, description: &str, json_path: &str) -> Column {
+    Column::new(name, "string", description, json_path).render(Render::Count)
+}
+
+/// An access review: `create` computes an answer and nothing is stored.
+fn review(group: &str, plural: &str, kind: &str, namespaced: bool) -> ResourceInfo {
+    ResourceInfo::new(group, "v1", plural, kind, namespaced).verbs(&["create"])
+}
+
+/// Every built-in resource.
+pub fn resources() -> Vec<ResourceInfo> {
+    vec![
+        ResourceInfo::new("", "v1", "namespaces", "Namespace", false)
+            .short_names(&["ns"])
+            .subresources(&["status", "finalize"])
+            .columns(vec![
+                Column::name(),
+                string("Status", "The status of the namespace", ".status.phase"),
+                Column::age(),
+            ]),
+        ResourceInfo::new("", "v1", "configmaps", "ConfigMap", true)
+            .short_names(&["cm"])
+            .columns(vec![
+                Column::name(),
+                count("Data", "Number of keys in the config map", ".data").path(".binaryData"),
+                Column::age(),
+            ]),
+        ResourceInfo::new("", "v1", "secrets", "Secret", true).columns(vec![
+            Column::name(),
+            string("Type", "The type of the secret", ".type"),
+            count("Data", "The number of entries in the secret", ".data"),
+            Column::age(),
+        ]),
+        ResourceInfo::new("", "v1", "serviceaccounts", "ServiceAccount", true)
+            .short_names(&["sa"])
+            .subresources(&["token"])
+            .columns(vec![
+                Column::name(),
+                count("Secrets", "Number of secrets", ".secrets"),
+                Column::age(),
+            ]),
+        ResourceInfo::new("", "v1", "events", "Event", true)
+            .short_names(&["ev"])
+            .columns(vec![
+                Column::new(
+                    "Last Seen",
+                    "string",
+                    "Time when last event occurred",
+                    ".lastTimestamp",
+                )
+                .path(".eventTime")
+                .path(".metadata.creationTimestamp")
+                .render(Render::Age),
+                string("Type", "Type of this event (Normal, Warning)", ".type"),
+                string("Reason", "Short, machine understandable string", ".reason"),
+                Column::new(
+                    "Object",
+                    "string",
+                    "The object that this event is about",
+                    ".involvedObject",
+                )
+                .render(Render::ObjectRef),
+                string(
+                    "Message",
+                    "A human-readable description of the status",
+                    ".message",
+                ),
+            ]),
+        ResourceInfo::new("coordination.k8s.io", "v1", "leases", "Lease", true).columns(vec![
+            Column::name(),
+            string("Holder", "The holder of the lease", ".spec.holderIdentity"),
+            Column::age(),
+        ]),
+        ResourceInfo::new(RBAC, "v1", "roles", "Role", true),
+        ResourceInfo::new(RBAC, "v1", "clusterroles", "ClusterRole", false),
+        ResourceInfo::new(RBAC, "v1", "rolebindings", "RoleBinding", true),
+        ResourceInfo::new(RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", false),
+        review(
+            AUTHZ,
+            "selfsubjectaccessreviews",
+            "SelfSubjectAccessReview",
+            false,
+        ),
+        review(AUTHZ, "subjectaccessreviews", "SubjectAccessReview", false),
+        review(
+            AUTHZ,
+            "localsubjectaccessreviews",
+            "LocalSubjectAccessReview",
+            true,
+        ),
+        review(
+            AUTHZ,
+            "selfsubjectrulesreviews",
+            "SelfSubjectRulesReview",
+            false,
+        ),
+        review(
+            "authentication.k8s.io",
+            "selfsubjectreviews",
+            "SelfSubjectReview",
+            false,
+        ),
+        ResourceInfo::new(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingwebhookconfigurations",
+            "ValidatingWebhookConfiguration",
+            false,
+        ),
+        ResourceInfo::new(
+            "admissionregistration.k8s.io",
+            "v1",
+            "mutatingwebhookconfigurations",
+            "MutatingWebhookConfiguration",
+            false,
+        ),
+        ResourceInfo::new(
+            admission::GROUP,
+            admission::VERSION,
+            admission::PLURAL,
+            admission::KIND,
+            false,
+        )
+        .short_names(&["ap"])
+        .subresources(&["status"])
+        .columns(vec![
+            Column::name(),
+            Column::new(
+                "Phases",
+                "string",
+                "Admission phases the plugin runs in",
+                ".spec.phases[*]",
+            )
+            .render(Render::Join),
+            Column::new(
+                "Mode",
+                "string",
+                "What a denial does: Deny, Warn or Audit",
+                ".spec.mode",
+            )
+            .or(json!("Deny")),
+            string("Status", "Whether the plugin is loaded", ".status.phase"),
+            Column::age(),
+        ]),
+    ]
+}
+
+impl Registry {
+    /// A registry of the built-in resources.
+    pub fn builtin() -> Self {
+        let mut r = Registry::default();
+        for info in resources() {
+            r.insert(info);
+        }
+        r
+    }
+}

@@ -1,0 +1,286 @@
+//! The admission controller: follows `AdmissionPlugin` objects and webhook
+//! configurations (through storage watches, so every replica runs the same
+//! chain), loads their modules into the [`Admission`] chain and records the
+//! outcome in each object's status; and the static plugins of
+//! `--admission-control-config-file`.
+
+use crate::admission::chain::{Active, Admission, Backend};
+use crate::error::storage_error;
+use crate::options::WriteOptions;
+use crate::resources::Resource;
+use crate::codec::decode;
+use crate::store::Objects;
+use crate::webhook::{self, Webhook};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use wasm_apiserver_api::admission::{FailurePolicy, Mode, Phase, PluginSpec, Rule, Selector};
+use wasm_apiserver_api::{ApiError, meta};
+use wasm_apiserver_storage::WatchItem;
+
+fn plugin_info(objects: &Objects) -> Arc<Resource> {
+    use wasm_apiserver_api::admission::{GROUP, PLURAL, VERSION};
+    objects.resources.builtin(GROUP, VERSION, PLURAL)
+}
+
+/// Brings the chain in line with one `AdmissionPlugin` object and records
+/// the outcome in its status. Idempotent: an object whose generation is
+/// already active is left alone.
+pub async fn reconcile(objects: &Objects, obj: &Value) {
+    let Some(admission) = objects.admission.clone() else {
+        return;
+    };
+    let name = meta::name(obj).unwrap_or_default().to_string();
+    let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
+    if meta::str_field(obj, "deletionTimestamp").is_some() {
+        admission.remove(&name);
+        return;
+    }
+    let (phase, message, digest) = match admission.loaded(&name) {
+        Some((g, digest)) if g == generation => ("Active", String::new(), digest),
+        _ => match PluginSpec::parse(&obj["spec"]) {
+            Err(e) => ("Failed", e, String::new()),
+            Ok(spec) => match admission.load(&name, spec, generation).await {
+                Ok(active) => {
+                    let digest = active.digest();
+                    admission.install(active);
+                    tracing::info!(plugin = %name, generation, %digest, "admission plugin active");
+                    ("Active", String::new(), digest)
+                }
+                Err(e) => {
+                    tracing::warn!(plugin = %name, generation, error = %e, "admission plugin failed to load");
+                    ("Failed", e, String::new())
+                }
+            },
+        },
+    };
+    let mut status = json!({"phase": phase, "observedGeneration": generation});
+    if !message.is_empty() {
+        status["message"] = json!(message);
+    }
+    if phase == "Active" {
+        status["digest"] = json!(format!("sha256:{digest}"));
+    } else if let Some((g, d)) = admission.loaded(&name) {
+        status["activeGeneration"] = json!(g);
+        status["digest"] = json!(format!("sha256:{d}"));
+    }
+    if obj.get("status") == Some(&status) {
+        return;
+    }
+    let ctx = WriteOptions::system("admission-controller");
+    let info = plugin_info(objects);
+    let result = objects
+        .guaranteed_update(&info, None, &name, Some("status"), &ctx, |cur| {
+            let mut new = cur.clone();
+            new["status"] = status.clone();
+            Ok(new)
+        })
+        .await;
+    if let Err(e) = result {
+        tracing::debug!(plugin = %name, error = %e, "could not record admission plugin status");
+    }
+}
+
+/// Applies one webhook configuration object (or its deletion) to the chain.
+pub fn reconcile_webhooks(objects: &Objects, resource: &str, obj: &Value, deleted: bool) {
+    let Some(admission) = &objects.admission else {
+        return;
+    };
+    let mutating = resource == webhook::MUTATING;
+    let key = format!(
+        "{}/{}",
+        if mutating { "mutating" } else { "validating" },
+        meta::name(obj).unwrap_or_default()
+    );
+    if deleted || meta::str_field(obj, "deletionTimestamp").is_some() {
+        admission.set_webhooks(&key, None);
+        return;
+    }
+    match webhook_entries(obj, mutating) {
+        Ok(entries) => admission.set_webhooks(&key, Some(entries)),
+        Err(e) => {
+            tracing::warn!(config = %key, error = %e, "webhook configuration rejected; previous version stays")
+        }
+    }
+}
+
+/// Follows `AdmissionPlugin` objects and webhook configurations through
+/// storage watches, so every replica runs the same chain.
+pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let kinds = [
+            plugin_info(&objects),
+            objects
+                .resources
+                .builtin(webhook::GROUP, "v1", webhook::VALIDATING),
+            objects
+                .resources
+                .builtin(webhook::GROUP, "v1", webhook::MUTATING),
+        ];
+        let loops = kinds.into_iter().map(|info| {
+            let objects = objects.clone();
+            async move {
+                loop {
+                    if let Err(e) = follow(&objects, &info).await {
+                        tracing::warn!(resource = %info.plural, error = %e, "admission watch ended; relisting");
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        });
+        futures::future::join_all(loops).await;
+    })
+}
+
+async fn apply(objects: &Objects, info: &Resource, obj: &Value, deleted: bool) {
+    let Some(admission) = &objects.admission else {
+        return;
+    };
+    if info.group == webhook::GROUP {
+        reconcile_webhooks(objects, &info.plural, obj, deleted);
+    } else if deleted {
+        admission.remove(meta::name(obj).unwrap_or_default());
+    } else {
+        reconcile(objects, obj).await;
+    }
+}
+
+async fn follow(objects: &Objects, info: &Resource) -> Result<(), ApiError> {
+    let Some(admission) = objects.admission.clone() else {
+        return Ok(());
+    };
+    let listed = objects.list(info, None, &Default::default()).await?;
+    if info.group == wasm_apiserver_api::admission::GROUP {
+        let names: Vec<String> = listed
+            .items
+            .iter()
+            .filter_map(|o| meta::name(o).map(String::from))
+            .collect();
+        let stale: Vec<String> = admission
+            .snapshot()
+            .dynamic
+            .keys()
+            .filter(|n| !names.contains(n))
+            .cloned()
+            .collect();
+        for name in stale {
+            admission.remove(&name);
+        }
+    }
+    for obj in &listed.items {
+        apply(objects, info, obj, false).await;
+    }
+    let mut stream = objects
+        .storage
+        .watch(&info.collection_key(None), listed.resource_version)
+        .await
+        .map_err(storage_error)?;
+    while let Some(item) = stream.next().await {
+        let WatchItem::Event(ev) = item.map_err(storage_error)? else {
+            continue;
+        };
+        let obj = decode(&ev.kv)?;
+        apply(
+            objects,
+            info,
+            &obj,
+            ev.kind == wasm_apiserver_storage::EventKind::Deleted,
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// Loads the plugins of `--admission-control-config-file`: YAML documents
+/// (or a `List`) of `AdmissionPlugin` objects.
+pub async fn load_config_file(
+    admission: &Admission,
+    path: &std::path::Path,
+) -> anyhow::Result<usize> {
+    use serde::Deserialize;
+    let text = tokio::fs::read_to_string(path).await?;
+    let mut count = 0;
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v = Value::deserialize(doc)?;
+        let items = match v.get("items").and_then(Value::as_array) {
+            Some(items) => items.clone(),
+            None if v.is_null() => continue,
+            None => vec![v],
+        };
+        for item in items {
+            let name = meta::name(&item).ok_or_else(|| {
+                anyhow::anyhow!("{}: a plugin without metadata.name", path.display())
+            })?;
+            let spec = PluginSpec::parse(&item["spec"])
+                .map_err(|e| anyhow::anyhow!("{}: plugin {name}: {e}", path.display()))?;
+            let active = admission
+                .load(name, spec, 0)
+                .await
+                .map_err(|e| anyhow::anyhow!("{}: plugin {name}: {e}", path.display()))?;
+            admission.install_static(active);
+            count += 1;
+        }
+    }
+    Ok(count)
+}
+
+/// Turns one webhook configuration object into chain entries.
+pub fn webhook_entries(config: &Value, mutating: bool) -> Result<Vec<Active>, String> {
+    let config_name = wasm_apiserver_api::meta::name(config).unwrap_or_default();
+    let mut out = Vec::new();
+    for (i, w) in config["webhooks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let name = w["name"]
+            .as_str()
+            .ok_or_else(|| format!("webhooks[{i}].name is required"))?;
+        let url = w["clientConfig"]["url"].as_str().ok_or_else(|| {
+            format!(
+                "webhooks[{i}].clientConfig.url is required (service references are not supported)"
+            )
+        })?;
+        let timeout = Duration::from_secs(w["timeoutSeconds"].as_u64().unwrap_or(10).clamp(1, 30));
+        let hook = Webhook::new(
+            url,
+            w["clientConfig"]["caBundle"].as_str().unwrap_or(""),
+            timeout,
+        )
+        .map_err(|e| format!("webhooks[{i}]: {e}"))?;
+        let parse = |k: &str| -> Result<Option<Selector>, String> {
+            match w.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => serde_json::from_value(v.clone())
+                    .map(Some)
+                    .map_err(|e| format!("webhooks[{i}].{k}: {e}")),
+            }
+        };
+        let rules: Vec<Rule> = serde_json::from_value(w["rules"].clone()).unwrap_or_default();
+        let failure_policy = match w["failurePolicy"].as_str() {
+            Some("Ignore") => FailurePolicy::Ignore,
+            _ => FailurePolicy::Fail,
+        };
+        out.push(Active::new(
+            format!("{config_name}/{name}"),
+            vec![if mutating {
+                Phase::Mutating
+            } else {
+                Phase::Validating
+            }],
+            i as i32,
+            rules,
+            parse("namespaceSelector")?,
+            parse("objectSelector")?,
+            failure_policy,
+            Mode::Deny,
+            0,
+            Backend::Webhook(Arc::new(hook)),
+        )?);
+    }
+    Ok(out)
+}
+

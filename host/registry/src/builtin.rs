@@ -1,0 +1,204 @@
+//! The built-in resources with their strategies: the descriptions come from
+//! `wasm_apiserver_api::builtin`, the behaviour that differs from the
+//! generic store lives here, one strategy per kind (namespaces, secrets,
+//! RBAC, admission plugins and webhook configurations). The access reviews
+//! and TokenRequest are REST objects of the access-control layer, which
+//! registers them.
+
+use crate::admission::controller;
+use crate::webhook;
+use crate::store::{NamespaceCache, Objects};
+use crate::strategy::{Escalation, Strategy};
+use crate::resources::Resource;
+use async_trait::async_trait;
+use base64::Engine;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use tokio::sync::Notify;
+use wasm_apiserver_api::resource::RBAC;
+use wasm_apiserver_api::validation::validate_object;
+use wasm_apiserver_api::{ApiError, ResourceInfo, meta};
+use wasm_apiserver_plugins::UserInfo;
+
+/// Namespaces: cluster-scoped objects addressed by their own name, always
+/// deleted gracefully (the namespace controller empties them first), with
+/// the `kubernetes` spec finalizer and the `finalize` subresource.
+struct Namespaces {
+    cache: Arc<NamespaceCache>,
+    deleted: Arc<Notify>,
+}
+
+#[async_trait]
+impl Strategy for Namespaces {
+    fn scope<'a>(
+        &self,
+        _info: &ResourceInfo,
+        _namespace: Option<&'a str>,
+        _verb: &str,
+    ) -> Option<Option<&'a str>> {
+        // `/api/v1/namespaces/<name>`: the URL's namespace is the object.
+        Some(None)
+    }
+
+    fn prepare_for_create(&self, obj: &mut Value) {
+        obj["spec"]["finalizers"] = json!(["kubernetes"]);
+    }
+
+    fn canonicalize(&self, obj: &mut Value) {
+        // Upstream labels every namespace with its own name.
+        let name = meta::name(obj).unwrap_or_default().to_string();
+        if !name.is_empty() {
+            let m = meta::metadata_mut(obj);
+            let labels = m.entry("labels").or_insert_with(|| json!({}));
+            if labels.is_object() {
+                labels["kubernetes.io/metadata.name"] = json!(name);
+            }
+        }
+        if meta::str_field(obj, "deletionTimestamp").is_none() {
+            obj["status"] = json!({"phase": "Active"});
+        }
+    }
+
+    fn update_subresource(&self, sub: &str, current: &Value, body: &Value) -> Option<Value> {
+        (sub == "finalize").then(|| {
+            let mut new = current.clone();
+            new["spec"]["finalizers"] = body["spec"]["finalizers"].clone();
+            new
+        })
+    }
+
+    fn graceful_delete(&self, _obj: &Value) -> bool {
+        true
+    }
+
+    fn prepare_for_delete(&self, marked: &mut Value) {
+        marked["status"] = json!({"phase": "Terminating"});
+    }
+
+    fn holds_deletion(&self, obj: &Value) -> bool {
+        obj["spec"]["finalizers"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+    }
+
+    async fn after_write(&self, obj: &Value, deleted: bool) {
+        let name = meta::name(obj).unwrap_or_default();
+        if deleted {
+            self.cache.set(name, None);
+        } else if meta::str_field(obj, "deletionTimestamp").is_some() {
+            self.cache.set(name, Some(true));
+            self.deleted.notify_one();
+        }
+    }
+}
+
+/// Secrets: `type` defaults to `Opaque`; write-only `stringData` folds into
+/// `data`.
+struct Secrets;
+
+impl Strategy for Secrets {
+    fn canonicalize(&self, obj: &mut Value) {
+        if obj
+            .get("type")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            obj["type"] = json!("Opaque");
+        }
+        if let Some(Value::Object(sd)) = obj.as_object_mut().and_then(|m| m.remove("stringData")) {
+            let engine = base64::engine::general_purpose::STANDARD;
+            for (k, v) in sd {
+                let s = v.as_str().unwrap_or_default();
+                obj["data"][k] = json!(engine.encode(s));
+            }
+        }
+    }
+}
+
+/// RBAC objects: a write may not grant more than the writer holds.
+struct Rbac(Arc<dyn Escalation>);
+
+impl Strategy for Rbac {
+    fn validate(
+        &self,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        obj: &Value,
+        user: &UserInfo,
+    ) -> Result<(), ApiError> {
+        validate_object(info, obj)?;
+        self.0.check(info, namespace, obj, user)
+    }
+}
+
+/// `AdmissionPlugin` objects: a write takes effect on this replica before
+/// the response (other replicas follow through the controller's watch).
+struct AdmissionPlugins(Objects);
+
+#[async_trait]
+impl Strategy for AdmissionPlugins {
+    async fn after_write(&self, obj: &Value, deleted: bool) {
+        match (&self.0.admission, deleted) {
+            (Some(adm), true) => adm.remove(meta::name(obj).unwrap_or_default()),
+            (Some(_), false) => controller::reconcile(&self.0, obj).await,
+            (None, _) => {}
+        }
+    }
+}
+
+/// Webhook configurations: applied to this replica's chain on write.
+struct WebhookConfigurations {
+    objects: Objects,
+    plural: &'static str,
+}
+
+#[async_trait]
+impl Strategy for WebhookConfigurations {
+    async fn after_write(&self, obj: &Value, deleted: bool) {
+        controller::reconcile_webhooks(&self.objects, self.plural, obj, deleted);
+    }
+}
+
+/// What the built-in resources need from the layers above.
+pub struct Dependencies {
+    /// RBAC's escalation check.
+    pub escalation: Arc<dyn Escalation>,
+}
+
+/// Registers every built-in resource with its strategy, in one swap.
+pub fn install(objects: &Objects, deps: Dependencies) {
+    let resources = wasm_apiserver_api::builtin::resources()
+        .into_iter()
+        .map(|info| {
+            let strategy: Option<Arc<dyn Strategy>> = match (info.group.as_str(), info.plural.as_str()) {
+                ("", "namespaces") => Some(Arc::new(Namespaces {
+                    cache: objects.namespace_cache.clone(),
+                    deleted: objects.namespace_deleted.clone(),
+                })),
+                ("", "secrets") => Some(Arc::new(Secrets)),
+                (RBAC, _) => Some(Arc::new(Rbac(deps.escalation.clone()))),
+                (wasm_apiserver_api::admission::GROUP, _) => {
+                    Some(Arc::new(AdmissionPlugins(objects.clone())))
+                }
+                (webhook::GROUP, webhook::VALIDATING) => {
+                    Some(Arc::new(WebhookConfigurations {
+                        objects: objects.clone(),
+                        plural: webhook::VALIDATING,
+                    }))
+                }
+                (webhook::GROUP, webhook::MUTATING) => {
+                    Some(Arc::new(WebhookConfigurations {
+                        objects: objects.clone(),
+                        plural: webhook::MUTATING,
+                    }))
+                }
+                _ => None,
+            };
+            let r = Resource::new(info);
+            match strategy {
+                Some(s) => r.with_strategy(s),
+                None => r,
+            }
+        });
+    objects.resources.insert_all(resources);
+}

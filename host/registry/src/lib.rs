@@ -1,0 +1,37 @@
+//! The registry layer: Kubernetes object semantics between access control
+//! and storage, like upstream's `pkg/registry`.
+//!
+//! * [`resources`]: the runtime resource registry, an atomically swapped
+//!   snapshot of every served [`Resource`] (its description as data, one
+//!   [`Strategy`], REST objects for computed creates);
+//! * [`store`]: the generic store ([`Objects`]): metadata rules, CAS
+//!   retries, finalizers, namespace lifecycle, selectors and paging, and
+//!   the admission chain, for every resource alike;
+//! * [`strategy`]: the traits a resource's special behaviour implements;
+//! * [`builtin`]: the built-in resources and their strategies;
+//! * [`admission`]: the admission chain (wasm plugins and webhooks) and the
+//!   controller that loads it from API objects; [`webhook`] is the webhook
+//!   client;
+//! * [`namespaces`]: the namespace controller;
+//! * [`options`]: the options and outcomes of store operations.
+//!
+//! Architecture invariant: this crate names no server-side HTTP type (no
+//! axum, no routes, no request or response types); the access-control and
+//! HTTP layers above call it, never the other way round. Its one HTTP use
+//! is the outgoing admission webhook call ([`webhook`]).
+
+pub mod admission;
+pub mod builtin;
+pub mod codec;
+pub mod error;
+pub mod namespaces;
+pub mod options;
+pub mod resources;
+pub mod store;
+pub mod strategy;
+pub mod webhook;
+
+pub use options::{Deleted, FieldValidation, ListOutcome, ListParams, Preconditions, WriteOptions};
+pub use resources::{Resource, Resources, Snapshot};
+pub use store::Objects;
+pub use strategy::{CreateRequest, Creater, Escalation, Strategy};

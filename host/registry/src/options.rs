@@ -1,0 +1,137 @@
+//! The options and outcomes of store operations: a write's context
+//! ([`WriteOptions`]: dry run, field validation, the user, and the warnings
+//! and audit annotations admission adds), delete preconditions, list
+//! parameters and pages.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use wasm_apiserver_api::audit::Annotations;
+use wasm_apiserver_api::selector::{FieldSelector, LabelSelector};
+use wasm_apiserver_plugins::UserInfo;
+
+/// The identity the server's own controllers write as.
+pub fn system_user(component: &str) -> UserInfo {
+    UserInfo {
+        username: format!("system:wasm-apiserver:{component}"),
+        groups: vec!["system:masters".into()],
+        ..Default::default()
+    }
+}
+
+/// The context of one write: options, identity, and what admission adds to
+/// the response (warnings, audit annotations).
+#[derive(Debug, Default)]
+pub struct WriteOptions {
+    /// `dryRun=All`: run everything but the storage write.
+    pub dry_run: bool,
+    /// `fieldValidation`: what unknown fields in the request's object cause.
+    pub field_validation: FieldValidation,
+    /// Who makes the request (handed to admission plugins).
+    pub user: UserInfo,
+    warnings: Mutex<Vec<String>>,
+    audit_annotations: Mutex<BTreeMap<String, String>>,
+    /// The request's audit annotations, when the audit log records it.
+    pub audit: Option<Annotations>,
+}
+
+/// The `fieldValidation` query parameter. Unknown fields of built-in kinds
+/// are never stored; this says whether they fail the request, warn, or go
+/// silently. Upstream's default is `Warn`; kubectl sends `Strict` by default.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum FieldValidation {
+    Ignore,
+    #[default]
+    Warn,
+    Strict,
+}
+
+impl WriteOptions {
+    pub fn new(dry_run: bool, user: UserInfo) -> Self {
+        WriteOptions {
+            dry_run,
+            user,
+            ..Default::default()
+        }
+    }
+
+    /// A write by one of the server's own controllers.
+    pub fn system(component: &str) -> Self {
+        Self::new(false, system_user(component))
+    }
+
+    /// Adds warnings, each once (a write retried after a conflict repeats
+    /// its checks).
+    pub fn add_warnings(&self, w: impl IntoIterator<Item = String>) {
+        let mut warnings = self.warnings.lock().expect("warnings lock");
+        for w in w {
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        }
+    }
+
+    pub fn add_audit_annotations(&self, a: impl IntoIterator<Item = (String, String)>) {
+        let items: Vec<(String, String)> = a.into_iter().collect();
+        if let Some(audit) = &self.audit {
+            audit.add(items.iter().cloned());
+        }
+        self.audit_annotations
+            .lock()
+            .expect("annotations lock")
+            .extend(items);
+    }
+
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings.lock().expect("warnings lock").clone()
+    }
+
+    pub fn audit_annotations(&self) -> BTreeMap<String, String> {
+        self.audit_annotations
+            .lock()
+            .expect("annotations lock")
+            .clone()
+    }
+}
+
+/// `DeleteOptions` preconditions.
+#[derive(Debug, Clone, Default)]
+pub struct Preconditions {
+    pub uid: Option<String>,
+    pub resource_version: Option<u64>,
+}
+
+/// Parameters of a list (and of a watch's initial state).
+#[derive(Debug, Clone, Default)]
+pub struct ListParams {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+    pub resource_version: Option<String>,
+    pub resource_version_match: Option<String>,
+}
+
+impl ListParams {
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.labels.matches_object(obj) && self.fields.matches(obj)
+    }
+}
+
+/// A page of a list.
+#[derive(Debug, Clone)]
+pub struct ListOutcome {
+    pub items: Vec<Value>,
+    pub resource_version: u64,
+    pub continue_token: Option<String>,
+}
+
+/// What a delete did.
+#[derive(Debug, Clone)]
+pub enum Deleted {
+    /// The object is gone; this was its last state.
+    Now(Value),
+    /// Finalizers (or namespace cleanup) hold it; it is marked for deletion.
+    Pending(Value),
+}
+

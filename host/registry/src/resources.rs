@@ -1,0 +1,200 @@
+//! The runtime resource registry: every served resource with its behaviour
+//! ([`Resource`]: the description as data, one [`Strategy`], and REST
+//! objects for computed creates), held as an immutable [`Snapshot`] that is
+//! swapped atomically when a resource is added, changed or removed. A
+//! request reads one snapshot, so it sees one consistent registry; routing,
+//! discovery, OpenAPI, Table output and the store all read from it.
+
+use crate::strategy::{Creater, DefaultStrategy, Strategy};
+use arc_swap::ArcSwap;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, OnceLock};
+use wasm_apiserver_api::{Registry, ResourceInfo};
+
+/// One served resource.
+#[derive(Clone)]
+pub struct Resource {
+    pub info: ResourceInfo,
+    pub strategy: Arc<dyn Strategy>,
+    /// For resources that store nothing: `create` is answered by this, and
+    /// every other verb is 405.
+    pub create_only: Option<Arc<dyn Creater>>,
+    /// Subresources whose `create` is computed (`serviceaccounts/token`).
+    pub subresource_creaters: BTreeMap<String, Arc<dyn Creater>>,
+}
+
+impl Deref for Resource {
+    type Target = ResourceInfo;
+    fn deref(&self) -> &ResourceInfo {
+        &self.info
+    }
+}
+
+impl Resource {
+    /// A stored resource with the generic behaviour.
+    pub fn new(info: ResourceInfo) -> Self {
+        Resource {
+            info,
+            strategy: Arc::new(DefaultStrategy),
+            create_only: None,
+            subresource_creaters: BTreeMap::new(),
+        }
+    }
+
+    pub fn with_strategy(mut self, strategy: Arc<dyn Strategy>) -> Self {
+        self.strategy = strategy;
+        self
+    }
+
+    pub fn with_create_only(mut self, creater: Arc<dyn Creater>) -> Self {
+        self.create_only = Some(creater);
+        self
+    }
+
+    pub fn with_subresource_creater(mut self, sub: &str, creater: Arc<dyn Creater>) -> Self {
+        self.subresource_creaters.insert(sub.to_string(), creater);
+        self
+    }
+}
+
+type Key = (String, String, String);
+
+fn key(group: &str, version: &str, plural: &str) -> Key {
+    (group.to_string(), version.to_string(), plural.to_string())
+}
+
+/// One consistent state of the registry.
+#[derive(Default)]
+pub struct Snapshot {
+    entries: BTreeMap<Key, Arc<Resource>>,
+    infos: Registry,
+    /// The OpenAPI v2 document and its hash, built on first use.
+    openapi: OnceLock<(Value, String)>,
+}
+
+impl Snapshot {
+    pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<&Arc<Resource>> {
+        self.entries.get(&key(group, version, plural))
+    }
+
+    /// The descriptions alone (discovery, OpenAPI).
+    pub fn infos(&self) -> &Registry {
+        &self.infos
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &Arc<Resource>> {
+        self.entries.values()
+    }
+
+    /// The OpenAPI v2 document of this snapshot, built once.
+    pub fn openapi_v2(&self) -> &Value {
+        &self.openapi().0
+    }
+
+    /// Changes whenever the set of resources does (part of `/openapi/v3` URLs).
+    pub fn openapi_hash(&self) -> &str {
+        &self.openapi().1
+    }
+
+    fn openapi(&self) -> &(Value, String) {
+        self.openapi.get_or_init(|| {
+            use std::hash::{Hash, Hasher};
+            let doc = wasm_apiserver_api::openapi::openapi_v2(
+                &self.infos,
+                wasm_apiserver_api::KUBERNETES_VERSION,
+            );
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            doc.to_string().hash(&mut h);
+            (doc, format!("{:016X}", h.finish()))
+        })
+    }
+}
+
+/// The live registry: lock-free reads of the current [`Snapshot`]; writers
+/// build the next one and swap it in.
+#[derive(Default)]
+pub struct Resources {
+    current: ArcSwap<Snapshot>,
+    /// Serializes writers (readers never wait).
+    write: Mutex<()>,
+}
+
+impl Resources {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The current snapshot; hold it for the whole request.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.current.load_full()
+    }
+
+    pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<Resource>> {
+        self.current.load().get(group, version, plural).cloned()
+    }
+
+    /// The built-in resource `group/version/plural`; a missing one is a bug.
+    pub fn builtin(&self, group: &str, version: &str, plural: &str) -> Arc<Resource> {
+        self.get(group, version, plural)
+            .unwrap_or_else(|| panic!("{plural}.{group}/{version} is built in"))
+    }
+
+    /// Adds or replaces resources, in one swap.
+    pub fn insert_all(&self, resources: impl IntoIterator<Item = Resource>) {
+        self.modify(|entries| {
+            for r in resources {
+                entries.insert(key(&r.group, &r.version, &r.plural), Arc::new(r));
+            }
+        });
+    }
+
+    /// Adds or replaces one resource.
+    pub fn insert(&self, resource: Resource) {
+        self.insert_all([resource]);
+    }
+
+    /// Changes one resource in place (e.g. adds a REST object); false when
+    /// it does not exist.
+    pub fn update(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+        change: impl FnOnce(Resource) -> Resource,
+    ) -> bool {
+        let mut found = false;
+        self.modify(|entries| {
+            let k = key(group, version, plural);
+            if let Some(cur) = entries.get(&k) {
+                let next = change(Resource::clone(cur));
+                entries.insert(k, Arc::new(next));
+                found = true;
+            }
+        });
+        found
+    }
+
+    /// Removes a resource; its stored objects stay in storage.
+    pub fn remove(&self, group: &str, version: &str, plural: &str) -> Option<Arc<Resource>> {
+        let mut removed = None;
+        self.modify(|entries| removed = entries.remove(&key(group, version, plural)));
+        removed
+    }
+
+    fn modify(&self, f: impl FnOnce(&mut BTreeMap<Key, Arc<Resource>>)) {
+        let _writer = self.write.lock().expect("registry writer lock");
+        let mut entries = self.current.load().entries.clone();
+        f(&mut entries);
+        let mut infos = Registry::default();
+        for r in entries.values() {
+            infos.insert(r.info.clone());
+        }
+        self.current.store(Arc::new(Snapshot {
+            entries,
+            infos,
+            openapi: OnceLock::new(),
+        }));
+    }
+}

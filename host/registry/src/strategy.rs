@@ -1,0 +1,123 @@
+//! What is special about a resource, as objects the generic store and the
+//! REST handler call, the way upstream's `rest.Strategy` and per-resource
+//! `rest.Storage` implementations are:
+//!
+//! * [`Strategy`]: object semantics of a stored resource (scope, defaulting,
+//!   validation, subresources, graceful deletion, what follows a write);
+//! * [`Creater`]: a resource or subresource whose `create` computes an
+//!   answer instead of storing an object (access reviews, TokenRequest);
+//! * [`Escalation`]: the check RBAC writes need from the access-control
+//!   layer above (which implements it), so the registry never names it.
+
+use async_trait::async_trait;
+use serde_json::Value;
+use wasm_apiserver_api::validation::{prune_unknown_fields, validate_object};
+use wasm_apiserver_api::{ApiError, ResourceInfo, meta};
+use wasm_apiserver_plugins::UserInfo;
+
+type Result<T, E = ApiError> = std::result::Result<T, E>;
+
+/// The object semantics of one stored resource where they differ from the
+/// generic store's. Every method has the generic behaviour as its default.
+#[async_trait]
+pub trait Strategy: Send + Sync {
+    /// The namespace a request's objects live in, given the URL's
+    /// namespace and the verb; `None` when the request addresses nothing
+    /// (404). Namespaced resources need a namespace except for cluster-wide
+    /// list and watch; cluster-scoped ones must not have one.
+    fn scope<'a>(
+        &self,
+        info: &ResourceInfo,
+        namespace: Option<&'a str>,
+        verb: &str,
+    ) -> Option<Option<&'a str>> {
+        match (info.namespaced, namespace) {
+            (false, Some(_)) => None,
+            (true, None) if !matches!(verb, "list" | "watch") => None,
+            (_, ns) => Some(ns),
+        }
+    }
+
+    /// Drops the fields the resource's schema does not know; returns their
+    /// paths (the `fieldValidation` parameter decides what they cause).
+    fn prune(&self, info: &ResourceInfo, obj: &mut Value) -> Vec<String> {
+        prune_unknown_fields(info, obj)
+    }
+
+    /// Fields set on create only (after the generic metadata).
+    fn prepare_for_create(&self, _obj: &mut Value) {}
+
+    /// Defaulting and canonicalization, on every create and update.
+    fn canonicalize(&self, _obj: &mut Value) {}
+
+    /// Validates the object to be stored (after mutating admission, before
+    /// validating admission). `user` is the writer.
+    fn validate(
+        &self,
+        info: &ResourceInfo,
+        _namespace: Option<&str>,
+        obj: &Value,
+        _user: &UserInfo,
+    ) -> Result<()> {
+        validate_object(info, obj)
+    }
+
+    /// The object an update of subresource `sub` stores, from the current
+    /// object and the request's body. `status` is generic; other
+    /// subresources (a namespace's `finalize`) are the strategy's. `None`:
+    /// no such subresource.
+    fn update_subresource(&self, _sub: &str, _current: &Value, _body: &Value) -> Option<Value> {
+        None
+    }
+
+    /// Whether deleting `obj` only marks it for deletion (finalizers hold
+    /// it, or the resource is always deleted gracefully).
+    fn graceful_delete(&self, obj: &Value) -> bool {
+        !meta::finalizers(obj).is_empty()
+    }
+
+    /// Changes to an object as it is marked for deletion.
+    fn prepare_for_delete(&self, _marked: &mut Value) {}
+
+    /// Whether something besides `metadata.finalizers` still holds an
+    /// object marked for deletion.
+    fn holds_deletion(&self, _obj: &Value) -> bool {
+        false
+    }
+
+    /// Runs after a write is stored (never on dry runs): `deleted` when the
+    /// object is gone, else `obj` is what was stored.
+    async fn after_write(&self, _obj: &Value, _deleted: bool) {}
+}
+
+/// The generic store's behaviour, unchanged.
+pub struct DefaultStrategy;
+
+impl Strategy for DefaultStrategy {}
+
+/// What a computed `create` is about.
+pub struct CreateRequest<'a> {
+    pub info: &'a ResourceInfo,
+    pub namespace: Option<&'a str>,
+    /// The parent object's name, for a subresource (`serviceaccounts/x/token`).
+    pub name: Option<&'a str>,
+    pub user: &'a UserInfo,
+}
+
+/// A resource or subresource whose `create` computes its answer (and
+/// stores nothing).
+#[async_trait]
+pub trait Creater: Send + Sync {
+    async fn create(&self, req: CreateRequest<'_>, body: Value) -> Result<Value>;
+}
+
+/// Refuses RBAC writes that would grant more than the writer holds.
+pub trait Escalation: Send + Sync {
+    fn check(
+        &self,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        obj: &Value,
+        user: &UserInfo,
+    ) -> Result<()>;
+}

@@ -1,0 +1,181 @@
+//! The benchmarks of issues 2, 3, 4 and 5: throughput and watch latency of
+//! the API server on the embedded store and on etcd, the cost of admission
+//! (wasm plugins vs an HTTPS webhook) and of RBAC authorization, over real
+//! HTTP/1.1 on loopback.
+//!
+//! ```text
+//! cargo bench -p wasm-apiserver [--features etcd] --bench apiserver [-- SCENARIO...]
+//! ```
+//!
+//! Scenarios (a name given on the command line runs only the scenarios whose
+//! name contains it): `create`, `get`, `list-1k`, `watch` (issue 2, embedded
+//! store), `admission` (issue 3), `rbac` (issue 4) and `etcd` (issue 5;
+//! needs the `etcd` feature and `etcd` on PATH). Each is a function that returns one or more
+//! [`Row`]s; the table at the end is Markdown, so runs can be pasted side by
+//! side, and the targets and ratios of each issue follow it. `BENCH_SECONDS`
+//! (default 5) sets the measured window of the closed-loop scenarios and
+//! `BENCH_CLIENTS` (default 64) their concurrency.
+//!
+//! * `admission`: creates with no admission plugin, one and five wasm
+//!   validating plugins (`require_labels.wasm`, built by
+//!   `scripts/build-plugins.sh`), and one HTTPS webhook on loopback doing the
+//!   same check; each on a fresh server, with 1 and [`ADMISSION_CLIENTS`]
+//!   clients. Plus the plugin runtime alone: cold compile, cached load, and
+//!   instantiate + `validate` per call.
+//! * `rbac`: GETs of one ConfigMap with a bearer token (token file) on two
+//!   fresh servers, one authorizing with RBAC (bootstrap policy plus a
+//!   RoleBinding of `view` to the token's user), one with AlwaysAllow; in
+//!   [`RBAC_ROUNDS`] interleaved rounds.
+//! * `etcd`: starts its own `etcd` on free loopback ports; raw etcd-client
+//!   puts, create transactions and watches, then the API server on etcd
+//!   (creates and watch delivery). etcd runs with [`ETCD_ARGS`] unless
+//!   `BENCH_ETCD_ARGS` gives other flags (`BENCH_ETCD_ARGS=` for etcd's
+//!   defaults). Run it with `create watch` for the embedded-store rows to
+//!   compare with.
+//!
+//! The server and the load generator live in one process but in two tokio
+//! runtimes (threads `srv-*` and `cli-*`), so they compete for the same cores
+//! as two processes would; per-thread CPU time from `/proc/self/task` splits
+//! the cores used between server (including the store's writer thread and the
+//! webhook's runtime, `hook-*`) and client; etcd's CPU is read from its
+//! process. Each closed-loop client owns one keep-alive connection. The
+//! server binary serves HTTPS; here the router is served over plain HTTP, so
+//! client-side TLS is not part of any number (the webhook's TLS is).
+//!
+//! [`Row`]: harness::Row
+//! [`ADMISSION_CLIENTS`]: admission::ADMISSION_CLIENTS
+//! [`RBAC_ROUNDS`]: rbac::RBAC_ROUNDS
+//! [`ETCD_ARGS`]: etcd::ETCD_ARGS
+
+mod admission;
+mod crud;
+mod etcd;
+mod harness;
+mod rbac;
+mod watch;
+
+use admission::admission;
+use crud::{LIST_CLIENTS, create, get, list_1k};
+use etcd::etcd;
+use harness::{Api, Error, Row, WARMUP, print_table, start_server};
+use rbac::rbac;
+use std::time::{Duration, Instant};
+use watch::{WATCH_PACE, WATCH_WRITES, WATCHERS, watch};
+
+fn main() -> Result<(), Error> {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wanted =
+        |name: &str| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()));
+    let env = |k: &str, default: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let window = Duration::from_secs(env("BENCH_SECONDS", 5));
+    let clients = env("BENCH_CLIENTS", 64) as usize;
+    let cores = std::thread::available_parallelism()
+        .map(usize::from)
+        .unwrap_or(1);
+
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores)
+        .thread_name("srv-worker")
+        .enable_all()
+        .build()?;
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores)
+        .thread_name("cli-worker")
+        .enable_all()
+        .build()?;
+    // The webhook of the `admission` scenario: another process in real life.
+    let hook_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores)
+        .thread_name("hook-worker")
+        .enable_all()
+        .build()?;
+    let (srv, hook) = (server_rt.handle().clone(), hook_rt.handle().clone());
+
+    let dir = tempfile::tempdir()?;
+    let addr = server_rt.block_on(start_server(&dir.path().join("store.redb")))?;
+    let api = Api::new(addr);
+
+    println!(
+        "wasm-apiserver benchmark: embedded store (unless a row says etcd), plain HTTP/1.1 on {addr} \
+         (the router in-process; the binary serves HTTPS, TLS to the API server is not measured)"
+    );
+    println!(
+        "{cores} cores, shared by client and server (one process, a {cores}-worker tokio runtime each, \
+         plus the store's writer thread; etcd and the webhook on the same cores); \
+         window {}s after {}ms warm-up",
+        window.as_secs(),
+        WARMUP.as_millis()
+    );
+
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        println!(
+            "load average before the run: {}",
+            load.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+
+    let started = Instant::now();
+    let rows = client_rt.block_on(async {
+        if ["create", "get", "list-1k", "watch"]
+            .iter()
+            .any(|s| wanted(s))
+        {
+            crud::setup(&api).await?;
+        }
+        let mut rows = Vec::new();
+        if wanted("create") {
+            rows.push(create(&api, clients, window, 0).await?);
+        }
+        if wanted("get") {
+            rows.push(get(&api, clients, window).await?);
+        }
+        if wanted("list-1k") {
+            rows.push(list_1k(&api, LIST_CLIENTS, window).await?);
+        }
+        if wanted("watch") {
+            rows.extend(watch(&api, WATCHERS, WATCH_WRITES, WATCH_PACE).await?);
+        }
+        if wanted("admission") {
+            rows.extend(admission(&srv, &hook, dir.path(), window).await?);
+        }
+        if wanted("rbac") {
+            rows.extend(rbac(&srv, dir.path(), clients, window).await?);
+        }
+        if wanted("etcd") {
+            rows.extend(etcd(&srv, dir.path(), clients, window).await?);
+        }
+        Ok::<_, Error>(rows)
+    })?;
+
+    println!();
+    print_table(&rows);
+    println!();
+    print_targets(&rows);
+    println!("\ntotal run time {:.1}s", started.elapsed().as_secs_f64());
+
+    client_rt.shutdown_timeout(Duration::from_secs(1));
+    hook_rt.shutdown_timeout(Duration::from_secs(1));
+    server_rt.shutdown_timeout(Duration::from_secs(1));
+    Ok(())
+}
+
+/// The targets and ratios of each issue, in scenario order.
+fn print_targets(rows: &[Row]) {
+    crud::print_targets(rows);
+    watch::print_targets(rows);
+    admission::print_targets(rows);
+    rbac::print_targets(rows);
+    #[cfg(feature = "etcd")]
+    etcd::print_targets(rows);
+}

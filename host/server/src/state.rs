@@ -1,0 +1,25 @@
+//! The state the HTTP layer (filters and handlers) shares: the registry
+//! (store and live resources) and the access-control components. The
+//! assembly (`server.rs`) builds it.
+
+use crate::audit::AuditLog;
+use crate::authn::Authenticator;
+use crate::authz::Authorizer;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use wasm_apiserver_registry::{Objects, Resources};
+
+/// State shared by every handler.
+pub struct AppState {
+    pub objects: Objects,
+    /// The live resource registry (also `objects.resources`).
+    pub resources: Arc<Resources>,
+    /// The address clients reach this server at.
+    pub address: SocketAddr,
+    pub max_request_bytes: usize,
+    pub authn: Authenticator,
+    /// Shared with the RBAC strategies (escalation checks).
+    pub authz: Arc<Authorizer>,
+    /// `--audit-log-path` with `--audit-policy-file`.
+    pub audit: Option<Arc<AuditLog>>,
+}
