@@ -87,7 +87,13 @@ pub fn resources() -> Vec<ResourceInfo> {
         ResourceInfo::new(RBAC, "v1", "roles", "Role", true),
         ResourceInfo::new(RBAC, "v1", "clusterroles", "ClusterRole", false),
         ResourceInfo::new(RBAC, "v1", "rolebindings", "RoleBinding", true),
-        ResourceInfo::new(RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", false),
+        ResourceInfo::new(
+            RBAC,
+            "v1",
+            "clusterrolebindings",
+            "ClusterRoleBinding",
+            false,
+        ),
         review(
             AUTHZ,
             "selfsubjectaccessreviews",

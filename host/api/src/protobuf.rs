@@ -525,6 +525,13 @@ fn message(buf: &[u8], fields: &[Field]) -> Result<Map<String, Value>, String> {
     Ok(out)
 }
 
+/// Whether objects of `kind` in `api_version` can be sent as protobuf (a
+/// resource without a protobuf schema, such as a custom resource, takes
+/// JSON and YAML only, as upstream).
+pub fn supports(api_version: &str, kind: &str) -> bool {
+    schema(api_version, kind).is_some()
+}
+
 /// Decodes a `k8s\0`-prefixed protobuf body into the JSON form of the object.
 pub fn decode(body: &[u8]) -> Result<Value, String> {
     let envelope = body

@@ -135,11 +135,7 @@ mod tests {
 
     #[test]
     fn parses_like_upstream() {
-        let i = parse(
-            "GET",
-            "/api/v1/namespaces/default/configmaps/a",
-            None,
-        );
+        let i = parse("GET", "/api/v1/namespaces/default/configmaps/a", None);
         assert_eq!(
             (
                 i.verb.as_str(),

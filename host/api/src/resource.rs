@@ -34,7 +34,8 @@ impl ColumnPath {
             None if inner.starts_with('.') || inner.starts_with('[') => format!("${inner}"),
             None => format!("$.{inner}"),
         };
-        let compiled = JsonPath::parse(&query).map_err(|e| format!("invalid JSONPath {source:?}: {e}"))?;
+        let compiled =
+            JsonPath::parse(&query).map_err(|e| format!("invalid JSONPath {source:?}: {e}"))?;
         Ok(ColumnPath {
             source: source.to_string(),
             compiled,
@@ -375,7 +376,13 @@ mod tests {
     #[test]
     fn resources_come_and_go() {
         let mut r = Registry::default();
-        r.insert(ResourceInfo::new("example.com", "v1", "widgets", "Widget", true));
+        r.insert(ResourceInfo::new(
+            "example.com",
+            "v1",
+            "widgets",
+            "Widget",
+            true,
+        ));
         assert_eq!(r.groups().keys().collect::<Vec<_>>(), vec!["example.com"]);
         assert!(r.remove("example.com", "v1", "widgets").is_some());
         assert!(r.get("example.com", "v1", "widgets").is_none());

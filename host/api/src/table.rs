@@ -186,7 +186,10 @@ mod tests {
 
     fn cells_of(plural: &str, group: &str, obj: Value) -> Vec<Value> {
         let r = Registry::builtin();
-        let info = r.all().find(|i| i.plural == plural && i.group == group).unwrap();
+        let info = r
+            .all()
+            .find(|i| i.plural == plural && i.group == group)
+            .unwrap();
         let t = to_table(info, &[obj], json!({}), IncludeObject::None);
         t["rows"][0]["cells"].as_array().unwrap().clone()
     }
@@ -201,36 +204,70 @@ mod tests {
                    "type": "Warning", "reason": "Boom", "message": "m",
                    "involvedObject": {"kind": "Pod", "name": "web"}}),
         );
-        assert_eq!(ev, vec![json!("30s"), json!("Warning"), json!("Boom"), json!("pod/web"), json!("m")]);
+        assert_eq!(
+            ev,
+            vec![
+                json!("30s"),
+                json!("Warning"),
+                json!("Boom"),
+                json!("pod/web"),
+                json!("m")
+            ]
+        );
         let ap = cells_of(
             "admissionplugins",
             crate::admission::GROUP,
             json!({"metadata": {"name": "p"}, "spec": {"phases": ["Mutating", "Validating"]}}),
         );
-        assert_eq!(ap[1..4], [json!("Mutating,Validating"), json!("Deny"), json!("")]);
+        assert_eq!(
+            ap[1..4],
+            [json!("Mutating,Validating"), json!("Deny"), json!("")]
+        );
         assert_eq!(ap[4], "<unknown>");
-        let secret = cells_of("secrets", "", json!({"metadata": {"name": "s"}, "data": {"a": "", "b": ""}}));
+        let secret = cells_of(
+            "secrets",
+            "",
+            json!({"metadata": {"name": "s"}, "data": {"a": "", "b": ""}}),
+        );
         assert_eq!(secret[1..3], [json!(""), json!(2)]);
-        let cm = cells_of("configmaps", "", json!({"metadata": {"name": "c"}, "data": {"a": ""}, "binaryData": {"b": ""}}));
+        let cm = cells_of(
+            "configmaps",
+            "",
+            json!({"metadata": {"name": "c"}, "data": {"a": ""}, "binaryData": {"b": ""}}),
+        );
         assert_eq!(cm[1], 2);
     }
 
     #[test]
     fn custom_columns_use_upstream_jsonpath() {
-        let mut info = crate::resource::ResourceInfo::new("example.com", "v1", "widgets", "Widget", true);
+        let mut info =
+            crate::resource::ResourceInfo::new("example.com", "v1", "widgets", "Widget", true);
         info.columns = vec![
             Column::name(),
             Column::with_path(
                 "Ready",
                 "string",
                 "",
-                crate::resource::ColumnPath::parse(r#".status.conditions[?(@.type=="Ready")].status"#).unwrap(),
+                crate::resource::ColumnPath::parse(
+                    r#".status.conditions[?(@.type=="Ready")].status"#,
+                )
+                .unwrap(),
             ),
-            Column::with_path("Replicas", "integer", "", crate::resource::ColumnPath::parse("{.spec.replicas}").unwrap()),
+            Column::with_path(
+                "Replicas",
+                "integer",
+                "",
+                crate::resource::ColumnPath::parse("{.spec.replicas}").unwrap(),
+            ),
         ];
         let obj = json!({"metadata": {"name": "w"}, "spec": {"replicas": 3},
             "status": {"conditions": [{"type": "Synced", "status": "False"}, {"type": "Ready", "status": "True"}]}});
-        let t = to_table(&info, &[obj, json!({"metadata": {"name": "x"}})], json!({}), IncludeObject::None);
+        let t = to_table(
+            &info,
+            &[obj, json!({"metadata": {"name": "x"}})],
+            json!({}),
+            IncludeObject::None,
+        );
         assert_eq!(t["rows"][0]["cells"], json!(["w", "True", 3]));
         assert_eq!(t["rows"][1]["cells"], json!(["x", null, null]));
         assert_eq!(t["columnDefinitions"][2]["type"], "integer");

@@ -6,10 +6,10 @@
 //! registers them.
 
 use crate::admission::controller;
-use crate::webhook;
+use crate::resources::Resource;
 use crate::store::{NamespaceCache, Objects};
 use crate::strategy::{Escalation, Strategy};
-use crate::resources::Resource;
+use crate::webhook;
 use async_trait::async_trait;
 use base64::Engine;
 use serde_json::{Value, json};
@@ -170,30 +170,29 @@ pub fn install(objects: &Objects, deps: Dependencies) {
     let resources = wasm_apiserver_api::builtin::resources()
         .into_iter()
         .map(|info| {
-            let strategy: Option<Arc<dyn Strategy>> = match (info.group.as_str(), info.plural.as_str()) {
-                ("", "namespaces") => Some(Arc::new(Namespaces {
-                    cache: objects.namespace_cache.clone(),
-                    deleted: objects.namespace_deleted.clone(),
-                })),
-                ("", "secrets") => Some(Arc::new(Secrets)),
-                (RBAC, _) => Some(Arc::new(Rbac(deps.escalation.clone()))),
-                (wasm_apiserver_api::admission::GROUP, _) => {
-                    Some(Arc::new(AdmissionPlugins(objects.clone())))
-                }
-                (webhook::GROUP, webhook::VALIDATING) => {
-                    Some(Arc::new(WebhookConfigurations {
-                        objects: objects.clone(),
-                        plural: webhook::VALIDATING,
-                    }))
-                }
-                (webhook::GROUP, webhook::MUTATING) => {
-                    Some(Arc::new(WebhookConfigurations {
+            let strategy: Option<Arc<dyn Strategy>> =
+                match (info.group.as_str(), info.plural.as_str()) {
+                    ("", "namespaces") => Some(Arc::new(Namespaces {
+                        cache: objects.namespace_cache.clone(),
+                        deleted: objects.namespace_deleted.clone(),
+                    })),
+                    ("", "secrets") => Some(Arc::new(Secrets)),
+                    (RBAC, _) => Some(Arc::new(Rbac(deps.escalation.clone()))),
+                    (wasm_apiserver_api::admission::GROUP, _) => {
+                        Some(Arc::new(AdmissionPlugins(objects.clone())))
+                    }
+                    (webhook::GROUP, webhook::VALIDATING) => {
+                        Some(Arc::new(WebhookConfigurations {
+                            objects: objects.clone(),
+                            plural: webhook::VALIDATING,
+                        }))
+                    }
+                    (webhook::GROUP, webhook::MUTATING) => Some(Arc::new(WebhookConfigurations {
                         objects: objects.clone(),
                         plural: webhook::MUTATING,
-                    }))
-                }
-                _ => None,
-            };
+                    })),
+                    _ => None,
+                };
             let r = Resource::new(info);
             match strategy {
                 Some(s) => r.with_strategy(s),

@@ -1,8 +1,8 @@
 //! Objects as storage holds them: JSON without `resourceVersion`, which is
 //! the storage revision.
 
-use wasm_apiserver_api::{ApiError, meta};
 use serde_json::Value;
+use wasm_apiserver_api::{ApiError, meta};
 use wasm_apiserver_storage::KeyValue;
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
@@ -20,4 +20,3 @@ pub fn encode(obj: &mut Value) -> Vec<u8> {
     meta::metadata_mut(obj).remove("resourceVersion");
     serde_json::to_vec(obj).expect("JSON values serialize")
 }
-

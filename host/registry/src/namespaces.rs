@@ -2,9 +2,9 @@
 //! empties a terminating namespace and then removes it (upstream's namespace
 //! controller plus the `kubernetes` finalizer).
 
+use crate::codec::decode;
 use crate::error::storage_error;
 use crate::options::{Deleted, ListParams, Preconditions, WriteOptions};
-use crate::codec::decode;
 use crate::store::Objects;
 use serde_json::{Value, json};
 use std::time::Duration;

@@ -134,4 +134,3 @@ pub enum Deleted {
     /// Finalizers (or namespace cleanup) hold it; it is marked for deletion.
     Pending(Value),
 }
-

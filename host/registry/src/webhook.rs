@@ -216,7 +216,11 @@ mod tests {
     #[test]
     fn configs_need_https_and_a_ca() {
         let cfg = |url: &str, ca: &str| json!({"metadata": {"name": "c"}, "webhooks": [{"name": "w.example.com", "clientConfig": {"url": url, "caBundle": ca}}]});
-        let err = |url, ca| crate::admission::controller::webhook_entries(&cfg(url, ca), false).err().unwrap_or_default();
+        let err = |url, ca| {
+            crate::admission::controller::webhook_entries(&cfg(url, ca), false)
+                .err()
+                .unwrap_or_default()
+        };
         assert!(err("http://127.0.0.1:1/x", "AAAA").contains("https"));
         assert!(err("https://127.0.0.1:1/x", "").contains("caBundle"));
     }

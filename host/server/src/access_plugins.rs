@@ -21,12 +21,12 @@
 //! timeout, ...) counts as no opinion, so a broken plugin can only take
 //! rights away, never grant them.
 
-use wasm_apiserver_api::rbac::{Attributes, Decision};
 use base64::Engine;
 use serde_json::Value;
 use std::path::Path;
 use wasm_apiserver_api::admission::{Module, PluginLimits};
 use wasm_apiserver_api::meta;
+use wasm_apiserver_api::rbac::{Attributes, Decision};
 use wasm_apiserver_plugins::{
     AuthenticatorPlugin, AuthnOutcome, AuthnRequest, AuthorizerPlugin, AuthzAttributes,
     AuthzDecision, AuthzRequest, ClientCertificate, Runtime, UserInfo,
@@ -108,7 +108,12 @@ pub async fn load(
             ),
             Some("AuthorizerPlugin") => out.authorizers.push(
                 runtime
-                    .load_authorizer(name, &wasm, &config, wasm_apiserver_registry::admission::limits(&spec.limits))
+                    .load_authorizer(
+                        name,
+                        &wasm,
+                        &config,
+                        wasm_apiserver_registry::admission::limits(&spec.limits),
+                    )
                     .await?,
             ),
             other => anyhow::bail!(

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use wasm_apiserver_api::authn::{self, TokenFile};
 use wasm_apiserver_api::{ApiError, ConnectionInfo, meta};
 use wasm_apiserver_plugins::UserInfo;
-use wasm_apiserver_registry::{CreateRequest, Creater, ListParams, Objects, Preconditions, WriteOptions};
+use wasm_apiserver_registry::{
+    CreateRequest, Creater, ListParams, Objects, Preconditions, WriteOptions,
+};
 
 /// The configured authenticators.
 #[derive(Debug, Clone)]
@@ -162,7 +164,11 @@ impl Authenticator {
     ) -> Result<UserInfo, ApiError> {
         let info = objects.resources.builtin("", "v1", "secrets");
         let obj = match objects
-            .get(&info, Some("kube-system"), &authn::bootstrap_secret_name(id))
+            .get(
+                &info,
+                Some("kube-system"),
+                &authn::bootstrap_secret_name(id),
+            )
             .await
         {
             Ok(o) => o,

@@ -265,10 +265,19 @@ pub fn spawn_controller(objects: Objects, authz: Arc<Authorizer>) -> tokio::task
 
 /// The access review resources, answered by [`Reviews`].
 pub const REVIEWS: &[(&str, &str)] = &[
-    (wasm_apiserver_api::resource::AUTHZ, "selfsubjectaccessreviews"),
+    (
+        wasm_apiserver_api::resource::AUTHZ,
+        "selfsubjectaccessreviews",
+    ),
     (wasm_apiserver_api::resource::AUTHZ, "subjectaccessreviews"),
-    (wasm_apiserver_api::resource::AUTHZ, "localsubjectaccessreviews"),
-    (wasm_apiserver_api::resource::AUTHZ, "selfsubjectrulesreviews"),
+    (
+        wasm_apiserver_api::resource::AUTHZ,
+        "localsubjectaccessreviews",
+    ),
+    (
+        wasm_apiserver_api::resource::AUTHZ,
+        "selfsubjectrulesreviews",
+    ),
     ("authentication.k8s.io", "selfsubjectreviews"),
 ];
 
@@ -276,9 +285,8 @@ pub const REVIEWS: &[(&str, &str)] = &[
 pub fn install_reviews(resources: &Resources, authz: &Arc<Authorizer>) {
     let reviews: Arc<dyn Creater> = Arc::new(Reviews(authz.clone()));
     for (group, plural) in REVIEWS {
-        let installed = resources.update(group, "v1", plural, |r| {
-            r.with_create_only(reviews.clone())
-        });
+        let installed =
+            resources.update(group, "v1", plural, |r| r.with_create_only(reviews.clone()));
         debug_assert!(installed, "{plural} is built in");
     }
 }

@@ -180,12 +180,7 @@ pub async fn openapi_v3_doc(
     match found {
         Some((_, g, v)) => json_response(
             StatusCode::OK,
-            &wasm_apiserver_api::openapi::openapi_v3(
-                snapshot.infos(),
-                &g,
-                &v,
-                KUBERNETES_VERSION,
-            ),
+            &wasm_apiserver_api::openapi::openapi_v3(snapshot.infos(), &g, &v, KUBERNETES_VERSION),
         ),
         None => ErrorResponse(not_found()).into_response(),
     }

@@ -308,4 +308,3 @@ pub async fn audit(State(state): State<Arc<AppState>>, mut req: Request, next: N
     );
     Response::from_parts(parts, Body::from(bytes))
 }
-

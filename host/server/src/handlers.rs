@@ -67,11 +67,7 @@ impl Query {
     }
 }
 
-fn write_options(
-    q: &Query,
-    user: &UserInfo,
-    audit: &Option<Annotations>,
-) -> Result<WriteOptions> {
+fn write_options(q: &Query, user: &UserInfo, audit: &Option<Annotations>) -> Result<WriteOptions> {
     let dry_run = match q.get("dryRun") {
         None => false,
         Some("All") => true,
@@ -248,6 +244,25 @@ impl Call<'_> {
         decode_body(self.headers, &self.body(body).await?)
     }
 
+    /// The body of a create or update of this resource's objects: protobuf
+    /// only where the resource's kind has a protobuf schema (415 otherwise,
+    /// as upstream answers for custom resources).
+    async fn stored_object(&self, body: Body) -> Result<Value> {
+        let media = self
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if media.starts_with("application/vnd.kubernetes.protobuf")
+            && !wasm_apiserver_api::protobuf::supports(&self.res.api_version(), &self.res.kind)
+        {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {media})"
+            )));
+        }
+        self.object(body).await
+    }
+
     fn write_options(&self) -> Result<WriteOptions> {
         write_options(self.q, self.user, self.audit)
     }
@@ -308,8 +323,7 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
         {
             return computed_create(&call, creater.as_ref(), body).await;
         }
-        if !res.subresources.iter().any(|s| s == sub)
-            || !matches!(verb, "get" | "update" | "patch")
+        if !res.subresources.iter().any(|s| s == sub) || !matches!(verb, "get" | "update" | "patch")
         {
             return Err(not_found());
         }
@@ -404,7 +418,7 @@ async fn create(call: &Call<'_>, body: Body) -> Result<Response> {
         return Err(ApiError::MethodNotAllowed);
     }
     let opts = call.write_options()?;
-    let obj = call.object(body).await?;
+    let obj = call.stored_object(body).await?;
     let created = call
         .state
         .objects
@@ -418,7 +432,7 @@ async fn create(call: &Call<'_>, body: Body) -> Result<Response> {
 
 async fn update(call: &Call<'_>, body: Body) -> Result<Response> {
     let opts = call.write_options()?;
-    let obj = call.object(body).await?;
+    let obj = call.stored_object(body).await?;
     let updated = call
         .state
         .objects

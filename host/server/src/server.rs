@@ -309,9 +309,9 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
             args.audit_log_maxbackup,
         )?));
     }
-    state.authz.set_modes(
-        authz::Authorizer::parse(&args.authorization_mode).map_err(anyhow::Error::msg)?,
-    );
+    state
+        .authz
+        .set_modes(authz::Authorizer::parse(&args.authorization_mode).map_err(anyhow::Error::msg)?);
     if let Some(signer) = &state.authn.service_accounts {
         let token_requests = Arc::new(authn::TokenRequests {
             objects: state.objects.clone(),
@@ -328,10 +328,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     authz::reload(&state.objects, &state.authz).await?;
     authz::spawn_controller(state.objects.clone(), state.authz.clone());
     if args.enable_bootstrap_token_auth {
-        authn::spawn_token_cleaner(
-            state.objects.clone(),
-            std::time::Duration::from_secs(10),
-        );
+        authn::spawn_token_cleaner(state.objects.clone(), std::time::Duration::from_secs(10));
     }
     controller::spawn_controller(state.objects.clone());
     namespaces::spawn_controller(state.objects.clone());

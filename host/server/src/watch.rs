@@ -7,9 +7,6 @@
 //! storage becomes BOOKMARK events when asked for; a resourceVersion older than
 //! the retained history is an ERROR event carrying a 410 `Expired` Status.
 
-use wasm_apiserver_registry::codec::decode;
-use wasm_apiserver_registry::error::storage_error;
-use wasm_apiserver_registry::{ListParams, Objects, Resource};
 use axum::body::Body;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
@@ -20,6 +17,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use wasm_apiserver_api::table::{IncludeObject, to_table};
 use wasm_apiserver_api::{ApiError, meta};
+use wasm_apiserver_registry::codec::decode;
+use wasm_apiserver_registry::error::storage_error;
+use wasm_apiserver_registry::{ListParams, Objects, Resource};
 use wasm_apiserver_storage::{EventKind, StorageError, WatchItem};
 
 /// Options of a watch request beyond the selectors.
@@ -112,9 +112,7 @@ pub async fn serve(
         let mut stream = match watch {
             Ok(s) => s,
             Err(e) => {
-                let _ = tx
-                    .send(line("ERROR", storage_error(e).status_json()))
-                    .await;
+                let _ = tx.send(line("ERROR", storage_error(e).status_json())).await;
                 return;
             }
         };
@@ -129,9 +127,7 @@ pub async fn serve(
             let out = match item {
                 None => return,
                 Some(Err(e @ StorageError::Expired { .. })) | Some(Err(e)) => {
-                    let _ = tx
-                        .send(line("ERROR", storage_error(e).status_json()))
-                        .await;
+                    let _ = tx.send(line("ERROR", storage_error(e).status_json())).await;
                     return;
                 }
                 Some(Ok(WatchItem::Progress(rev))) => {

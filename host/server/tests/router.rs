@@ -15,9 +15,9 @@ use tower::ServiceExt;
 use wasm_apiserver::server::{AppState, router};
 use wasm_apiserver_api::resource::ColumnPath;
 use wasm_apiserver_api::{Column, ResourceInfo};
+use wasm_apiserver_plugins::{Runtime, RuntimeConfig};
 use wasm_apiserver_registry::Resource;
 use wasm_apiserver_registry::admission::Admission;
-use wasm_apiserver_plugins::{Runtime, RuntimeConfig};
 use wasm_apiserver_storage::Storage;
 use wasm_apiserver_storage::embedded::{EmbeddedOptions, EmbeddedStore};
 
@@ -678,7 +678,10 @@ async fn a_resource_registered_at_runtime_is_served_everywhere() {
     assert_eq!(list["resources"][0]["name"], "widgets");
     assert_eq!(list["resources"][0]["shortNames"], json!(["wd"]));
     let openapi = app.get("/openapi/v3").await.body;
-    assert!(openapi["paths"].get("apis/example.com/v1").is_some(), "{openapi}");
+    assert!(
+        openapi["paths"].get("apis/example.com/v1").is_some(),
+        "{openapi}"
+    );
 
     // A watch started before the create sees it.
     let watch_req = Request::builder()
@@ -698,6 +701,21 @@ async fn a_resource_registered_at_runtime_is_served_everywhere() {
         .await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
     assert!(created.body["metadata"]["uid"].is_string());
+    // No protobuf schema for a kind registered at runtime: 415, as upstream.
+    let proto = app
+        .call(
+            "POST",
+            path,
+            "application/vnd.kubernetes.protobuf",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(
+        proto.status,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "{}",
+        proto.body
+    );
     let listed = app.get(path).await.body;
     assert_eq!(listed["kind"], "WidgetList");
     assert_eq!(listed["items"][0]["spec"]["size"], 3);
@@ -750,8 +768,15 @@ async fn a_resource_registered_at_runtime_is_served_everywhere() {
         .await
         .expect("kubectl runs");
     let out = String::from_utf8_lossy(&kubectl.stdout);
-    assert!(kubectl.status.success(), "{}", String::from_utf8_lossy(&kubectl.stderr));
-    let row = out.lines().find(|l| l.starts_with("widgets")).unwrap_or_default();
+    assert!(
+        kubectl.status.success(),
+        "{}",
+        String::from_utf8_lossy(&kubectl.stderr)
+    );
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("widgets"))
+        .unwrap_or_default();
     assert!(
         row.contains("wd") && row.contains("example.com/v1") && row.contains("Widget"),
         "{out}"
@@ -771,12 +796,24 @@ async fn a_resource_registered_at_runtime_is_served_everywhere() {
         .await
         .expect("kubectl runs");
     let out = String::from_utf8_lossy(&got.stdout);
-    assert!(got.status.success(), "{}", String::from_utf8_lossy(&got.stderr));
-    assert!(out.contains("SIZE") && out.contains("w1") && out.contains('3'), "{out}");
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert!(
+        out.contains("SIZE") && out.contains("w1") && out.contains('3'),
+        "{out}"
+    );
     server.abort();
 
     // Removed: not routed, not discovered.
-    assert!(app.state.resources.remove("example.com", "v1", "widgets").is_some());
+    assert!(
+        app.state
+            .resources
+            .remove("example.com", "v1", "widgets")
+            .is_some()
+    );
     assert_eq!(app.get(path).await.status, StatusCode::NOT_FOUND);
     let groups = app.get("/apis").await.body;
     assert!(

@@ -535,4 +535,3 @@ fn hex(bytes: &[u8]) -> String {
 fn uuid_v4() -> String {
     uuid::Uuid::new_v4().to_string()
 }
-

@@ -5,10 +5,10 @@
 //! `--admission-control-config-file`.
 
 use crate::admission::chain::{Active, Admission, Backend};
+use crate::codec::decode;
 use crate::error::storage_error;
 use crate::options::WriteOptions;
 use crate::resources::Resource;
-use crate::codec::decode;
 use crate::store::Objects;
 use crate::webhook::{self, Webhook};
 use futures::StreamExt;
@@ -283,4 +283,3 @@ pub fn webhook_entries(config: &Value, mutating: bool) -> Result<Vec<Active>, St
     }
     Ok(out)
 }
-

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
-use wasm_apiserver_registry::admission::Admission;
 use wasm_apiserver::server::{AppState, router};
 use wasm_apiserver_plugins::{Runtime, RuntimeConfig};
+use wasm_apiserver_registry::admission::Admission;
 use wasm_apiserver_storage::Storage;
 use wasm_apiserver_storage::embedded::{EmbeddedOptions, EmbeddedStore};
 
