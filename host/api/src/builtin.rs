@@ -4,8 +4,11 @@
 //! custom resources register the same [`ResourceInfo`] shape at runtime.
 
 use crate::admission;
-use crate::resource::{AUTHZ, Column, RBAC, Registry, Render, ResourceInfo};
+use crate::resource::{AUTHZ, Column, RBAC, Registry, Render, ResourceInfo, Subresource};
 use serde_json::json;
+
+/// The group of APIService objects.
+pub const APIREGISTRATION: &str = "apiregistration.k8s.io";
 
 fn string(name: &str, description: &str, json_path: &str) -> Column {
     Column::new(name, "string", description, json_path).or(json!(""))
@@ -46,7 +49,13 @@ pub fn resources() -> Vec<ResourceInfo> {
         ]),
         ResourceInfo::new("", "v1", "serviceaccounts", "ServiceAccount", true)
             .short_names(&["sa"])
-            .subresources(&["token"])
+            .subresource(Subresource {
+                name: "token".into(),
+                group: "authentication.k8s.io".into(),
+                version: "v1".into(),
+                kind: "TokenRequest".into(),
+                verbs: vec!["create".into()],
+            })
             .columns(vec![
                 Column::name(),
                 count("Secrets", "Number of secrets", ".secrets"),
@@ -119,6 +128,33 @@ pub fn resources() -> Vec<ResourceInfo> {
             "SelfSubjectReview",
             false,
         ),
+        review(
+            "authentication.k8s.io",
+            "tokenreviews",
+            "TokenReview",
+            false,
+        ),
+        ResourceInfo::new(APIREGISTRATION, "v1", "apiservices", "APIService", false)
+            .subresources(&["status"])
+            .columns(vec![
+                Column::name(),
+                Column::new(
+                    "Service",
+                    "string",
+                    "The reference to the service that hosts this API endpoint.",
+                    ".spec.service",
+                )
+                .render(Render::ServiceRef),
+                Column::new(
+                    "Available",
+                    "string",
+                    "Whether this service is available.",
+                    r#".status.conditions[?(@.type=="Available")]"#,
+                )
+                .render(Render::Condition)
+                .or(json!("Unknown")),
+                Column::age(),
+            ]),
         ResourceInfo::new(
             "admissionregistration.k8s.io",
             "v1",

@@ -848,6 +848,20 @@ pub fn bootstrap_policy() -> Vec<Value> {
                 PolicyRule::new(READ, &["coordination.k8s.io"], &["leases"]),
             ],
         ),
+        // Delegated authentication and authorization (kube-rbac-proxy,
+        // metrics sidecars, other servers' webhook authenticators).
+        cluster_role(
+            "system:auth-delegator",
+            &[],
+            vec![
+                PolicyRule::new(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
+                PolicyRule::new(
+                    &["create"],
+                    &["authorization.k8s.io"],
+                    &["subjectaccessreviews"],
+                ),
+            ],
+        ),
         cluster_role(
             "system:discovery",
             &[],

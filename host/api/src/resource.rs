@@ -62,6 +62,12 @@ pub enum Render {
     Join,
     /// An object reference (`kind`, `name`) as `kind/name`, kind in lower case.
     ObjectRef,
+    /// A service reference (`namespace`, `name`) as `namespace/name`, or
+    /// `Local` when there is none (an APIService's backend).
+    ServiceRef,
+    /// A condition's `status`, with its reason when not `True`:
+    /// `False (ServiceNotFound)`.
+    Condition,
 }
 
 /// One `kubectl get` column, described as a CRD's `additionalPrinterColumns`
@@ -155,6 +161,17 @@ fn builtin_path(json_path: &str) -> ColumnPath {
     ColumnPath::parse(json_path).unwrap_or_else(|e| panic!("built-in column: {e}"))
 }
 
+/// A subresource as discovery describes it: its name, the kind its
+/// requests and responses carry, and its verbs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subresource {
+    pub name: String,
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub verbs: Vec<String>,
+}
+
 /// One API resource (a `GroupVersionResource` with its kind and scope).
 #[derive(Debug, Clone)]
 pub struct ResourceInfo {
@@ -168,7 +185,7 @@ pub struct ResourceInfo {
     pub namespaced: bool,
     pub short_names: Vec<String>,
     pub categories: Vec<String>,
-    pub subresources: Vec<String>,
+    pub subresources: Vec<Subresource>,
     /// The verbs discovery lists.
     pub verbs: Vec<String>,
     /// `kubectl get` columns (a `Table`'s column definitions).
@@ -215,9 +232,31 @@ impl ResourceInfo {
         self
     }
 
+    /// Subresources that read and write (parts of) the object itself
+    /// (`status`, `finalize`): same kind, `get`, `patch`, `update`.
     pub fn subresources(mut self, subs: &[&str]) -> Self {
-        self.subresources = subs.iter().map(|s| s.to_string()).collect();
+        for name in subs {
+            let sub = Subresource {
+                name: name.to_string(),
+                group: self.group.clone(),
+                version: self.version.clone(),
+                kind: self.kind.clone(),
+                verbs: ["get", "patch", "update"].map(String::from).to_vec(),
+            };
+            self.subresources.push(sub);
+        }
         self
+    }
+
+    /// A subresource with its own kind and verbs (`serviceaccounts/token`).
+    pub fn subresource(mut self, sub: Subresource) -> Self {
+        self.subresources.push(sub);
+        self
+    }
+
+    /// The subresource `name`, if the resource has it.
+    pub fn find_subresource(&self, name: &str) -> Option<&Subresource> {
+        self.subresources.iter().find(|s| s.name == name)
     }
 
     pub fn verbs(mut self, verbs: &[&str]) -> Self {
@@ -365,6 +404,7 @@ mod tests {
             vec![
                 "admission.wasm-apiserver.io",
                 "admissionregistration.k8s.io",
+                "apiregistration.k8s.io",
                 "authentication.k8s.io",
                 "authorization.k8s.io",
                 "coordination.k8s.io",

@@ -98,6 +98,24 @@ fn cell(c: &Column, obj: &Value, now: DateTime<Utc>) -> Value {
                 .collect();
             json!(items.join(","))
         }
+        Render::ServiceRef => match first(c, obj) {
+            Some(r) => json!(format!(
+                "{}/{}",
+                r["namespace"].as_str().unwrap_or_default(),
+                r["name"].as_str().unwrap_or_default()
+            )),
+            None => json!("Local"),
+        },
+        Render::Condition => match first(c, obj) {
+            Some(cond) => {
+                let status = cond["status"].as_str().unwrap_or("Unknown");
+                match cond["reason"].as_str().filter(|_| status != "True") {
+                    Some(reason) => json!(format!("{status} ({reason})")),
+                    None => json!(status),
+                }
+            }
+            None => c.default.clone().unwrap_or(Value::Null),
+        },
         Render::ObjectRef => {
             let r = first(c, obj).unwrap_or(&Value::Null);
             json!(format!(

@@ -80,7 +80,11 @@ pub fn name_error(info: &ResourceInfo, name: &str) -> Option<String> {
     match info.plural.as_str() {
         "namespaces" => dns1123_label_error(name),
         // RBAC names may contain ':' (`system:discovery`), as upstream.
-        _ if info.plural == "events" || info.group == crate::resource::RBAC => {
+        // APIService names are `<version>.<group>`: `v1.` for the core group.
+        _ if info.plural == "events"
+            || info.group == crate::resource::RBAC
+            || info.plural == "apiservices" =>
+        {
             path_segment_error(name)
         }
         _ => dns1123_subdomain_error(name),

@@ -159,6 +159,122 @@ impl Strategy for WebhookConfigurations {
     }
 }
 
+/// APIService objects: the name is `<version>.<group>`; the `Available`
+/// condition is the server's (local APIServices are served here; this
+/// server does not proxy to aggregated API servers, so a non-local one is
+/// not available and its group version answers 503).
+struct ApiServices;
+
+/// The reason of a non-local APIService's `Available=False`.
+pub const NOT_PROXIED: &str = "ProxyNotSupported";
+
+/// Whether an APIService object names a backend service (not local).
+pub fn is_remote_api_service(obj: &Value) -> bool {
+    obj["spec"]["service"].is_object()
+}
+
+impl Strategy for ApiServices {
+    fn canonicalize(&self, obj: &mut Value) {
+        let (status, reason, message) = if is_remote_api_service(obj) {
+            (
+                "False",
+                NOT_PROXIED,
+                "this server does not proxy requests to aggregated API servers".to_string(),
+            )
+        } else {
+            (
+                "True",
+                "Local",
+                "Local APIServices are always available".to_string(),
+            )
+        };
+        let since = obj["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Available"))
+            .filter(|c| c["status"] == status && c["reason"] == reason)
+            .and_then(|c| c["lastTransitionTime"].as_str().map(String::from))
+            .unwrap_or_else(|| meta::timestamp(chrono::Utc::now()));
+        obj["status"] = json!({"conditions": [{
+            "type": "Available",
+            "status": status,
+            "lastTransitionTime": since,
+            "reason": reason,
+            "message": message,
+        }]});
+    }
+
+    fn validate(
+        &self,
+        info: &ResourceInfo,
+        _namespace: Option<&str>,
+        obj: &Value,
+        _user: &UserInfo,
+    ) -> Result<(), ApiError> {
+        validate_object(info, obj)?;
+        let name = meta::name(obj).unwrap_or_default();
+        let group = obj["spec"]["group"].as_str().unwrap_or_default();
+        let version = obj["spec"]["version"].as_str().unwrap_or_default();
+        let mut causes = Vec::new();
+        if version.is_empty() {
+            causes.push(wasm_apiserver_api::Cause {
+                reason: "FieldValueRequired".into(),
+                field: "spec.version".into(),
+                message: "Required value".into(),
+            });
+        }
+        let want = format!("{version}.{group}");
+        if name != want {
+            causes.push(wasm_apiserver_api::Cause {
+                reason: "FieldValueInvalid".into(),
+                field: "metadata.name".into(),
+                message: format!("Invalid value: {name:?}: must be {want:?}"),
+            });
+        }
+        if causes.is_empty() {
+            return Ok(());
+        }
+        Err(ApiError::Invalid(
+            wasm_apiserver_api::error::Target::new(&info.group, &info.plural, name),
+            causes,
+        ))
+    }
+}
+
+/// Creates the local APIService of every served group version that has
+/// none (`v1.` for the core group, `v1.apps`...), as upstream lists them.
+pub async fn ensure_local_api_services(objects: &Objects) -> Result<(), ApiError> {
+    let res = objects.resources.builtin(
+        wasm_apiserver_api::builtin::APIREGISTRATION,
+        "v1",
+        "apiservices",
+    );
+    let snapshot = objects.resources.snapshot();
+    let mut versions: Vec<(String, String)> = vec![(String::new(), "v1".into())];
+    for (group, vs) in snapshot.infos().groups() {
+        versions.extend(vs.into_iter().map(|v| (group.clone(), v)));
+    }
+    let opts = crate::options::WriteOptions::system("apiservice-registration");
+    for (group, version) in versions {
+        let core = group.is_empty();
+        let obj = json!({
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": format!("{version}.{group}")},
+            "spec": {
+                "group": group,
+                "version": version,
+                "groupPriorityMinimum": if core { 18000 } else { 1000 },
+                "versionPriority": 15,
+            },
+        });
+        match objects.create(&res, None, obj, &opts).await {
+            Ok(_) | Err(ApiError::AlreadyExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// What the built-in resources need from the layers above.
 pub struct Dependencies {
     /// RBAC's escalation check.
@@ -177,6 +293,9 @@ pub fn install(objects: &Objects, deps: Dependencies) {
                         deleted: objects.namespace_deleted.clone(),
                     })),
                     ("", "secrets") => Some(Arc::new(Secrets)),
+                    (wasm_apiserver_api::builtin::APIREGISTRATION, "apiservices") => {
+                        Some(Arc::new(ApiServices))
+                    }
                     (RBAC, _) => Some(Arc::new(Rbac(deps.escalation.clone()))),
                     (wasm_apiserver_api::admission::GROUP, _) => {
                         Some(Arc::new(AdmissionPlugins(objects.clone())))

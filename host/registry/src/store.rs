@@ -542,7 +542,7 @@ impl Objects {
                 .map_err(ApiError::BadRequest)?;
         let body_uid = meta::str_field(&body, "uid").map(String::from);
         let sub = subresource.map(String::from);
-        let has_status = info.subresources.iter().any(|s| s == "status");
+        let has_status = info.find_subresource("status").is_some();
         let strategy = info.strategy.clone();
         self.guaranteed_update(info, ns, name, subresource, opts, |cur| {
             check_preconditions(info, name, cur, body_uid.as_deref(), precondition)?;

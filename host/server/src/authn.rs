@@ -185,6 +185,132 @@ impl Authenticator {
     }
 }
 
+impl Authenticator {
+    /// A TokenReview: authenticates `token` for `audiences` (the API
+    /// audiences when empty) with every token authenticator; returns the
+    /// user and the audiences the token is good for, or `None`.
+    /// Authenticators that know no audiences (static tokens, bootstrap
+    /// tokens, wasm plugins) count for the API audiences only, as upstream's
+    /// audience-agnostic wrapper.
+    pub async fn review_token(
+        &self,
+        objects: &Objects,
+        token: &str,
+        audiences: &[String],
+    ) -> Result<Option<(UserInfo, Vec<String>)>, ApiError> {
+        let api: Vec<String> = match &self.service_accounts {
+            Some(s) => s.api_audiences().to_vec(),
+            None => vec![crate::satoken::ISSUER.to_string()],
+        };
+        let wanted = if audiences.is_empty() {
+            api.clone()
+        } else {
+            audiences.to_vec()
+        };
+        let implicit: Vec<String> = wanted.iter().filter(|a| api.contains(a)).cloned().collect();
+        let not_authenticated = |r: Result<UserInfo, ApiError>, auds: Vec<String>| match r {
+            Ok(user) => Ok(Some((user, auds))),
+            Err(ApiError::Unauthorized(_)) => Ok(None),
+            Err(e) => Err(e),
+        };
+        if !implicit.is_empty() {
+            if let Some(user) = self.token_file.as_ref().and_then(|f| f.lookup(token)) {
+                return Ok(Some((to_user(user.with_authenticated_group()), implicit)));
+            }
+            if self.bootstrap_tokens
+                && let Some((id, secret)) = authn::parse_bootstrap_token(token)
+            {
+                return not_authenticated(self.bootstrap(objects, &id, &secret).await, implicit);
+            }
+        }
+        if let Some(signer) = &self.service_accounts
+            && let Some((sub, matched)) = signer.verify_for(token, &wanted)
+        {
+            return not_authenticated(self.service_account(objects, sub).await, matched);
+        }
+        if !implicit.is_empty() {
+            let mut headers = HeaderMap::new();
+            if let Ok(v) = format!("Bearer {token}").parse() {
+                headers.insert(header::AUTHORIZATION, v);
+            }
+            if let crate::access_plugins::AuthnVerdict::User(user) =
+                self.plugins.authenticate(&headers, None).await
+            {
+                return Ok(Some((user, implicit)));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// `POST /apis/authentication.k8s.io/v1/tokenreviews`: the REST object of
+/// TokenReview (create-only), over the whole authenticator chain.
+pub struct TokenReviews {
+    pub authn: Authenticator,
+    pub objects: Objects,
+}
+
+#[async_trait]
+impl Creater for TokenReviews {
+    async fn create(&self, req: CreateRequest<'_>, mut body: Value) -> Result<Value, ApiError> {
+        let token = body["spec"]["token"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if token.is_empty() {
+            return Err(ApiError::BadRequest(
+                "token is required for TokenReview in authentication".into(),
+            ));
+        }
+        let audiences: Vec<String> = body["spec"]["audiences"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let status = match self
+            .authn
+            .review_token(&self.objects, &token, &audiences)
+            .await?
+        {
+            Some((user, audiences)) => {
+                let mut u = json!({"username": user.username, "groups": user.groups});
+                if !user.uid.is_empty() {
+                    u["uid"] = json!(user.uid);
+                }
+                if !user.extra.is_empty() {
+                    u["extra"] = json!(user.extra);
+                }
+                json!({"authenticated": true, "user": u, "audiences": audiences})
+            }
+            None => json!({"authenticated": false, "user": {}, "error": "invalid bearer token"}),
+        };
+        body["apiVersion"] = json!(req.info.api_version());
+        body["kind"] = json!(req.info.kind);
+        if !body["metadata"].is_object() {
+            body["metadata"] = json!({});
+        }
+        body["status"] = status;
+        Ok(body)
+    }
+}
+
+/// Makes `authn` answer TokenReviews (again, whenever it changes).
+pub fn install_token_reviews(objects: &Objects, authn: &Authenticator) {
+    let reviews: Arc<dyn Creater> = Arc::new(TokenReviews {
+        authn: authn.clone(),
+        objects: objects.clone(),
+    });
+    let installed = objects
+        .resources
+        .update("authentication.k8s.io", "v1", "tokenreviews", |r| {
+            r.with_create_only(reviews)
+        });
+    debug_assert!(installed, "tokenreviews are built in");
+}
+
 /// Deletes expired bootstrap-token Secrets, as upstream's token cleaner.
 pub fn spawn_token_cleaner(
     objects: Objects,

@@ -1,4 +1,5 @@
-//! Discovery (`/api`, `/apis`, group and group-version resource lists),
+//! Discovery (`/api`, `/apis` in the legacy and the aggregated form, group
+//! and group-version resource lists),
 //! `/version`, health probes and `/openapi/v2`, all derived from the
 //! resource registry.
 
@@ -9,6 +10,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::sync::Arc;
+use wasm_apiserver_api::discovery::{self, Format};
 use wasm_apiserver_api::{ApiError, KUBERNETES_VERSION, Registry};
 
 /// A JSON response with the given status.
@@ -21,16 +23,65 @@ fn not_found() -> ApiError {
     ApiError::NotFound(Default::default())
 }
 
-/// `GET /api`.
-pub async fn api_versions(State(state): State<Arc<AppState>>) -> Response {
-    json_response(
+/// Answers `GET /api` or `/apis` as `Accept` asks: the aggregated
+/// discovery document (with an `ETag`; a matching `If-None-Match` is 304) or
+/// the legacy one that `legacy` builds.
+fn discovery(
+    state: &AppState,
+    headers: &HeaderMap,
+    core: bool,
+    legacy: impl FnOnce() -> Value,
+) -> Response {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let Some(format) = discovery::negotiate(accept) else {
+        return ErrorResponse(ApiError::NotAcceptable(format!(
+            "only the following media types are accepted: application/json, application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList (got {accept})"
+        )))
+        .into_response();
+    };
+    let Format::Aggregated(version) = format else {
+        return json_response(StatusCode::OK, &legacy());
+    };
+    let doc = discovery::aggregated(state.resources.snapshot().infos(), core, version);
+    let body = serde_json::to_vec(&doc).unwrap_or_default();
+    let etag = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        body.hash(&mut h);
+        format!("\"{:016X}\"", h.finish())
+    };
+    let vary = [(header::VARY, "Accept")];
+    let matched = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    if matched {
+        return (StatusCode::NOT_MODIFIED, vary, [(header::ETAG, etag)]).into_response();
+    }
+    (
         StatusCode::OK,
-        &json!({
+        vary,
+        [
+            (header::CONTENT_TYPE, format.content_type()),
+            (header::ETAG, etag),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// `GET /api`.
+pub async fn api_versions(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    discovery(&state, &headers, true, || {
+        json!({
             "kind": "APIVersions",
             "versions": ["v1"],
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": state.address.to_string()}],
-        }),
-    )
+        })
+    })
 }
 
 fn group_json(name: &str, versions: &[String]) -> Value {
@@ -42,19 +93,18 @@ fn group_json(name: &str, versions: &[String]) -> Value {
 }
 
 /// `GET /apis`.
-pub async fn api_groups(State(state): State<Arc<AppState>>) -> Response {
-    let groups: Vec<Value> = state
-        .resources
-        .snapshot()
-        .infos()
-        .groups()
-        .iter()
-        .map(|(g, vs)| group_json(g, vs))
-        .collect();
-    json_response(
-        StatusCode::OK,
-        &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}),
-    )
+pub async fn api_groups(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    discovery(&state, &headers, false, || {
+        let groups: Vec<Value> = state
+            .resources
+            .snapshot()
+            .infos()
+            .groups()
+            .iter()
+            .map(|(g, vs)| group_json(g, vs))
+            .collect();
+        json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+    })
 }
 
 /// `GET /apis/<group>`.
@@ -69,41 +119,7 @@ pub fn api_group(registry: &Registry, group: &str) -> Result<Value, ApiError> {
 
 /// `GET /api/v1` or `/apis/<group>/<version>`.
 pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Result<Value, ApiError> {
-    let mut resources = Vec::new();
-    for r in registry.in_group_version(group, version) {
-        let mut entry = json!({
-            "name": r.plural,
-            "singularName": r.singular,
-            "namespaced": r.namespaced,
-            "kind": r.kind,
-            "verbs": r.verbs,
-            "shortNames": r.short_names,
-        });
-        if !r.categories.is_empty() {
-            entry["categories"] = json!(r.categories);
-        }
-        resources.push(entry);
-        for sub in &r.subresources {
-            resources.push(json!({
-                "name": format!("{}/{sub}", r.plural),
-                "singularName": "",
-                "namespaced": r.namespaced,
-                "kind": r.kind,
-                "verbs": ["get", "patch", "update"],
-            }));
-        }
-    }
-    if resources.is_empty() {
-        return Err(not_found());
-    }
-    let gv = if group.is_empty() {
-        version.to_string()
-    } else {
-        format!("{group}/{version}")
-    };
-    Ok(
-        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
-    )
+    discovery::resource_list(registry, group, version).ok_or_else(not_found)
 }
 
 /// `GET /version`.

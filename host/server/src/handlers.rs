@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use wasm_apiserver_api::audit::Annotations;
+use wasm_apiserver_api::builtin::APIREGISTRATION;
 use wasm_apiserver_api::error::{Target, success_status};
 use wasm_apiserver_api::patch::{self, PatchType};
 use wasm_apiserver_api::request::query_pairs;
@@ -26,6 +27,7 @@ use wasm_apiserver_api::selector::{FieldSelector, LabelSelector};
 use wasm_apiserver_api::table::{IncludeObject, to_table};
 use wasm_apiserver_api::{ApiError, RequestInfo, ResourceInfo, meta};
 use wasm_apiserver_plugins::UserInfo;
+use wasm_apiserver_registry::builtin::is_remote_api_service;
 use wasm_apiserver_registry::{
     CreateRequest, Creater, Deleted, FieldValidation, ListOutcome, ListParams, Preconditions,
     Resource, WriteOptions,
@@ -290,17 +292,20 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
         // /api/v1, /apis/<group>, /apis/<group>/<version>
         let segs: Vec<&str> = info.path.trim_matches('/').split('/').collect();
         let doc = match segs.as_slice() {
-            ["api", v] => resource_list(snapshot.infos(), "", v)?,
-            ["apis", g] => api_group(snapshot.infos(), g)?,
-            ["apis", g, v] => resource_list(snapshot.infos(), g, v)?,
-            _ => return Err(not_found()),
-        };
+            ["api", v] => resource_list(snapshot.infos(), "", v),
+            ["apis", g] => api_group(snapshot.infos(), g),
+            ["apis", g, v] => match resource_list(snapshot.infos(), g, v) {
+                Err(ApiError::NotFound(_)) => Err(aggregated_or_not_found(state, g, v).await),
+                other => other,
+            },
+            _ => Err(not_found()),
+        }?;
         return Ok(json_response(StatusCode::OK, &doc));
     }
 
-    let res = snapshot
-        .get(&info.api_group, &info.api_version, &info.resource)
-        .ok_or_else(not_found)?;
+    let Some(res) = snapshot.get(&info.api_group, &info.api_version, &info.resource) else {
+        return Err(aggregated_or_not_found(state, &info.api_group, &info.api_version).await);
+    };
     let ns = res
         .strategy
         .scope(res, info.namespace.as_deref(), &info.verb)
@@ -323,7 +328,9 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
         {
             return computed_create(&call, creater.as_ref(), body).await;
         }
-        if !res.subresources.iter().any(|s| s == sub) || !matches!(verb, "get" | "update" | "patch")
+        if !res
+            .find_subresource(sub)
+            .is_some_and(|s| s.verbs.iter().any(|v| v == verb))
         {
             return Err(not_found());
         }
@@ -344,6 +351,25 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
         "delete" => delete(&call, body).await,
         "deletecollection" => delete_collection(&call).await,
         _ => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+/// A group version this server does not serve: 503 when a non-local
+/// APIService claims it (its backend is not reachable through this server,
+/// as upstream answers for an unavailable aggregated API), else 404.
+async fn aggregated_or_not_found(state: &AppState, group: &str, version: &str) -> ApiError {
+    let Some(api_services) = state.resources.get(APIREGISTRATION, "v1", "apiservices") else {
+        return not_found();
+    };
+    match state
+        .objects
+        .get(&api_services, None, &format!("{version}.{group}"))
+        .await
+    {
+        Ok(obj) if is_remote_api_service(&obj) => ApiError::ServiceUnavailable(
+            "the server is currently unable to handle the request".into(),
+        ),
+        _ => not_found(),
     }
 }
 

@@ -144,6 +144,22 @@ impl TokenSigner {
 
     /// Checks signature, issuer, audience and time; returns the subject.
     pub fn verify(&self, token: &str) -> Option<TokenSubject> {
+        self.verify_for(token, &self.issuers).map(|(sub, _)| sub)
+    }
+
+    /// The audiences API tokens carry (the issuers).
+    pub fn api_audiences(&self) -> &[String] {
+        &self.issuers
+    }
+
+    /// Checks signature, issuer and time, and that the token is for one of
+    /// `audiences`; returns the subject and the audiences it matched (a
+    /// TokenReview's `status.audiences`).
+    pub fn verify_for(
+        &self,
+        token: &str,
+        audiences: &[String],
+    ) -> Option<(TokenSubject, Vec<String>)> {
         let mut parts = token.split('.');
         let (h, c, s) = (parts.next()?, parts.next()?, parts.next()?);
         if parts.next().is_some() {
@@ -168,22 +184,30 @@ impl TokenSigner {
         let claims: Value = serde_json::from_slice(&dec(c)?).ok()?;
         let now = chrono::Utc::now().timestamp();
         let known = |v: &Value| self.issuers.iter().any(|i| v == i.as_str());
-        let aud_ok = claims["aud"]
+        let matched: Vec<String> = claims["aud"]
             .as_array()
-            .is_some_and(|a| a.iter().any(known));
+            .map(|a| {
+                audiences
+                    .iter()
+                    .filter(|want| a.iter().any(|v| v == want.as_str()))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
         if !known(&claims["iss"])
-            || !aud_ok
+            || matched.is_empty()
             || claims["exp"].as_i64()? <= now
             || claims["nbf"].as_i64().unwrap_or(0) > now + 60
         {
             return None;
         }
         let k = &claims["kubernetes.io"];
-        Some(TokenSubject {
+        let sub = TokenSubject {
             namespace: k["namespace"].as_str()?.to_string(),
             name: k["serviceaccount"]["name"].as_str()?.to_string(),
             uid: k["serviceaccount"]["uid"].as_str()?.to_string(),
-        })
+        };
+        Some((sub, matched))
     }
 }
 

@@ -43,12 +43,14 @@ impl AppState {
             },
         );
         authz::install_reviews(&resources, &authz);
+        let authn = authn::Authenticator::default();
+        authn::install_token_reviews(&objects, &authn);
         AppState {
             objects,
             resources,
             address,
             max_request_bytes,
-            authn: Default::default(),
+            authn,
             authz,
             audit: None,
         }
@@ -312,6 +314,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     state
         .authz
         .set_modes(authz::Authorizer::parse(&args.authorization_mode).map_err(anyhow::Error::msg)?);
+    authn::install_token_reviews(&state.objects, &state.authn);
     if let Some(signer) = &state.authn.service_accounts {
         let token_requests = Arc::new(authn::TokenRequests {
             objects: state.objects.clone(),
@@ -324,6 +327,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     let state = Arc::new(state);
 
     namespaces::ensure_initial(&state.objects).await?;
+    builtin::ensure_local_api_services(&state.objects).await?;
     authz::ensure_bootstrap_policy(&state.objects).await?;
     authz::reload(&state.objects, &state.authz).await?;
     authz::spawn_controller(state.objects.clone(), state.authz.clone());

@@ -677,6 +677,29 @@ async fn a_resource_registered_at_runtime_is_served_everywhere() {
     let list = app.get("/apis/example.com/v1").await.body;
     assert_eq!(list["resources"][0]["name"], "widgets");
     assert_eq!(list["resources"][0]["shortNames"], json!(["wd"]));
+    let aggregated_req = Request::builder()
+        .uri("/apis")
+        .header(
+            header::ACCEPT,
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+        )
+        .body(Body::empty())
+        .unwrap();
+    let aggregated = app.router.clone().oneshot(aggregated_req).await.unwrap();
+    let aggregated: Value =
+        serde_json::from_slice(&aggregated.into_body().collect().await.unwrap().to_bytes())
+            .unwrap();
+    let widget_group = aggregated["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["metadata"]["name"] == "example.com")
+        .cloned()
+        .unwrap_or_else(|| panic!("example.com not in aggregated discovery: {aggregated}"));
+    assert_eq!(
+        widget_group["versions"][0]["resources"][0]["responseKind"]["kind"],
+        "Widget"
+    );
     let openapi = app.get("/openapi/v3").await.body;
     assert!(
         openapi["paths"].get("apis/example.com/v1").is_some(),
