@@ -134,6 +134,25 @@ pub fn resources() -> Vec<ResourceInfo> {
             "TokenReview",
             false,
         ),
+        ResourceInfo::new(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            false,
+        )
+        .short_names(&["crd", "crds"])
+        .subresources(&["status"])
+        .columns(vec![
+            Column::name(),
+            Column::new(
+                "Created At",
+                "date",
+                "CreationTimestamp is a timestamp representing the server time when this object was created.",
+                ".metadata.creationTimestamp",
+            )
+            .or(json!("")),
+        ]),
         ResourceInfo::new(APIREGISTRATION, "v1", "apiservices", "APIService", false)
             .subresources(&["status"])
             .columns(vec![

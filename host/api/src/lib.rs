@@ -24,6 +24,7 @@ pub mod protobuf;
 pub mod rbac;
 pub mod request;
 pub mod resource;
+pub mod schema;
 pub mod selector;
 pub mod table;
 pub mod validation;

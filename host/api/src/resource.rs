@@ -404,6 +404,7 @@ mod tests {
             vec![
                 "admission.wasm-apiserver.io",
                 "admissionregistration.k8s.io",
+                "apiextensions.k8s.io",
                 "apiregistration.k8s.io",
                 "authentication.k8s.io",
                 "authorization.k8s.io",

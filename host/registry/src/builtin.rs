@@ -6,6 +6,7 @@
 //! registers them.
 
 use crate::admission::controller;
+use crate::crd;
 use crate::resources::Resource;
 use crate::store::{NamespaceCache, Objects};
 use crate::strategy::{Escalation, Strategy};
@@ -281,8 +282,15 @@ pub struct Dependencies {
     pub escalation: Arc<dyn Escalation>,
 }
 
+/// What [`install`] hands back to the assembly.
+pub struct Installed {
+    /// Which resources the CRDs serve (for [`crate::crd`]'s controller).
+    pub crds: Arc<crd::Served>,
+}
+
 /// Registers every built-in resource with its strategy, in one swap.
-pub fn install(objects: &Objects, deps: Dependencies) {
+pub fn install(objects: &Objects, deps: Dependencies) -> Installed {
+    let crds = Arc::new(crd::Served::default());
     let resources = wasm_apiserver_api::builtin::resources()
         .into_iter()
         .map(|info| {
@@ -293,6 +301,10 @@ pub fn install(objects: &Objects, deps: Dependencies) {
                         deleted: objects.namespace_deleted.clone(),
                     })),
                     ("", "secrets") => Some(Arc::new(Secrets)),
+                    (crd::GROUP, crd::PLURAL) => Some(Arc::new(crd::Definitions::new(
+                        objects.clone(),
+                        crds.clone(),
+                    ))),
                     (wasm_apiserver_api::builtin::APIREGISTRATION, "apiservices") => {
                         Some(Arc::new(ApiServices))
                     }
@@ -319,4 +331,5 @@ pub fn install(objects: &Objects, deps: Dependencies) {
             }
         });
     objects.resources.insert_all(resources);
+    Installed { crds }
 }

@@ -9,6 +9,7 @@
 //!   the admission chain, for every resource alike;
 //! * [`strategy`]: the traits a resource's special behaviour implements;
 //! * [`builtin`]: the built-in resources and their strategies;
+//! * [`crd`]: CustomResourceDefinitions, which register resources at runtime;
 //! * [`admission`]: the admission chain (wasm plugins and webhooks) and the
 //!   controller that loads it from API objects; [`webhook`] is the webhook
 //!   client;
@@ -23,6 +24,7 @@
 pub mod admission;
 pub mod builtin;
 pub mod codec;
+pub mod crd;
 pub mod error;
 pub mod namespaces;
 pub mod options;

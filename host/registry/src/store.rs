@@ -541,54 +541,27 @@ impl Objects {
             meta::parse_resource_version(meta::str_field(&body, "resourceVersion").unwrap_or(""))
                 .map_err(ApiError::BadRequest)?;
         let body_uid = meta::str_field(&body, "uid").map(String::from);
-        let sub = subresource.map(String::from);
-        let has_status = info.find_subresource("status").is_some();
-        let strategy = info.strategy.clone();
         self.guaranteed_update(info, ns, name, subresource, opts, |cur| {
             check_preconditions(info, name, cur, body_uid.as_deref(), precondition)?;
-            let mut new = match sub.as_deref() {
-                None => {
-                    let mut new = body.clone();
-                    if has_status {
-                        new["status"] = cur.get("status").cloned().unwrap_or(Value::Null);
-                    }
-                    new
-                }
-                Some("status") if has_status => {
-                    let mut new = cur.clone();
-                    new["status"] = body.get("status").cloned().unwrap_or(Value::Null);
-                    new
-                }
-                Some(other) => match strategy.update_subresource(other, cur, &body) {
-                    Some(new) => new,
-                    None => {
-                        return Err(ApiError::NotFound(Target::new(
-                            &info.group,
-                            &format!("{}/{other}", info.plural),
-                            name,
-                        )));
-                    }
-                },
-            };
-            if new.get("status").is_some_and(Value::is_null) {
-                new.as_object_mut().map(|m| m.remove("status"));
-            }
-            Ok(new)
+            scope_to_subresource(info, name, subresource, cur, &body)
         })
         .await
     }
 
-    /// Patches an object (PATCH) with an already-parsed patch document.
+    /// Patches an object (PATCH), or one of its subresources, with an
+    /// already-parsed patch document.
     pub async fn patch(
         &self,
         info: &Resource,
         ns: Option<&str>,
         name: &str,
+        subresource: Option<&str>,
         apply: &(dyn Fn(&Value) -> Result<Value> + Send + Sync),
         opts: &WriteOptions,
     ) -> Result<Value> {
-        self.guaranteed_update(info, ns, name, None, opts, |cur| {
+        self.guaranteed_update(info, ns, name, subresource, opts, |cur| {
             let patched = apply(cur)?;
+            let patched = scope_to_subresource(info, name, subresource, cur, &patched)?;
             // A resourceVersion in the patch is a precondition.
             let want = meta::str_field(&patched, "resourceVersion");
             if want.is_some() && want != meta::str_field(cur, "resourceVersion") {
@@ -714,6 +687,48 @@ impl Objects {
         listed.continue_token = None;
         Ok(listed)
     }
+}
+
+/// What a write of `body` to the object or one of its subresources
+/// stores: with a `status` subresource, a write to the object keeps the
+/// current status and a write to `status` changes only the status (as
+/// upstream's status strategies); other subresources are the strategy's.
+fn scope_to_subresource(
+    info: &Resource,
+    name: &str,
+    subresource: Option<&str>,
+    cur: &Value,
+    body: &Value,
+) -> Result<Value> {
+    let has_status = info.find_subresource("status").is_some();
+    let mut new = match subresource {
+        None => {
+            let mut new = body.clone();
+            if has_status {
+                new["status"] = cur.get("status").cloned().unwrap_or(Value::Null);
+            }
+            new
+        }
+        Some("status") if has_status => {
+            let mut new = cur.clone();
+            new["status"] = body.get("status").cloned().unwrap_or(Value::Null);
+            new
+        }
+        Some(other) => match info.strategy.update_subresource(other, cur, body) {
+            Some(new) => new,
+            None => {
+                return Err(ApiError::NotFound(Target::new(
+                    &info.group,
+                    &format!("{}/{other}", info.plural),
+                    name,
+                )));
+            }
+        },
+    };
+    if new.get("status").is_some_and(Value::is_null) {
+        new.as_object_mut().map(|m| m.remove("status"));
+    }
+    Ok(new)
 }
 
 fn check_preconditions(

@@ -512,7 +512,14 @@ async fn patch(call: &Call<'_>, body: Body) -> Result<Response> {
     let patched = call
         .state
         .objects
-        .patch(call.res, call.ns, call.name(), &apply, &opts)
+        .patch(
+            call.res,
+            call.ns,
+            call.name(),
+            call.subresource,
+            &apply,
+            &opts,
+        )
         .await?;
     Ok(with_warnings(
         json_response(StatusCode::OK, &patched),

@@ -19,7 +19,7 @@ use tower::ServiceBuilder;
 use wasm_apiserver_api::ConnectionInfo;
 use wasm_apiserver_registry::admission::{Admission, controller};
 use wasm_apiserver_registry::builtin::{self, Dependencies};
-use wasm_apiserver_registry::{Objects, Resources, namespaces};
+use wasm_apiserver_registry::{Objects, Resources, crd, namespaces};
 use wasm_apiserver_storage::Storage;
 use wasm_apiserver_storage::embedded::{EmbeddedOptions, EmbeddedStore};
 
@@ -36,7 +36,7 @@ impl AppState {
         let resources = Arc::new(Resources::new());
         let objects = Objects::new(storage, resources.clone(), admission);
         let authz = Arc::new(authz::Authorizer::always_allow());
-        builtin::install(
+        let installed = builtin::install(
             &objects,
             Dependencies {
                 escalation: authz.clone(),
@@ -53,6 +53,7 @@ impl AppState {
             authn,
             authz,
             audit: None,
+            crds: installed.crds,
         }
     }
 }
@@ -327,6 +328,8 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     let state = Arc::new(state);
 
     namespaces::ensure_initial(&state.objects).await?;
+    crd::install_existing(&state.objects, &state.crds).await?;
+    crd::spawn_controller(state.objects.clone(), state.crds.clone());
     builtin::ensure_local_api_services(&state.objects).await?;
     authz::ensure_bootstrap_policy(&state.objects).await?;
     authz::reload(&state.objects, &state.authz).await?;

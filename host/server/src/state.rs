@@ -22,4 +22,6 @@ pub struct AppState {
     pub authz: Arc<Authorizer>,
     /// `--audit-log-path` with `--audit-policy-file`.
     pub audit: Option<Arc<AuditLog>>,
+    /// The resources CRDs serve (the CRD controller's bookkeeping).
+    pub crds: Arc<wasm_apiserver_registry::crd::Served>,
 }

@@ -1,0 +1,338 @@
+//! End-to-end: CustomResourceDefinitions driven by kubectl. A CRD applied
+//! at runtime is served at once (discovery, tables, categories); its
+//! structural schema validates, prunes and defaults; `status` is a
+//! subresource; name conflicts are reported, not served; deleting the CRD
+//! deletes its objects.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wasm_apiserver_e2e::{
+    KubectlWatch, Server, expect_success, kubectl, kubectl_json, kubectl_ok, kubectl_stdin,
+    poll_until,
+};
+
+fn crd(name_kind: (&str, &str), group: &str) -> Value {
+    let (plural, kind) = name_kind;
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind,
+                      "shortNames": ["wd"], "categories": ["examples"]},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+                    {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+                    {"name": "Color", "type": "string", "jsonPath": ".spec.color", "priority": 1},
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                ],
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "spec": {
+                            "type": "object",
+                            "required": ["size"],
+                            "properties": {
+                                "size": {"type": "integer", "minimum": 1, "maximum": 10},
+                                "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
+                                "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                                          "x-kubernetes-list-map-keys": ["port"],
+                                          "items": {"type": "object", "properties": {
+                                              "port": {"type": "integer"},
+                                              "protocol": {"type": "string", "default": "TCP"}}}},
+                            },
+                        },
+                        "status": {"type": "object", "properties": {
+                            "conditions": {"type": "array", "items": {"type": "object",
+                                "properties": {"type": {"type": "string"}, "status": {"type": "string"}}}}}},
+                    },
+                }},
+            }],
+        },
+    })
+}
+
+fn apply(server: &Server, doc: &Value) -> std::process::Output {
+    kubectl_stdin(server, None, &["apply", "-f", "-"], &doc.to_string())
+}
+
+fn widget(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}, "spec": spec})
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn custom_resources_are_served_validated_and_cleaned_up() {
+    let server = Server::start();
+    let definition = crd(("widgets", "Widget"), "example.com");
+    let out = apply(&server, &definition);
+    expect_success(&out, None, &["apply", "-f", "-"]);
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=10s",
+            "crd/widgets.example.com",
+        ],
+    );
+    let status = kubectl_json(&server, None, &["get", "crd", "widgets.example.com"]);
+    assert_eq!(status["status"]["acceptedNames"]["kind"], "Widget");
+    assert_eq!(status["status"]["storedVersions"], json!(["v1"]));
+    assert_eq!(status["spec"]["names"]["listKind"], "WidgetList");
+
+    // Watch, create, get with printer columns, defaults.
+    let mut watch = KubectlWatch::spawn(&server, None, &["get", "widgets", "-w", "-o", "json"]);
+    let out = apply(
+        &server,
+        &widget("w1", json!({"size": 3, "ports": [{"port": 80}]})),
+    );
+    expect_success(&out, None, &["apply"]);
+    watch.wait_for_json(Duration::from_secs(15), "the widget's ADDED", |d| {
+        d["metadata"]["name"] == "w1"
+    });
+    let got = kubectl_json(&server, None, &["get", "wd", "w1"]);
+    assert_eq!(got["spec"]["color"], "red", "defaulted: {got}");
+    assert_eq!(
+        got["spec"]["ports"][0]["protocol"], "TCP",
+        "defaulted in list items: {got}"
+    );
+    let table = kubectl_ok(&server, None, &["get", "widgets"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "SIZE", "READY", "AGE"], "{table}");
+    let wide = kubectl_ok(&server, None, &["get", "widgets", "-o", "wide"]);
+    assert!(wide.lines().next().unwrap().contains("COLOR"), "{wide}");
+    assert!(wide.contains("red"), "{wide}");
+    let category = kubectl_ok(&server, None, &["get", "examples"]);
+    assert!(category.contains("w1"), "{category}");
+
+    // Schema violations: 422 with field paths.
+    let out = apply(
+        &server,
+        &widget("w2", json!({"size": 11, "color": "green"})),
+    );
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "spec.size: Invalid value: 11: spec.size in body should be less than or equal to 10"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("spec.color: Unsupported value: \"green\""),
+        "{err}"
+    );
+    let out = apply(&server, &widget("w3", json!({"color": "red"})));
+    assert!(
+        stderr(&out).contains("spec.size: Required value"),
+        "{}",
+        stderr(&out)
+    );
+    let out = apply(
+        &server,
+        &widget(
+            "w4",
+            json!({"size": 1, "ports": [{"port": 1}, {"port": 1}]}),
+        ),
+    );
+    assert!(
+        stderr(&out).contains("spec.ports[1]: Duplicate value"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Unknown fields: kubectl's strict validation names them; without it they are pruned.
+    let extra = widget("w5", json!({"size": 2, "extra": true}));
+    let out = apply(&server, &extra);
+    assert!(
+        stderr(&out).contains("unknown field \"spec.extra\""),
+        "{}",
+        stderr(&out)
+    );
+    let out = kubectl_stdin(
+        &server,
+        None,
+        &["apply", "--validate=false", "-f", "-"],
+        &extra.to_string(),
+    );
+    expect_success(&out, None, &["apply", "--validate=false"]);
+    let pruned = kubectl_json(&server, None, &["get", "widget", "w5"]);
+    assert!(pruned["spec"].get("extra").is_none(), "{pruned}");
+
+    // Patches and the status subresource.
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "patch",
+            "widget",
+            "w1",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"size":4}}"#,
+        ],
+    );
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "patch",
+            "widget",
+            "w1",
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/color","value":"blue"}]"#,
+        ],
+    );
+    let before = kubectl_json(&server, None, &["get", "widget", "w1"]);
+    assert_eq!(
+        (
+            before["spec"]["size"].clone(),
+            before["spec"]["color"].clone()
+        ),
+        (json!(4), json!("blue"))
+    );
+    let generation = before["metadata"]["generation"].as_i64().unwrap();
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "patch",
+            "widget",
+            "w1",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"conditions":[{"type":"Ready","status":"True"}]},"spec":{"size":9}}"#,
+        ],
+    );
+    let after = kubectl_json(&server, None, &["get", "widget", "w1"]);
+    assert_eq!(
+        after["status"]["conditions"][0]["status"], "True",
+        "{after}"
+    );
+    assert_eq!(
+        after["spec"]["size"], 4,
+        "a status write does not change spec: {after}"
+    );
+    assert_eq!(
+        after["metadata"]["generation"].as_i64().unwrap(),
+        generation
+    );
+    let table = kubectl_ok(&server, None, &["get", "widget", "w1"]);
+    assert!(table.lines().nth(1).unwrap().contains("True"), "{table}");
+    // A spec write keeps status and bumps the generation.
+    let mut replaced = after.clone();
+    replaced["spec"]["size"] = json!(5);
+    replaced["status"] = json!({});
+    let out = kubectl_stdin(
+        &server,
+        None,
+        &["replace", "-f", "-"],
+        &replaced.to_string(),
+    );
+    expect_success(&out, None, &["replace"]);
+    let replaced = kubectl_json(&server, None, &["get", "widget", "w1"]);
+    assert_eq!(
+        replaced["status"]["conditions"][0]["status"], "True",
+        "{replaced}"
+    );
+    assert_eq!(
+        replaced["metadata"]["generation"].as_i64().unwrap(),
+        generation + 1
+    );
+
+    // A second CRD claiming the same kind in the group is not served.
+    let rival = crd(("gadgets", "Widget"), "example.com");
+    expect_success(&apply(&server, &rival), None, &["apply"]);
+    let rival = kubectl_json(&server, None, &["get", "crd", "gadgets.example.com"]);
+    let accepted = rival["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "NamesAccepted")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (accepted["status"].clone(), accepted["reason"].clone()),
+        (json!("False"), json!("NameConflict")),
+        "{rival}"
+    );
+    let (code, _) = server.get("/apis/example.com/v1/gadgets").unwrap();
+    assert_eq!(code, 404);
+    kubectl_ok(&server, None, &["delete", "crd", "gadgets.example.com"]);
+
+    // Deleting the CRD deletes its objects; created again, it starts empty.
+    kubectl_ok(
+        &server,
+        None,
+        &["delete", "crd", "widgets.example.com", "--timeout=30s"],
+    );
+    poll_until(
+        Duration::from_secs(15),
+        "the widgets resource to go",
+        || {
+            let (code, _) = server
+                .get("/apis/example.com/v1/namespaces/default/widgets")
+                .unwrap();
+            (code == 404).then_some(())
+        },
+    );
+    expect_success(&apply(&server, &definition), None, &["apply"]);
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=10s",
+            "crd/widgets.example.com",
+        ],
+    );
+    let listed = kubectl_json(&server, None, &["get", "widgets"]);
+    assert_eq!(listed["items"], json!([]), "{listed}");
+}
+
+#[test]
+fn non_structural_schemas_are_refused_and_crds_survive_a_restart() {
+    let mut server = Server::start();
+    let mut bad = crd(("things", "Thing"), "example.org");
+    bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("type");
+    let out = apply(&server, &bad);
+    let err = stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(
+            "spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value"
+        ),
+        "{err}"
+    );
+    let good = crd(("things", "Thing"), "example.org");
+    expect_success(&apply(&server, &good), None, &["apply"]);
+    let thing = json!({"apiVersion": "example.org/v1", "kind": "Thing", "metadata": {"name": "t"}, "spec": {"size": 1}});
+    poll_until(Duration::from_secs(10), "the thing to be created", || {
+        let out = kubectl_stdin(&server, None, &["apply", "-f", "-"], &thing.to_string());
+        out.status.success().then_some(())
+    });
+    server.restart();
+    let got = kubectl(&server, None, &["get", "things", "t", "-o", "name"]);
+    assert!(got.status.success(), "{}", stderr(&got));
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout).trim(),
+        "thing.example.org/t"
+    );
+}
