@@ -38,8 +38,12 @@ fn crd(name_kind: (&str, &str), group: &str) -> Value {
                         "spec": {
                             "type": "object",
                             "required": ["size"],
+                            "x-kubernetes-validations": [
+                                {"rule": "self.size <= 8 || self.color == 'blue'", "message": "big widgets must be blue"},
+                            ],
                             "properties": {
-                                "size": {"type": "integer", "minimum": 1, "maximum": 10},
+                                "size": {"type": "integer", "minimum": 1, "maximum": 10,
+                                         "x-kubernetes-validations": [{"rule": "self >= oldSelf", "message": "size may not shrink"}]},
                                 "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
                                 "ports": {"type": "array", "x-kubernetes-list-type": "map",
                                           "x-kubernetes-list-map-keys": ["port"],
@@ -305,6 +309,81 @@ fn custom_resources_are_served_validated_and_cleaned_up() {
 }
 
 #[test]
+fn cel_rules_validate_custom_resources() {
+    let server = Server::start();
+    expect_success(
+        &apply(&server, &crd(("widgets", "Widget"), "example.com")),
+        None,
+        &["apply"],
+    );
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=10s",
+            "crd/widgets.example.com",
+        ],
+    );
+    let out = apply(&server, &widget("big", json!({"size": 9})));
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("spec: Invalid value: \"object\": big widgets must be blue"),
+        "{err}"
+    );
+    expect_success(
+        &apply(&server, &widget("big", json!({"size": 9, "color": "blue"}))),
+        None,
+        &["apply"],
+    );
+    // A transition rule: checked on updates only.
+    let out = kubectl(
+        &server,
+        None,
+        &[
+            "patch",
+            "widget",
+            "big",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"size":2}}"#,
+        ],
+    );
+    let err = stderr(&out);
+    assert!(
+        !out.status.success() && err.contains("size may not shrink"),
+        "{err}"
+    );
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "patch",
+            "widget",
+            "big",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"size":10}}"#,
+        ],
+    );
+
+    // A rule that does not compile refuses the CRD, naming the rule.
+    let mut bad = crd(("gizmos", "Gizmo"), "example.com");
+    bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"] =
+        json!([{"rule": "self.size >"}]);
+    let out = apply(&server, &bad);
+    let err = stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("properties[spec].x-kubernetes-validations[0].rule")
+            && err.contains("compilation failed"),
+        "{err}"
+    );
+}
+
+#[test]
 fn non_structural_schemas_are_refused_and_crds_survive_a_restart() {
     let mut server = Server::start();
     let mut bad = crd(("things", "Thing"), "example.org");
@@ -335,4 +414,63 @@ fn non_structural_schemas_are_refused_and_crds_survive_a_restart() {
         String::from_utf8_lossy(&got.stdout).trim(),
         "thing.example.org/t"
     );
+}
+
+#[test]
+fn versions_share_one_storage_version_and_scale_works() {
+    let server = Server::start();
+    let schema = json!({"openAPIV3Schema": {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {"replicas": {"type": "integer"}, "selector": {"type": "string"}}},
+        "status": {"type": "object", "properties": {"replicas": {"type": "integer"}, "selector": {"type": "string"}}}}}});
+    let version = |name: &str, storage: bool| {
+        json!({"name": name, "served": true, "storage": storage, "schema": schema,
+               "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.replicas",
+                   "statusReplicasPath": ".status.replicas", "labelSelectorPath": ".status.selector"}}})
+    };
+    let definition = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "pools.example.net"},
+        "spec": {"group": "example.net", "scope": "Namespaced",
+                 "names": {"plural": "pools", "kind": "Pool"},
+                 "versions": [version("v1alpha1", false), version("v1", true)]},
+    });
+    expect_success(&apply(&server, &definition), None, &["apply"]);
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=10s",
+            "crd/pools.example.net",
+        ],
+    );
+    let pool = json!({"apiVersion": "example.net/v1alpha1", "kind": "Pool",
+                      "metadata": {"name": "p1"}, "spec": {"replicas": 1}});
+    expect_success(&apply(&server, &pool), None, &["apply"]);
+    let v1 = kubectl_json(&server, None, &["get", "pools.v1.example.net", "p1"]);
+    assert_eq!(v1["apiVersion"], "example.net/v1", "{v1}");
+    let (code, body) = server
+        .get("/apis/example.net/v1alpha1/namespaces/default/pools")
+        .unwrap();
+    assert_eq!(code, 200);
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        listed["items"][0]["apiVersion"], "example.net/v1alpha1",
+        "{listed}"
+    );
+    let crd = kubectl_json(&server, None, &["get", "crd", "pools.example.net"]);
+    assert_eq!(crd["status"]["storedVersions"], json!(["v1"]));
+
+    kubectl_ok(&server, None, &["scale", "pool", "p1", "--replicas=5"]);
+    let scaled = kubectl_json(&server, None, &["get", "pool", "p1"]);
+    assert_eq!(scaled["spec"]["replicas"], 5, "{scaled}");
+    let (code, body) = server
+        .get("/apis/example.net/v1/namespaces/default/pools/p1/scale")
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let scale: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["apiVersion"], "autoscaling/v1");
+    assert_eq!(scale["spec"]["replicas"], 5);
 }

@@ -15,6 +15,7 @@ pub mod admission;
 pub mod audit;
 pub mod authn;
 pub mod builtin;
+pub mod cel;
 pub mod discovery;
 pub mod error;
 pub mod meta;

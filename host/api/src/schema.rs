@@ -4,7 +4,8 @@
 //! unknown fields, defaulting, and validation with field paths (types,
 //! formats, enum, bounds, lengths, patterns, required, item and property
 //! counts, `nullable`, `x-kubernetes-int-or-string`,
-//! `x-kubernetes-list-type` `set`/`map` uniqueness). Error texts follow
+//! `x-kubernetes-list-type` `set`/`map` uniqueness) and CEL rules
+//! ([`crate::cel`]). Error texts follow
 //! upstream's so kubectl prints what users know.
 
 use crate::error::Cause;
@@ -202,9 +203,10 @@ impl Schema {
         default_node(&self.0, obj);
     }
 
-    /// Validates an object against the schema; `apiVersion`, `kind` and
-    /// `metadata` are the store's and not checked here.
-    pub fn validate(&self, obj: &Value) -> Vec<Cause> {
+    /// Validates an object against the schema and its CEL rules; `old` is
+    /// the current object on updates (for transition rules). `apiVersion`,
+    /// `kind` and `metadata` are the store's and not checked here.
+    pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
         let mut out = Vec::new();
         let empty = Map::new();
         let map = obj.as_object().unwrap_or(&empty);
@@ -214,10 +216,13 @@ impl Schema {
                 continue;
             }
             if let Some(child) = props.and_then(|p| p.get(k)) {
-                validate_node(child, v, k, &mut out);
+                validate_node(child, v, old.and_then(|o| o.get(k)), k, &mut out);
             }
         }
         required(&self.0, map, "", &mut out);
+        if out.is_empty() && crate::cel::has_rules(&self.0) {
+            crate::cel::check(&self.0, obj, old, "", &mut out);
+        }
         out
     }
 }
@@ -339,7 +344,16 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-fn validate_node(s: &Value, v: &Value, path: &str, out: &mut Vec<Cause>) {
+fn validate_node(s: &Value, v: &Value, old: Option<&Value>, path: &str, out: &mut Vec<Cause>) {
+    let before = out.len();
+    validate_value(s, v, old, path, out);
+    // As upstream: CEL rules run on values that passed the schema.
+    if out.len() == before && crate::cel::has_rules(s) {
+        crate::cel::check(s, v, old, path, out);
+    }
+}
+
+fn validate_value(s: &Value, v: &Value, old: Option<&Value>, path: &str, out: &mut Vec<Cause>) {
     if v.is_null() {
         if !flag(s, "nullable") && s.get("type").is_some() {
             out.push(cause(
@@ -526,7 +540,7 @@ fn validate_node(s: &Value, v: &Value, path: &str, out: &mut Vec<Cause>) {
             list_type(s, items, path, out);
             if let Some(is) = s.get("items") {
                 for (i, item) in items.iter().enumerate() {
-                    validate_node(is, item, &format!("{path}[{i}]"), out);
+                    validate_node(is, item, None, &format!("{path}[{i}]"), out);
                 }
             }
         }
@@ -558,7 +572,7 @@ fn validate_node(s: &Value, v: &Value, path: &str, out: &mut Vec<Cause>) {
             for (k, child) in map {
                 let cs = props.and_then(|p| p.get(k)).or(additional);
                 if let Some(cs) = cs {
-                    validate_node(cs, child, &join(path, k), out);
+                    validate_node(cs, child, old.and_then(|o| o.get(k)), &join(path, k), out);
                 }
             }
         }
@@ -660,11 +674,15 @@ mod tests {
     fn validation_reports_field_paths_like_upstream() {
         let s = widget();
         let ok = json!({"spec": {"size": 3, "color": "blue", "port": "http", "note": null, "tags": ["a"]}});
-        assert!(s.validate(&ok).is_empty(), "{:?}", s.validate(&ok));
+        assert!(
+            s.validate(&ok, None).is_empty(),
+            "{:?}",
+            s.validate(&ok, None)
+        );
         let bad = json!({"spec": {"size": 11, "color": "green", "name": "Bad1", "tags": ["a", "a"],
                                   "ports": [{"port": 80}, {"port": 80}], "port": true,
                                   "labels": {"x": 1}}});
-        let causes = s.validate(&bad);
+        let causes = s.validate(&bad, None);
         let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
         for want in [
             "spec.size",
@@ -684,10 +702,10 @@ mod tests {
         );
         let color = causes.iter().find(|c| c.field == "spec.color").unwrap();
         assert_eq!(color.reason, "FieldValueNotSupported");
-        let missing = s.validate(&json!({"spec": {}}));
+        let missing = s.validate(&json!({"spec": {}}), None);
         assert_eq!(missing[0].field, "spec.size");
         assert_eq!(missing[0].reason, "FieldValueRequired");
-        let typed = s.validate(&json!({"spec": {"size": "3"}}));
+        let typed = s.validate(&json!({"spec": {"size": "3"}}), None);
         assert_eq!(
             typed[0].message,
             "Invalid value: \"string\": spec.size in body must be of type integer: \"string\""

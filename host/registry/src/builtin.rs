@@ -125,6 +125,7 @@ impl Strategy for Rbac {
         info: &ResourceInfo,
         namespace: Option<&str>,
         obj: &Value,
+        _old: Option<&Value>,
         user: &UserInfo,
     ) -> Result<(), ApiError> {
         validate_object(info, obj)?;
@@ -209,6 +210,7 @@ impl Strategy for ApiServices {
         info: &ResourceInfo,
         _namespace: Option<&str>,
         obj: &Value,
+        _old: Option<&Value>,
         _user: &UserInfo,
     ) -> Result<(), ApiError> {
         validate_object(info, obj)?;

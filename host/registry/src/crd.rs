@@ -171,6 +171,7 @@ fn validate_definition(obj: &Value) -> Vec<Cause> {
             });
         } else {
             out.extend(structural_errors(schema, &base));
+            out.extend(wasm_apiserver_api::cel::compile_errors(schema, &base));
         }
         for (j, c) in v["additionalPrinterColumns"]
             .as_array()
@@ -189,6 +190,15 @@ fn validate_definition(obj: &Value) -> Vec<Cause> {
         }
     }
     out
+}
+
+/// The name of a CRD's storage version.
+fn storage_version(crd: &Value) -> &str {
+    crd["spec"]["versions"]
+        .as_array()
+        .and_then(|vs| vs.iter().find(|v| v["storage"] == true))
+        .and_then(|v| v["name"].as_str())
+        .unwrap_or_default()
 }
 
 /// The `ResourceInfo` of one served version of an accepted CRD.
@@ -222,6 +232,15 @@ fn version_info(crd: &Value, version: &Value) -> ResourceInfo {
     if version["subresources"]["status"].is_object() {
         info = info.subresources(&["status"]);
     }
+    if version["subresources"]["scale"].is_object() {
+        info = info.subresource(wasm_apiserver_api::resource::Subresource {
+            name: "scale".into(),
+            group: "autoscaling".into(),
+            version: "v1".into(),
+            kind: "Scale".into(),
+            verbs: ["get", "patch", "update"].map(String::from).to_vec(),
+        });
+    }
     let mut columns = vec![Column::name()];
     let printer = version["additionalPrinterColumns"].as_array();
     for c in printer.into_iter().flatten() {
@@ -251,18 +270,96 @@ fn version_info(crd: &Value, version: &Value) -> ResourceInfo {
 }
 
 /// The objects of one custom resource version: schema pruning, defaulting
-/// and validation.
+/// and validation, storage in the storage version, and the `scale`
+/// subresource.
 struct CustomResources {
     schema: Schema,
+    /// `<group>/<storage version>`: what is stored.
+    storage_api_version: String,
+    scale: Option<ScalePaths>,
+}
+
+/// A CRD version's `subresources.scale`.
+struct ScalePaths {
+    spec_replicas: String,
+    status_replicas: String,
+    label_selector: Option<String>,
+}
+
+/// The value at a simple JSONPath (`.spec.replicas`), as CRD scale paths are.
+fn at<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    path.trim_start_matches('.')
+        .split('.')
+        .filter(|k| !k.is_empty())
+        .try_fold(obj, |v, k| v.get(k))
+}
+
+fn set_at(obj: &mut Value, path: &str, value: Value) {
+    let keys: Vec<&str> = path
+        .trim_start_matches('.')
+        .split('.')
+        .filter(|k| !k.is_empty())
+        .collect();
+    let mut cur = obj;
+    for (i, k) in keys.iter().enumerate() {
+        if !cur.is_object() {
+            *cur = json!({});
+        }
+        if i + 1 == keys.len() {
+            cur[*k] = value;
+            return;
+        }
+        cur = &mut cur[*k];
+    }
 }
 
 impl Strategy for CustomResources {
+    fn present(&self, info: &ResourceInfo, obj: &mut Value) {
+        if obj.is_object() {
+            obj["apiVersion"] = json!(info.api_version());
+        }
+    }
+
+    fn get_subresource(&self, sub: &str, obj: &Value) -> Option<Value> {
+        let scale = self.scale.as_ref().filter(|_| sub == "scale")?;
+        let m = &obj["metadata"];
+        let mut metadata = json!({"name": m["name"], "uid": m["uid"],
+            "resourceVersion": m["resourceVersion"], "creationTimestamp": m["creationTimestamp"]});
+        if let Some(ns) = m.get("namespace") {
+            metadata["namespace"] = ns.clone();
+        }
+        let mut status =
+            json!({"replicas": at(obj, &scale.status_replicas).cloned().unwrap_or(json!(0))});
+        if let Some(sel) = scale.label_selector.as_deref().and_then(|p| at(obj, p)) {
+            status["selector"] = sel.clone();
+        }
+        Some(json!({
+            "apiVersion": "autoscaling/v1",
+            "kind": "Scale",
+            "metadata": metadata,
+            "spec": {"replicas": at(obj, &scale.spec_replicas).cloned().unwrap_or(json!(0))},
+            "status": status,
+        }))
+    }
+
+    fn update_subresource(&self, sub: &str, current: &Value, body: &Value) -> Option<Value> {
+        let scale = self.scale.as_ref().filter(|_| sub == "scale")?;
+        let mut new = current.clone();
+        set_at(
+            &mut new,
+            &scale.spec_replicas,
+            body["spec"]["replicas"].clone(),
+        );
+        Some(new)
+    }
+
     fn prune(&self, _info: &ResourceInfo, obj: &mut Value) -> Vec<String> {
         self.schema.prune(obj)
     }
 
     fn canonicalize(&self, obj: &mut Value) {
         self.schema.default(obj);
+        obj["apiVersion"] = json!(self.storage_api_version);
     }
 
     fn validate(
@@ -270,10 +367,11 @@ impl Strategy for CustomResources {
         info: &ResourceInfo,
         _namespace: Option<&str>,
         obj: &Value,
+        old: Option<&Value>,
         _user: &UserInfo,
     ) -> Result<(), ApiError> {
         validate_object(info, obj)?;
-        let causes = self.schema.validate(obj);
+        let causes = self.schema.validate(obj, old);
         if causes.is_empty() {
             return Ok(());
         }
@@ -425,6 +523,7 @@ impl Strategy for Definitions {
         info: &ResourceInfo,
         _namespace: Option<&str>,
         obj: &Value,
+        _old: Option<&Value>,
         _user: &UserInfo,
     ) -> Result<(), ApiError> {
         validate_object(info, obj)?;
@@ -460,8 +559,28 @@ pub fn apply(objects: &Objects, served: &Arc<Served>, crd: &Value, deleted: bool
             .filter(|v| v["served"] != false)
             .map(|v| {
                 let schema = Schema::new(v["schema"]["openAPIV3Schema"].clone());
-                Resource::new(version_info(crd, v))
-                    .with_strategy(Arc::new(CustomResources { schema }))
+                let scale = &v["subresources"]["scale"];
+                let scale = scale.is_object().then(|| ScalePaths {
+                    spec_replicas: scale["specReplicasPath"]
+                        .as_str()
+                        .unwrap_or(".spec.replicas")
+                        .into(),
+                    status_replicas: scale["statusReplicasPath"]
+                        .as_str()
+                        .unwrap_or(".status.replicas")
+                        .into(),
+                    label_selector: scale["labelSelectorPath"].as_str().map(String::from),
+                });
+                let storage_api_version = format!(
+                    "{}/{}",
+                    crd["spec"]["group"].as_str().unwrap_or_default(),
+                    storage_version(crd)
+                );
+                Resource::new(version_info(crd, v)).with_strategy(Arc::new(CustomResources {
+                    schema,
+                    storage_api_version,
+                    scale,
+                }))
             })
             .collect()
     };

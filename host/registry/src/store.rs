@@ -100,6 +100,12 @@ fn map_storage(info: &ResourceInfo, name: &str, e: StorageError) -> ApiError {
     }
 }
 
+/// An object as the request's version shows it (see [`Strategy::present`](crate::strategy::Strategy::present)).
+fn present(info: &Resource, mut obj: Value) -> Value {
+    info.strategy.present(info, &mut obj);
+    obj
+}
+
 fn without_rv(obj: &Value) -> Value {
     let mut o = obj.clone();
     meta::metadata_mut(&mut o).remove("resourceVersion");
@@ -200,7 +206,7 @@ impl Objects {
             .await
             .map_err(storage_error)?
         {
-            Some(kv) => decode(&kv),
+            Some(kv) => decode(&kv).map(|obj| present(info, obj)),
             None => Err(ApiError::NotFound(target(info, name))),
         }
     }
@@ -282,7 +288,7 @@ impl Objects {
                 }
                 let obj = decode(kv)?;
                 if p.matches(&obj) {
-                    items.push(obj);
+                    items.push(present(info, obj));
                 }
             }
             if let Some(key) = stopped_at {
@@ -417,11 +423,11 @@ impl Objects {
         };
         self.admit_mutating(info, &attrs, &mut obj, None, opts)
             .await?;
-        info.strategy.validate(info, ns, &obj, &opts.user)?;
+        info.strategy.validate(info, ns, &obj, None, &opts.user)?;
         self.admit_validating(&attrs, Some(&obj), None, opts)
             .await?;
         if opts.dry_run {
-            return Ok(obj);
+            return Ok(present(info, obj));
         }
         let key = info.object_key(ns, &name);
         let kv = self
@@ -431,7 +437,7 @@ impl Objects {
             .map_err(|e| map_storage(info, &name, e))?;
         meta::set_resource_version(&mut obj, kv.mod_revision);
         info.strategy.after_write(&obj, false).await;
-        Ok(obj)
+        Ok(present(info, obj))
     }
 
     /// Reads, changes and compare-and-swaps an object until the swap wins
@@ -454,10 +460,11 @@ impl Objects {
             let Some(cur_kv) = self.storage.get(&key).await.map_err(storage_error)? else {
                 return Err(ApiError::NotFound(target(info, name)));
             };
-            let mut cur = decode(&cur_kv)?;
+            let mut stored = decode(&cur_kv)?;
             // Unknown fields stored before they were pruned are not the
             // request's: drop them silently, so only the request's count.
-            info.strategy.prune(info, &mut cur);
+            info.strategy.prune(info, &mut stored);
+            let cur = present(info, stored.clone());
             let mut new = change(&cur)?;
             self.normalize(info, ns, &mut new)?;
             check_fields(info, &mut new, opts)?;
@@ -472,24 +479,25 @@ impl Objects {
             };
             self.admit_mutating(info, &attrs, &mut new, Some(&cur), opts)
                 .await?;
-            info.strategy.validate(info, ns, &new, &opts.user)?;
+            info.strategy
+                .validate(info, ns, &new, Some(&cur), &opts.user)?;
             self.admit_validating(&attrs, Some(&new), Some(&cur), opts)
                 .await?;
             if ready_to_delete(info, &new) {
                 if opts.dry_run {
-                    return Ok(new);
+                    return Ok(present(info, new));
                 }
                 match self.storage.delete(&key, Some(cur_kv.mod_revision)).await {
                     Ok(kv) => {
                         meta::set_resource_version(&mut new, kv.mod_revision);
                         info.strategy.after_write(&new, true).await;
-                        return Ok(new);
+                        return Ok(present(info, new));
                     }
                     Err(StorageError::Conflict { .. }) => continue,
                     Err(e) => return Err(map_storage(info, name, e)),
                 }
             }
-            if without_rv(&new) == without_rv(&cur) {
+            if without_rv(&new) == without_rv(&stored) {
                 if !opts.dry_run {
                     info.strategy.after_write(&cur, false).await;
                 }
@@ -497,7 +505,7 @@ impl Objects {
             }
             if opts.dry_run {
                 meta::set_resource_version(&mut new, cur_kv.mod_revision);
-                return Ok(new);
+                return Ok(present(info, new));
             }
             match self
                 .storage
@@ -507,7 +515,7 @@ impl Objects {
                 Ok(kv) => {
                     meta::set_resource_version(&mut new, kv.mod_revision);
                     info.strategy.after_write(&new, false).await;
-                    return Ok(new);
+                    return Ok(present(info, new));
                 }
                 Err(StorageError::Conflict { .. }) => continue,
                 Err(e) => return Err(map_storage(info, name, e)),
@@ -560,8 +568,22 @@ impl Objects {
         opts: &WriteOptions,
     ) -> Result<Value> {
         self.guaranteed_update(info, ns, name, subresource, opts, |cur| {
-            let patched = apply(cur)?;
-            let patched = scope_to_subresource(info, name, subresource, cur, &patched)?;
+            // A subresource with its own view (`scale`) is patched in that
+            // view and mapped back; others patch the object.
+            let view =
+                subresource.and_then(|sub| Some((sub, info.strategy.get_subresource(sub, cur)?)));
+            let patched = match view {
+                Some((sub, view)) => {
+                    let changed = apply(&view)?;
+                    if meta::str_field(&changed, "resourceVersion")
+                        .is_some_and(|rv| Some(rv) != meta::str_field(cur, "resourceVersion"))
+                    {
+                        return Err(ApiError::stale(target(info, name)));
+                    }
+                    scope_to_subresource(info, name, Some(sub), cur, &changed)?
+                }
+                None => scope_to_subresource(info, name, subresource, cur, &apply(cur)?)?,
+            };
             // A resourceVersion in the patch is a precondition.
             let want = meta::str_field(&patched, "resourceVersion");
             if want.is_some() && want != meta::str_field(cur, "resourceVersion") {
@@ -604,7 +626,7 @@ impl Objects {
                 .await?;
             if info.strategy.graceful_delete(&cur) {
                 if meta::str_field(&cur, "deletionTimestamp").is_some() {
-                    return Ok(Deleted::Pending(cur));
+                    return Ok(Deleted::Pending(present(info, cur)));
                 }
                 let mut marked = cur.clone();
                 let m = meta::metadata_mut(&mut marked);
@@ -612,7 +634,7 @@ impl Objects {
                 m.insert("deletionGracePeriodSeconds".into(), json!(0));
                 info.strategy.prepare_for_delete(&mut marked);
                 if opts.dry_run {
-                    return Ok(Deleted::Pending(marked));
+                    return Ok(Deleted::Pending(present(info, marked)));
                 }
                 match self
                     .storage
@@ -622,21 +644,21 @@ impl Objects {
                     Ok(kv) => {
                         meta::set_resource_version(&mut marked, kv.mod_revision);
                         info.strategy.after_write(&marked, false).await;
-                        return Ok(Deleted::Pending(marked));
+                        return Ok(Deleted::Pending(present(info, marked)));
                     }
                     Err(StorageError::Conflict { .. }) => continue,
                     Err(e) => return Err(map_storage(info, name, e)),
                 }
             }
             if opts.dry_run {
-                return Ok(Deleted::Now(cur));
+                return Ok(Deleted::Now(present(info, cur)));
             }
             match self.storage.delete(&key, Some(cur_kv.mod_revision)).await {
                 Ok(kv) => {
                     let mut last = cur;
                     meta::set_resource_version(&mut last, kv.mod_revision);
                     info.strategy.after_write(&last, true).await;
-                    return Ok(Deleted::Now(last));
+                    return Ok(Deleted::Now(present(info, last)));
                 }
                 Err(StorageError::Conflict { .. }) => continue,
                 Err(e) => return Err(map_storage(info, name, e)),

@@ -51,12 +51,14 @@ pub trait Strategy: Send + Sync {
     fn canonicalize(&self, _obj: &mut Value) {}
 
     /// Validates the object to be stored (after mutating admission, before
-    /// validating admission). `user` is the writer.
+    /// validating admission). `old` is the current object on updates;
+    /// `user` is the writer.
     fn validate(
         &self,
         info: &ResourceInfo,
         _namespace: Option<&str>,
         obj: &Value,
+        _old: Option<&Value>,
         _user: &UserInfo,
     ) -> Result<()> {
         validate_object(info, obj)
@@ -67,6 +69,19 @@ pub trait Strategy: Send + Sync {
     /// subresources (a namespace's `finalize`) are the strategy's. `None`:
     /// no such subresource.
     fn update_subresource(&self, _sub: &str, _current: &Value, _body: &Value) -> Option<Value> {
+        None
+    }
+
+    /// A stored object as a request in `info`'s version shows it. Custom
+    /// resources are stored in their storage version and read in any
+    /// served one (`conversion: None` changes only `apiVersion`).
+    fn present(&self, _info: &ResourceInfo, _obj: &mut Value) {}
+
+    /// A subresource's own view of an object (`scale`'s `autoscaling/v1`
+    /// `Scale`); `None`: the object itself (as `status` is read). Writes to
+    /// such a subresource get (and patch) this view, and
+    /// [`Strategy::update_subresource`] maps it back.
+    fn get_subresource(&self, _sub: &str, _obj: &Value) -> Option<Value> {
         None
     }
 

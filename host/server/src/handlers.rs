@@ -272,6 +272,14 @@ impl Call<'_> {
     fn name(&self) -> &str {
         self.name.unwrap_or_default()
     }
+
+    /// The answer for the request's subresource: its own view of the
+    /// object where it has one (`scale`), else the object.
+    fn view(&self, obj: Value) -> Value {
+        self.subresource
+            .and_then(|sub| self.res.strategy.get_subresource(sub, &obj))
+            .unwrap_or(obj)
+    }
 }
 
 fn not_found() -> ApiError {
@@ -393,7 +401,12 @@ async fn get(call: &Call<'_>) -> Result<Response> {
         .objects
         .get(call.res, call.ns, call.name())
         .await?;
-    Ok(object_response(StatusCode::OK, call.res, obj, table))
+    Ok(object_response(
+        StatusCode::OK,
+        call.res,
+        call.view(obj),
+        table,
+    ))
 }
 
 async fn list(call: &Call<'_>) -> Result<Response> {
@@ -465,7 +478,7 @@ async fn update(call: &Call<'_>, body: Body) -> Result<Response> {
         .update(call.res, call.ns, call.name(), call.subresource, obj, &opts)
         .await?;
     Ok(with_warnings(
-        json_response(StatusCode::OK, &updated),
+        json_response(StatusCode::OK, &call.view(updated)),
         &opts,
     ))
 }
@@ -522,7 +535,7 @@ async fn patch(call: &Call<'_>, body: Body) -> Result<Response> {
         )
         .await?;
     Ok(with_warnings(
-        json_response(StatusCode::OK, &patched),
+        json_response(StatusCode::OK, &call.view(patched)),
         &opts,
     ))
 }

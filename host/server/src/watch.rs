@@ -49,9 +49,11 @@ pub async fn serve(
 ) -> Result<Response, ApiError> {
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let render = {
+        let res = info.clone();
         let info = info.info.clone();
         let table = opts.table;
-        move |obj: Value| -> Value {
+        move |mut obj: Value| -> Value {
+            res.strategy.present(&info, &mut obj);
             match table {
                 None => obj,
                 Some(include) => {

@@ -1,0 +1,270 @@
+//! CEL validation rules of custom resource schemas
+//! (`x-kubernetes-validations`: `rule`, `message`, `messageExpression`,
+//! `fieldPath`, `reason`, transition rules with `oldSelf`), on the `cel`
+//! crate (cel-rust) with its strings and lists extensions. Rules compile
+//! once (cached by source) when a CRD is written: one that does not compile
+//! refuses the CRD with a 422 naming it.
+
+use crate::error::Cause;
+use cel::{Context, Env, Program};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+fn env() -> Arc<Env> {
+    static ENV: OnceLock<Arc<Env>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let mut env = Env::stdlib();
+        env.add_extension(cel::extensions::strings)
+            .expect("the strings extension loads");
+        env.add_extension(cel::extensions::lists)
+            .expect("the lists extension loads");
+        Arc::new(env)
+    })
+    .clone()
+}
+
+/// A compiled rule; `Err` holds the compiler's message.
+type Compiled = Result<Arc<Program>, String>;
+
+fn compile(source: &str) -> Compiled {
+    static CACHE: OnceLock<Mutex<HashMap<String, Compiled>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(hit) = cache.lock().expect("CEL cache").get(source) {
+        return hit.clone();
+    }
+    let compiled = env()
+        .compile(source)
+        .map(Arc::new)
+        .map_err(|e| e.to_string().replace('\n', " "));
+    cache
+        .lock()
+        .expect("CEL cache")
+        .insert(source.to_string(), compiled.clone());
+    compiled
+}
+
+/// The compile errors of every rule in a schema, with upstream's paths
+/// (`...openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule`).
+pub fn compile_errors(schema: &Value, base: &str) -> Vec<Cause> {
+    let mut out = Vec::new();
+    walk_schema(schema, base, &mut out);
+    out
+}
+
+fn walk_schema(s: &Value, path: &str, out: &mut Vec<Cause>) {
+    for (i, r) in rules(s).iter().enumerate() {
+        let rule_path = format!("{path}.x-kubernetes-validations[{i}]");
+        let source = r["rule"].as_str().unwrap_or_default();
+        if source.is_empty() {
+            out.push(Cause {
+                reason: "FieldValueRequired".into(),
+                field: format!("{rule_path}.rule"),
+                message: "Required value".into(),
+            });
+            continue;
+        }
+        if let Err(e) = compile(source) {
+            out.push(Cause {
+                reason: "FieldValueInvalid".into(),
+                field: format!("{rule_path}.rule"),
+                message: format!("Invalid value: {source:?}: compilation failed: {e}"),
+            });
+        }
+        if let Some(m) = r["messageExpression"].as_str()
+            && let Err(e) = compile(m)
+        {
+            out.push(Cause {
+                reason: "FieldValueInvalid".into(),
+                field: format!("{rule_path}.messageExpression"),
+                message: format!("Invalid value: {m:?}: messageExpression compilation failed: {e}"),
+            });
+        }
+    }
+    if let Some(props) = s.get("properties").and_then(Value::as_object) {
+        for (k, v) in props {
+            walk_schema(v, &format!("{path}.properties[{k}]"), out);
+        }
+    }
+    if let Some(items) = s.get("items") {
+        walk_schema(items, &format!("{path}.items"), out);
+    }
+    if let Some(ap) = s.get("additionalProperties").filter(|a| a.is_object()) {
+        walk_schema(ap, &format!("{path}.additionalProperties"), out);
+    }
+}
+
+fn rules(s: &Value) -> &[Value] {
+    s.get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+/// Whether a schema node carries rules (cheap check for the walker).
+pub fn has_rules(s: &Value) -> bool {
+    !rules(s).is_empty()
+}
+
+fn type_word(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+enum Outcome {
+    Pass,
+    Fail(String),
+}
+
+fn run(program: &Program, this: &Value, old: Option<&Value>) -> Result<cel::Value, String> {
+    let mut ctx = Context::with_env(env());
+    let to = |v: &Value| cel::to_value(v).map_err(|e| e.to_string());
+    ctx.add_variable("self", to(this)?)
+        .map_err(|e| format!("{e:?}"))?;
+    if let Some(old) = old {
+        ctx.add_variable("oldSelf", to(old)?)
+            .map_err(|e| format!("{e:?}"))?;
+    }
+    program.execute(&ctx).map_err(|e| e.to_string())
+}
+
+fn evaluate(rule: &Value, this: &Value, old: Option<&Value>) -> Option<Outcome> {
+    let source = rule["rule"].as_str()?;
+    let program = match compile(source) {
+        Ok(p) => p,
+        Err(e) => return Some(Outcome::Fail(format!("compilation failed: {e}"))),
+    };
+    // Transition rules only run on updates, where an old value exists.
+    if old.is_none() && program.references().has_variable("oldSelf") {
+        return None;
+    }
+    match run(&program, this, old) {
+        Ok(cel::Value::Bool(true)) => Some(Outcome::Pass),
+        Ok(cel::Value::Bool(false)) => {
+            let from_expression = rule["messageExpression"]
+                .as_str()
+                .and_then(|m| compile(m).ok())
+                .and_then(|p| match run(&p, this, old) {
+                    Ok(cel::Value::String(s)) if !s.trim().is_empty() => Some(s.to_string()),
+                    _ => None,
+                });
+            let message = from_expression
+                .or_else(|| rule["message"].as_str().map(String::from))
+                .unwrap_or_else(|| format!("failed rule: {source}"));
+            Some(Outcome::Fail(message))
+        }
+        Ok(other) => Some(Outcome::Fail(format!(
+            "rule did not evaluate to a bool: {other:?}"
+        ))),
+        Err(e) => Some(Outcome::Fail(e)),
+    }
+}
+
+/// Evaluates the rules of schema node `s` on `this` (at `path`), with
+/// `old` the same node's previous value on updates.
+pub fn check(s: &Value, this: &Value, old: Option<&Value>, path: &str, out: &mut Vec<Cause>) {
+    for rule in rules(s) {
+        if let Some(Outcome::Fail(message)) = evaluate(rule, this, old) {
+            let field = match rule["fieldPath"].as_str() {
+                Some(fp) if !fp.is_empty() => {
+                    let fp = fp.trim_start_matches('.');
+                    if path.is_empty() {
+                        fp.to_string()
+                    } else {
+                        format!("{path}.{fp}")
+                    }
+                }
+                _ => path.to_string(),
+            };
+            out.push(Cause {
+                reason: rule["reason"]
+                    .as_str()
+                    .unwrap_or("FieldValueInvalid")
+                    .to_string(),
+                field,
+                message: format!("Invalid value: {:?}: {message}", type_word(this)),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn rules_pass_fail_and_name_their_message() {
+        let s = json!({"x-kubernetes-validations": [
+            {"rule": "self.replicas <= self.max", "message": "replicas must not exceed max"},
+            {"rule": "self.name.lowerAscii().startsWith('a')", "fieldPath": ".name", "reason": "FieldValueForbidden"},
+            {"rule": "self.replicas >= oldSelf.replicas", "messageExpression": "'cannot scale down from ' + string(oldSelf.replicas)"},
+        ]});
+        let mut out = Vec::new();
+        check(
+            &s,
+            &json!({"replicas": 3, "max": 5, "name": "Abc"}),
+            None,
+            "spec",
+            &mut out,
+        );
+        assert!(out.is_empty(), "{out:?}");
+        check(
+            &s,
+            &json!({"replicas": 6, "max": 5, "name": "zed"}),
+            None,
+            "spec",
+            &mut out,
+        );
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(out[0].field, "spec");
+        assert_eq!(
+            out[0].message,
+            "Invalid value: \"object\": replicas must not exceed max"
+        );
+        assert_eq!(out[1].field, "spec.name");
+        assert_eq!(out[1].reason, "FieldValueForbidden");
+        assert_eq!(
+            out[1].message,
+            "Invalid value: \"object\": failed rule: self.name.lowerAscii().startsWith('a')"
+        );
+        let mut out = Vec::new();
+        let old = json!({"replicas": 4, "max": 5, "name": "a"});
+        check(
+            &s,
+            &json!({"replicas": 2, "max": 5, "name": "a"}),
+            Some(&old),
+            "spec",
+            &mut out,
+        );
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(
+            out[0].message,
+            "Invalid value: \"object\": cannot scale down from 4"
+        );
+    }
+
+    #[test]
+    fn rules_that_do_not_compile_are_named() {
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.replicas +"}]}}});
+        let errs = compile_errors(&schema, "spec.versions[0].schema.openAPIV3Schema");
+        assert_eq!(errs.len(), 1);
+        assert_eq!(
+            errs[0].field,
+            "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"
+        );
+        assert!(
+            errs[0].message.contains("compilation failed"),
+            "{}",
+            errs[0].message
+        );
+    }
+}
