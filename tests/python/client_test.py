@@ -120,6 +120,38 @@ for event in w.stream(core.list_namespaced_config_map, ns, resource_version=star
 t.join()
 assert seen == [("ADDED", "w"), ("MODIFIED", "w"), ("DELETED", "w")], seen
 
+# Custom resources: a CRD through ApiextensionsV1Api, its objects through
+# CustomObjectsApi.
+ext = client.ApiextensionsV1Api()
+ext.create_custom_resource_definition({
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "notes.py.example"},
+    "spec": {"group": "py.example", "scope": "Namespaced",
+             "names": {"plural": "notes", "kind": "Note"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                 "type": "object", "properties": {"spec": {"type": "object", "required": ["text"],
+                     "properties": {"text": {"type": "string", "maxLength": 10}}}}}}}]}})
+deadline = time.time() + 10
+while True:
+    conditions = ext.read_custom_resource_definition("notes.py.example").status.conditions or []
+    if any(c.type == "Established" and c.status == "True" for c in conditions):
+        break
+    assert time.time() < deadline, conditions
+    time.sleep(0.1)
+custom = client.CustomObjectsApi()
+note = {"apiVersion": "py.example/v1", "kind": "Note", "metadata": {"name": "n1"}, "spec": {"text": "hi"}}
+custom.create_namespaced_custom_object("py.example", "v1", ns, "notes", note)
+assert custom.get_namespaced_custom_object("py.example", "v1", ns, "notes", "n1")["spec"]["text"] == "hi"
+custom.patch_namespaced_custom_object("py.example", "v1", ns, "notes", "n1", {"spec": {"text": "bye"}})
+listed = custom.list_namespaced_custom_object("py.example", "v1", ns, "notes")
+assert [i["spec"]["text"] for i in listed["items"]] == ["bye"], listed
+too_long = dict(note, metadata={"name": "n2"}, spec={"text": "x" * 11})
+invalid = expect_error(422, "Invalid", custom.create_namespaced_custom_object,
+                       "py.example", "v1", ns, "notes", too_long)
+assert invalid.details.causes[0].field == "spec.text", invalid
+custom.delete_namespaced_custom_object("py.example", "v1", ns, "notes", "n1")
+ext.delete_custom_resource_definition("notes.py.example")
+
 # Deletes and the namespace's lifecycle.
 status = core.delete_namespaced_config_map("b", ns)
 assert status is not None
