@@ -117,6 +117,12 @@ fn custom_resources_are_served_validated_and_cleaned_up() {
     let wide = kubectl_ok(&server, None, &["get", "widgets", "-o", "wide"]);
     assert!(wide.lines().next().unwrap().contains("COLOR"), "{wide}");
     assert!(wide.contains("red"), "{wide}");
+    // Its schema is published: kubectl explain reads it.
+    let explained = kubectl_ok(&server, None, &["explain", "widgets.spec"]);
+    assert!(
+        explained.contains("size") && explained.contains("<integer>"),
+        "{explained}"
+    );
     let category = kubectl_ok(&server, None, &["get", "examples"]);
     assert!(category.contains("w1"), "{category}");
 

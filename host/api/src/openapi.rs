@@ -9,8 +9,14 @@
 use crate::resource::{Registry, ResourceInfo};
 use serde_json::{Map, Value, json};
 
-/// The definition name kubectl looks up, e.g. `io.k8s.api.core.v1.ConfigMap`.
+/// The definition name kubectl looks up, e.g. `io.k8s.api.core.v1.ConfigMap`
+/// (a custom resource's is its group reversed, `com.example.v1.Widget`, as
+/// upstream names them).
 pub fn definition_name(info: &ResourceInfo) -> String {
+    if info.schema.is_some() {
+        let reversed: Vec<&str> = info.group.split('.').rev().collect();
+        return format!("{}.{}.{}", reversed.join("."), info.version, info.kind);
+    }
     let group = if info.group.is_empty() {
         "core"
     } else {
@@ -21,6 +27,41 @@ pub fn definition_name(info: &ResourceInfo) -> String {
 
 fn gvk(info: &ResourceInfo) -> Value {
     json!({"group": info.group, "version": info.version, "kind": info.kind})
+}
+
+/// A kind's published schema: a custom resource's own (with `apiVersion`,
+/// `kind` and `metadata` added, and its GVK so `kubectl explain` finds it),
+/// else an open object.
+fn kind_schema(info: &ResourceInfo, with_gvk: bool) -> Value {
+    let description = format!("{} is a {} object.", info.kind, info.api_version());
+    let Some(schema) = &info.schema else {
+        let mut open = json!({"description": description, "type": "object"});
+        if with_gvk {
+            open["x-kubernetes-group-version-kind"] = json!([gvk(info)]);
+        }
+        return open;
+    };
+    let mut s = schema.clone();
+    if !s.is_object() {
+        s = json!({"type": "object"});
+    }
+    if s.get("description").is_none() {
+        s["description"] = json!(description);
+    }
+    let props = s
+        .as_object_mut()
+        .expect("an object")
+        .entry("properties")
+        .or_insert_with(|| json!({}));
+    if let Some(props) = props.as_object_mut() {
+        props.entry("apiVersion").or_insert_with(|| json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."}));
+        props.entry("kind").or_insert_with(|| json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."}));
+        props.entry("metadata").or_insert_with(
+            || json!({"type": "object", "description": "Standard object's metadata."}),
+        );
+    }
+    s["x-kubernetes-group-version-kind"] = json!([gvk(info)]);
+    s
 }
 
 fn param(name: &str) -> Value {
@@ -80,14 +121,7 @@ pub fn openapi_v2(registry: &Registry, version: &str) -> Value {
                 "delete": operation(info, "delete", &[]),
             }),
         );
-        definitions.insert(
-            definition_name(info),
-            json!({
-                "description": format!("{} is a {} object.", info.kind, info.api_version()),
-                "type": "object",
-                "x-kubernetes-group-version-kind": [gvk(info)],
-            }),
-        );
+        definitions.insert(definition_name(info), kind_schema(info, true));
     }
     json!({
         "swagger": "2.0",
@@ -157,10 +191,7 @@ pub fn openapi_v3(registry: &Registry, group: &str, version: &str, server_versio
                 "delete": v3_operation(info, "delete", &[]),
             }),
         );
-        schemas.insert(
-            definition_name(info),
-            json!({"description": format!("{} is a {} object.", info.kind, info.api_version()), "type": "object"}),
-        );
+        schemas.insert(definition_name(info), kind_schema(info, false));
     }
     json!({
         "openapi": "3.0.0",

@@ -190,6 +190,10 @@ pub struct ResourceInfo {
     pub verbs: Vec<String>,
     /// `kubectl get` columns (a `Table`'s column definitions).
     pub columns: Vec<Column>,
+    /// The OpenAPI v3 schema of the kind, where one is known (custom
+    /// resources); published in `/openapi/v2` and `/openapi/v3` for
+    /// `kubectl explain`.
+    pub schema: Option<Value>,
 }
 
 /// The RBAC API group.
@@ -224,6 +228,7 @@ impl ResourceInfo {
             subresources: Vec::new(),
             verbs: VERBS.iter().map(|v| v.to_string()).collect(),
             columns: vec![Column::name(), Column::age()],
+            schema: None,
         }
     }
 

@@ -228,6 +228,9 @@ fn version_info(crd: &Value, version: &Value) -> ResourceInfo {
         .map(String::from)
         .unwrap_or_else(|| kind.to_ascii_lowercase());
     info.short_names = strs(&names["shortNames"]);
+    info.schema = version["schema"]["openAPIV3Schema"]
+        .as_object()
+        .map(|s| Value::Object(s.clone()));
     info.categories = strs(&names["categories"]);
     if version["subresources"]["status"].is_object() {
         info = info.subresources(&["status"]);

@@ -9,7 +9,9 @@
 //!
 //! Scenarios (a name given on the command line runs only the scenarios whose
 //! name contains it): `create`, `get`, `list-1k`, `watch` (issue 2, embedded
-//! store), `admission` (issue 3), `rbac` (issue 4) and `etcd` (issue 5;
+//! store), `admission` (issue 3), `crd` (issue 10: custom resource creates
+//! with a schema, with and without CEL rules, vs ConfigMaps; µs per CEL
+//! rule), `rbac` (issue 4) and `etcd` (issue 5;
 //! needs the `etcd` feature and `etcd` on PATH). Each is a function that returns one or more
 //! [`Row`]s; the table at the end is Markdown, so runs can be pasted side by
 //! side, and the targets and ratios of each issue follow it. `BENCH_SECONDS`
@@ -48,6 +50,7 @@
 //! [`ETCD_ARGS`]: etcd::ETCD_ARGS
 
 mod admission;
+mod crd;
 mod crud;
 mod etcd;
 mod harness;
@@ -149,6 +152,9 @@ fn main() -> Result<(), Error> {
         if wanted("admission") {
             rows.extend(admission(&srv, &hook, dir.path(), window).await?);
         }
+        if wanted("crd") {
+            rows.extend(crd::crd(&api, clients, window).await?);
+        }
         if wanted("rbac") {
             rows.extend(rbac(&srv, dir.path(), clients, window).await?);
         }
@@ -175,6 +181,7 @@ fn print_targets(rows: &[Row]) {
     crud::print_targets(rows);
     watch::print_targets(rows);
     admission::print_targets(rows);
+    crd::print_targets(rows);
     rbac::print_targets(rows);
     #[cfg(feature = "etcd")]
     etcd::print_targets(rows);
