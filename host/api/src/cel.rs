@@ -123,7 +123,9 @@ enum Outcome {
     Fail(String),
 }
 
-fn run(program: &Program, this: &Value, old: Option<&Value>) -> Result<cel::Value, String> {
+/// The variables of one node's rules (`self`, and `oldSelf` on updates),
+/// converted once for all of them.
+fn context(this: &Value, old: Option<&Value>) -> Result<Context<'static, 'static>, String> {
     let mut ctx = Context::with_env(env());
     let to = |v: &Value| cel::to_value(v).map_err(|e| e.to_string());
     ctx.add_variable("self", to(this)?)
@@ -132,26 +134,26 @@ fn run(program: &Program, this: &Value, old: Option<&Value>) -> Result<cel::Valu
         ctx.add_variable("oldSelf", to(old)?)
             .map_err(|e| format!("{e:?}"))?;
     }
-    program.execute(&ctx).map_err(|e| e.to_string())
+    Ok(ctx)
 }
 
-fn evaluate(rule: &Value, this: &Value, old: Option<&Value>) -> Option<Outcome> {
+fn evaluate(rule: &Value, ctx: &Context, has_old: bool) -> Option<Outcome> {
     let source = rule["rule"].as_str()?;
     let program = match compile(source) {
         Ok(p) => p,
         Err(e) => return Some(Outcome::Fail(format!("compilation failed: {e}"))),
     };
     // Transition rules only run on updates, where an old value exists.
-    if old.is_none() && program.references().has_variable("oldSelf") {
+    if !has_old && program.references().has_variable("oldSelf") {
         return None;
     }
-    match run(&program, this, old) {
+    match program.execute(ctx) {
         Ok(cel::Value::Bool(true)) => Some(Outcome::Pass),
         Ok(cel::Value::Bool(false)) => {
             let from_expression = rule["messageExpression"]
                 .as_str()
                 .and_then(|m| compile(m).ok())
-                .and_then(|p| match run(&p, this, old) {
+                .and_then(|p| match p.execute(ctx) {
                     Ok(cel::Value::String(s)) if !s.trim().is_empty() => Some(s.to_string()),
                     _ => None,
                 });
@@ -163,15 +165,27 @@ fn evaluate(rule: &Value, this: &Value, old: Option<&Value>) -> Option<Outcome> 
         Ok(other) => Some(Outcome::Fail(format!(
             "rule did not evaluate to a bool: {other:?}"
         ))),
-        Err(e) => Some(Outcome::Fail(e)),
+        Err(e) => Some(Outcome::Fail(e.to_string())),
     }
 }
 
 /// Evaluates the rules of schema node `s` on `this` (at `path`), with
 /// `old` the same node's previous value on updates.
 pub fn check(s: &Value, this: &Value, old: Option<&Value>, path: &str, out: &mut Vec<Cause>) {
+    let ctx = match context(this, old) {
+        Ok(ctx) => Some(ctx),
+        Err(e) => {
+            out.push(Cause {
+                reason: "FieldValueInvalid".into(),
+                field: path.to_string(),
+                message: format!("Invalid value: {:?}: {e}", type_word(this)),
+            });
+            None
+        }
+    };
+    let Some(ctx) = ctx else { return };
     for rule in rules(s) {
-        if let Some(Outcome::Fail(message)) = evaluate(rule, this, old) {
+        if let Some(Outcome::Fail(message)) = evaluate(rule, &ctx, old.is_some()) {
             let field = match rule["fieldPath"].as_str() {
                 Some(fp) if !fp.is_empty() => {
                     let fp = fp.trim_start_matches('.');
