@@ -97,10 +97,9 @@ fn custom_resources_are_served_validated_and_cleaned_up() {
 
     // Watch, create, get with printer columns, defaults.
     let mut watch = KubectlWatch::spawn(&server, None, &["get", "widgets", "-w", "-o", "json"]);
-    let out = apply(
-        &server,
-        &widget("w1", json!({"size": 3, "ports": [{"port": 80}]})),
-    );
+    let mut w1 = widget("w1", json!({"size": 3, "ports": [{"port": 80}]}));
+    w1["status"] = json!({"conditions": [{"type": "Ready", "status": "True"}]});
+    let out = apply(&server, &w1);
     expect_success(&out, None, &["apply"]);
     watch.wait_for_json(Duration::from_secs(15), "the widget's ADDED", |d| {
         d["metadata"]["name"] == "w1"
@@ -110,6 +109,10 @@ fn custom_resources_are_served_validated_and_cleaned_up() {
     assert_eq!(
         got["spec"]["ports"][0]["protocol"], "TCP",
         "defaulted in list items: {got}"
+    );
+    assert!(
+        got.get("status").is_none(),
+        "a create's status is dropped: {got}"
     );
     let table = kubectl_ok(&server, None, &["get", "widgets"]);
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();

@@ -280,6 +280,9 @@ struct CustomResources {
     /// `<group>/<storage version>`: what is stored.
     storage_api_version: String,
     scale: Option<ScalePaths>,
+    /// With a `status` subresource a create's status is dropped (then
+    /// defaulted), as upstream.
+    status_subresource: bool,
 }
 
 /// A CRD version's `subresources.scale`.
@@ -317,6 +320,14 @@ fn set_at(obj: &mut Value, path: &str, value: Value) {
 }
 
 impl Strategy for CustomResources {
+    fn prepare_for_create(&self, obj: &mut Value) {
+        if self.status_subresource
+            && let Some(map) = obj.as_object_mut()
+        {
+            map.remove("status");
+        }
+    }
+
     fn present(&self, info: &ResourceInfo, obj: &mut Value) {
         if obj.is_object() {
             obj["apiVersion"] = json!(info.api_version());
@@ -583,6 +594,7 @@ pub fn apply(objects: &Objects, served: &Arc<Served>, crd: &Value, deleted: bool
                     schema,
                     storage_api_version,
                     scale,
+                    status_subresource: v["subresources"]["status"].is_object(),
                 }))
             })
             .collect()
