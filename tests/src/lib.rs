@@ -635,3 +635,15 @@ pub fn plugin_dir() -> PathBuf {
     });
     repo.join("plugins/target/wasm32-wasip2/release")
 }
+
+/// A kube-rs client from the server's admin kubeconfig (HTTPS, cluster CA,
+/// admin client certificate).
+pub fn kube_client(server: &Server) -> kube::Client {
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(server.kubeconfig_path()).expect("read kubeconfig");
+    let options = kube::config::KubeConfigOptions::default();
+    let config =
+        futures::executor::block_on(kube::Config::from_custom_kubeconfig(kubeconfig, &options))
+            .expect("kube config");
+    kube::Client::try_from(config).expect("kube client")
+}

@@ -70,6 +70,15 @@ fn widget(name: &str, spec: Value) -> Value {
     json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}, "spec": spec})
 }
 
+/// Waits until the CRD `name` (`crd/<plural>.<group>`) is Established.
+fn wait_established(server: &Server, name: &str) {
+    kubectl_ok(
+        server,
+        None,
+        &["wait", "--for=condition=Established", "--timeout=10s", name],
+    );
+}
+
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -80,16 +89,7 @@ fn custom_resources_are_served_validated_and_cleaned_up() {
     let definition = crd(("widgets", "Widget"), "example.com");
     let out = apply(&server, &definition);
     expect_success(&out, None, &["apply", "-f", "-"]);
-    kubectl_ok(
-        &server,
-        None,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=10s",
-            "crd/widgets.example.com",
-        ],
-    );
+    wait_established(&server, "crd/widgets.example.com");
     let status = kubectl_json(&server, None, &["get", "crd", "widgets.example.com"]);
     assert_eq!(status["status"]["acceptedNames"]["kind"], "Widget");
     assert_eq!(status["status"]["storedVersions"], json!(["v1"]));
@@ -303,16 +303,7 @@ fn custom_resources_are_served_validated_and_cleaned_up() {
         },
     );
     expect_success(&apply(&server, &definition), None, &["apply"]);
-    kubectl_ok(
-        &server,
-        None,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=10s",
-            "crd/widgets.example.com",
-        ],
-    );
+    wait_established(&server, "crd/widgets.example.com");
     let listed = kubectl_json(&server, None, &["get", "widgets"]);
     assert_eq!(listed["items"], json!([]), "{listed}");
 }
@@ -325,16 +316,7 @@ fn cel_rules_validate_custom_resources() {
         None,
         &["apply"],
     );
-    kubectl_ok(
-        &server,
-        None,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=10s",
-            "crd/widgets.example.com",
-        ],
-    );
+    wait_established(&server, "crd/widgets.example.com");
     let out = apply(&server, &widget("big", json!({"size": 9})));
     let err = stderr(&out);
     assert!(!out.status.success(), "{err}");
@@ -444,16 +426,7 @@ fn versions_share_one_storage_version_and_scale_works() {
                  "versions": [version("v1alpha1", false), version("v1", true)]},
     });
     expect_success(&apply(&server, &definition), None, &["apply"]);
-    kubectl_ok(
-        &server,
-        None,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=10s",
-            "crd/pools.example.net",
-        ],
-    );
+    wait_established(&server, "crd/pools.example.net");
     let pool = json!({"apiVersion": "example.net/v1alpha1", "kind": "Pool",
                       "metadata": {"name": "p1"}, "spec": {"replicas": 1}});
     expect_success(&apply(&server, &pool), None, &["apply"]);

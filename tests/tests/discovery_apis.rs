@@ -5,21 +5,14 @@
 
 use std::time::Duration;
 
-use kube::{Client, Config};
+use kube::Client;
 use serde_json::{Value, json};
 use wasm_apiserver_e2e::{
     Server, expect_success, kubectl, kubectl_json, kubectl_ok, kubectl_stdin, kubectl_with_token,
     poll_until,
 };
 
-fn client(server: &Server) -> Client {
-    let kubeconfig =
-        kube::config::Kubeconfig::read_from(server.kubeconfig_path()).expect("read kubeconfig");
-    let options = kube::config::KubeConfigOptions::default();
-    let config = futures::executor::block_on(Config::from_custom_kubeconfig(kubeconfig, &options))
-        .expect("kube config");
-    Client::try_from(config).expect("kube client")
-}
+use wasm_apiserver_e2e::kube_client as client;
 
 const AGGREGATED_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 

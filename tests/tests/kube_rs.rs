@@ -8,27 +8,18 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::ResourceExt;
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
 use kube::core::Status;
-use kube::{Client, Config, ResourceExt};
 use serde_json::json;
 use wasm_apiserver_e2e::Server;
 
 /// How long one watch event may take to arrive.
 const EVENT_DEADLINE: Duration = Duration::from_secs(15);
 
-/// A client from the server's admin kubeconfig (HTTPS, cluster CA, admin
-/// client certificate).
-fn client(server: &Server) -> Client {
-    let kubeconfig =
-        kube::config::Kubeconfig::read_from(server.kubeconfig_path()).expect("read kubeconfig");
-    let options = kube::config::KubeConfigOptions::default();
-    let config = futures::executor::block_on(Config::from_custom_kubeconfig(kubeconfig, &options))
-        .expect("kube config");
-    Client::try_from(config).expect("kube client")
-}
+use wasm_apiserver_e2e::kube_client as client;
 
 fn configmap(name: &str, labels: &[(&str, &str)], data: &[(&str, &str)]) -> ConfigMap {
     let to_map = |pairs: &[(&str, &str)]| {

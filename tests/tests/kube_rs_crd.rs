@@ -10,7 +10,7 @@ use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
 use kube::runtime::wait::{await_condition, conditions};
-use kube::{Client, Config, CustomResource, CustomResourceExt, ResourceExt};
+use kube::{CustomResource, CustomResourceExt, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -34,14 +34,7 @@ pub struct DocumentStatus {
     published: bool,
 }
 
-fn client(server: &Server) -> Client {
-    let kubeconfig =
-        kube::config::Kubeconfig::read_from(server.kubeconfig_path()).expect("read kubeconfig");
-    let options = kube::config::KubeConfigOptions::default();
-    let config = futures::executor::block_on(Config::from_custom_kubeconfig(kubeconfig, &options))
-        .expect("kube config");
-    Client::try_from(config).expect("kube client")
-}
+use wasm_apiserver_e2e::kube_client as client;
 
 #[test]
 fn a_derived_custom_resource_round_trips() {

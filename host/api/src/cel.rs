@@ -106,7 +106,8 @@ pub fn has_rules(s: &Value) -> bool {
     !rules(s).is_empty()
 }
 
-fn type_word(v: &Value) -> &'static str {
+/// A JSON value's schema type name, as validation messages name it.
+pub(crate) fn type_word(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "boolean",

@@ -332,18 +332,6 @@ fn required(s: &Value, map: &Map<String, Value>, path: &str, out: &mut Vec<Cause
     }
 }
 
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
 fn validate_node(s: &Value, v: &Value, old: Option<&Value>, path: &str, out: &mut Vec<Cause>) {
     let before = out.len();
     validate_value(s, v, old, path, out);
@@ -369,20 +357,20 @@ fn validate_value(s: &Value, v: &Value, old: Option<&Value>, path: &str, out: &m
     }
     let ty = s.get("type").and_then(Value::as_str).unwrap_or_default();
     if flag(s, "x-kubernetes-int-or-string") {
-        if !matches!(type_name(v), "integer" | "string") {
+        if !matches!(crate::cel::type_word(v), "integer" | "string") {
             out.push(cause(
                 "FieldValueTypeInvalid",
                 path,
                 format!(
                     "Invalid value: {}: {path} in body must be of type integer,string: {:?}",
                     json_str(v),
-                    type_name(v)
+                    crate::cel::type_word(v)
                 ),
             ));
         }
         return;
     }
-    let actual = type_name(v);
+    let actual = crate::cel::type_word(v);
     let ok = match ty {
         "" => true,
         "number" => matches!(actual, "number" | "integer"),
