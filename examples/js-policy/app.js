@@ -15,7 +15,7 @@
 //
 // Deletes and requests without an object are allowed unchanged.
 
-import { log } from 'wasm-apiserver:plugin/log@0.1.0';
+import { log } from 'wasm-apiserver:plugin/log@0.2.0';
 
 const PLUGIN = 'js-policy';
 const ANNOTATION = 'policy.example.com/checked-by';
@@ -58,7 +58,7 @@ const allow = (patch) => ({
 
 const deny = (code, reason, message, auditAnnotations = []) => ({
   allowed: false,
-  status: { code, reason, message },
+  status: { code, reason, message, causes: [] },
   patch: undefined,
   warnings: [],
   auditAnnotations,

@@ -84,7 +84,7 @@ def allow():
 def deny(code, reason, message, annotations=()):
     return AdmissionResponse(
         allowed=False,
-        status=Status(code=code, reason=reason, message=message),
+        status=Status(code=code, reason=reason, message=message, causes=[]),
         patch=None,
         warnings=[],
         audit_annotations=list(annotations),

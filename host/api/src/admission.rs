@@ -166,17 +166,7 @@ impl PluginSpec {
     pub fn parse(spec: &Value) -> Result<Self, String> {
         let s: PluginSpec =
             serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
-        match (&s.module.wasm, &s.module.file) {
-            (Some(_), Some(_)) | (None, None) => {
-                return Err("spec.module: exactly one of wasm and file must be set".into());
-            }
-            (_, Some(f)) if !valid_file_name(f) => {
-                return Err(format!(
-                    "spec.module.file: {f:?} must be a plain file name ending in .wasm"
-                ));
-            }
-            _ => {}
-        }
+        s.module.check()?;
         if s.phases.is_empty() {
             return Err("spec.phases: at least one of Mutating, Validating is required".into());
         }
@@ -191,11 +181,17 @@ impl PluginSpec {
 
     /// The configuration string handed to the plugin.
     pub fn config_string(&self) -> String {
-        match &self.config {
-            Value::Null => String::new(),
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        }
+        config_string(&self.config)
+    }
+}
+
+/// A plugin's `spec.config` as the string handed to it: a string as is,
+/// anything else as JSON, nothing as the empty string.
+pub fn config_string(config: &Value) -> String {
+    match config {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
 }
 

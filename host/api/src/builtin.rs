@@ -3,8 +3,8 @@
 //! for each. The server registers these (with their strategies) at start;
 //! custom resources register the same [`ResourceInfo`] shape at runtime.
 
-use crate::admission;
 use crate::resource::{AUTHZ, Column, RBAC, Registry, Render, ResourceInfo, Subresource};
+use crate::{admission, handler};
 use serde_json::json;
 
 /// The group of APIService objects.
@@ -214,6 +214,27 @@ pub fn resources() -> Vec<ResourceInfo> {
             )
             .or(json!("Deny")),
             string("Status", "Whether the plugin is loaded", ".status.phase"),
+            Column::age(),
+        ]),
+        ResourceInfo::new(
+            handler::GROUP,
+            handler::VERSION,
+            handler::PLURAL,
+            handler::KIND,
+            false,
+        )
+        .short_names(&["rh"])
+        .subresources(&["status"])
+        .columns(vec![
+            Column::name(),
+            Column::new(
+                "Resources",
+                "string",
+                "The custom resources the handler is bound to",
+                ".spec.resources[*].resource",
+            )
+            .render(Render::Join),
+            string("Status", "Whether the handler is loaded", ".status.phase"),
             Column::age(),
         ]),
     ]

@@ -128,6 +128,8 @@ pub enum ApiError {
         code: u16,
         reason: String,
         message: String,
+        /// The fields the refusal is about (`details.causes`).
+        causes: Vec<Cause>,
     },
 }
 
@@ -204,17 +206,11 @@ impl ApiError {
             | ApiError::AlreadyExists(t)
             | ApiError::Conflict(t, _)
             | ApiError::Forbidden(t, _) => Some(details(t, vec![])),
-            ApiError::Invalid(t, causes) => Some(details(
-                t,
-                causes
-                    .iter()
-                    .map(|c| StatusCause {
-                        reason: Some(c.reason.clone()),
-                        message: Some(c.message.clone()),
-                        field: Some(c.field.clone()),
-                    })
-                    .collect(),
-            )),
+            ApiError::Invalid(t, causes) => Some(details(t, status_causes(causes))),
+            ApiError::Custom { causes, .. } if !causes.is_empty() => Some(StatusDetails {
+                causes: Some(status_causes(causes)),
+                ..Default::default()
+            }),
             ApiError::TooLargeResourceVersion { .. } => Some(StatusDetails {
                 causes: Some(vec![StatusCause {
                     reason: Some("ResourceVersionTooLarge".into()),
@@ -240,6 +236,17 @@ impl ApiError {
     pub fn status_json(&self) -> serde_json::Value {
         serde_json::to_value(self.status()).unwrap_or_default()
     }
+}
+
+fn status_causes(causes: &[Cause]) -> Vec<StatusCause> {
+    causes
+        .iter()
+        .map(|c| StatusCause {
+            reason: Some(c.reason.clone()),
+            message: Some(c.message.clone()),
+            field: Some(c.field.clone()),
+        })
+        .collect()
 }
 
 fn details(t: &Target, causes: Vec<StatusCause>) -> StatusDetails {

@@ -18,6 +18,7 @@ pub mod builtin;
 pub mod cel;
 pub mod discovery;
 pub mod error;
+pub mod handler;
 pub mod meta;
 pub mod openapi;
 pub mod patch;

@@ -5,44 +5,216 @@
 //! their WIT records, and the checks on a response (size, patch shape).
 //! Loading, limits, concurrency and metrics come from [`crate::runtime`].
 
-use crate::kind::{Loaded, world_pre};
+use crate::kind::Versioned;
 use crate::runtime::{Limits, PluginCore, Runtime};
-use crate::sandbox::{LogLevel, StoreState};
-use crate::types::{AdmissionRequest, AdmissionResponse, DenyStatus, Gvk, Gvr, Operation};
+use crate::types::{AdmissionRequest, AdmissionResponse, DenyStatus, FieldCause};
 use crate::{PluginError, metrics::OpMetrics};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// The bindings of the admission world (its own module, as wasmtime's WASI
-/// bindings do, so generated names stay out of the crate's namespace).
-mod bindings {
+/// The version-neutral part of each version's binding: host side of the
+/// `log` and `types` imports, and the conversion of requests and responses.
+/// `$causes` turns a WIT `status` into its field causes (0.1.0 has none).
+macro_rules! binding {
+    ($version:literal, $causes:expr) => {
+        use crate::sandbox::{LogLevel, StoreState};
+        use crate::types::{AdmissionRequest, FieldCause, Gvk, Gvr, Operation};
+        use crate::{PluginError, kind::Loaded};
+        use exports::wasm_apiserver::plugin::admission as wit;
+        use wasm_apiserver::plugin::{log, types as wit_types};
+
+        crate::kind::world_pre!(
+            AdmissionPlugin,
+            AdmissionPluginPre,
+            wasm_apiserver_plugin_admission,
+            $version,
+            "admission-plugin",
+            "admission",
+            "admission"
+        );
+
+        /// A plugin loaded against this version.
+        pub(crate) type Pre = AdmissionPluginPre<StoreState>;
+
+        impl wit_types::Host for StoreState {}
+
+        impl log::Host for StoreState {
+            fn log(&mut self, level: log::Level, message: String, fields: Vec<(String, String)>) {
+                let level = match level {
+                    log::Level::Trace => LogLevel::Trace,
+                    log::Level::Debug => LogLevel::Debug,
+                    log::Level::Info => LogLevel::Info,
+                    log::Level::Warn => LogLevel::Warn,
+                    log::Level::Error => LogLevel::Error,
+                };
+                StoreState::log(self, level, message, fields);
+            }
+        }
+
+        /// Converts a [`UserInfo`](crate::UserInfo) to its WIT record.
+        pub(crate) fn user_to_wit(u: &crate::UserInfo) -> wit_types::UserInfo {
+            wit_types::UserInfo {
+                username: u.username.clone(),
+                uid: u.uid.clone(),
+                groups: u.groups.clone(),
+                extra: u
+                    .extra
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            }
+        }
+
+        /// Converts a WIT `user-info`.
+        pub(crate) fn user_from_wit(u: wit_types::UserInfo) -> crate::UserInfo {
+            crate::UserInfo {
+                username: u.username,
+                uid: u.uid,
+                groups: u.groups,
+                extra: u.extra.into_iter().collect(),
+            }
+        }
+
+        /// Converts an [`Operation`] to its WIT enum.
+        pub(crate) fn operation_to_wit(o: Operation) -> wit_types::Operation {
+            match o {
+                Operation::Create => wit_types::Operation::Create,
+                Operation::Update => wit_types::Operation::Update,
+                Operation::Delete => wit_types::Operation::Delete,
+                Operation::Connect => wit_types::Operation::Connect,
+            }
+        }
+
+        fn gvk(g: &Gvk) -> wit_types::GroupVersionKind {
+            wit_types::GroupVersionKind {
+                group: g.group.clone(),
+                version: g.version.clone(),
+                kind: g.kind.clone(),
+            }
+        }
+
+        fn gvr(g: &Gvr) -> wit_types::GroupVersionResource {
+            wit_types::GroupVersionResource {
+                group: g.group.clone(),
+                version: g.version.clone(),
+                resource: g.resource.clone(),
+            }
+        }
+
+        fn to_wit(r: &AdmissionRequest) -> wit::AdmissionRequest {
+            let json = |v: &Option<serde_json::Value>| v.as_ref().map(|v| v.to_string());
+            wit::AdmissionRequest {
+                uid: r.uid.clone(),
+                kind: gvk(&r.kind),
+                resource: gvr(&r.resource),
+                sub_resource: r.sub_resource.clone(),
+                request_kind: r.request_kind.as_ref().map(gvk),
+                request_resource: r.request_resource.as_ref().map(gvr),
+                request_sub_resource: r.request_sub_resource.clone(),
+                name: r.name.clone(),
+                namespace: r.namespace.clone(),
+                operation: operation_to_wit(r.operation),
+                user_info: user_to_wit(&r.user),
+                dry_run: r.dry_run,
+                object: json(&r.object),
+                old_object: json(&r.old_object),
+                options: json(&r.options),
+            }
+        }
+
+        /// Converts a WIT `status`.
+        pub(crate) fn status_from_wit(s: wit_types::Status) -> super::RawStatus {
+            let causes: fn(&wit_types::Status) -> Vec<FieldCause> = $causes;
+            super::RawStatus {
+                causes: causes(&s),
+                code: s.code,
+                reason: s.reason,
+                message: s.message,
+            }
+        }
+
+        /// Calls `validate` or `mutate` and converts the answer.
+        pub(super) async fn call(
+            plugin: &Loaded<Pre>,
+            phase: super::Phase,
+            request: &AdmissionRequest,
+        ) -> Result<super::RawResponse, PluginError> {
+            let wit_request = to_wit(request);
+            let r = plugin
+                .call(&request.uid, async move |instance, store, config| {
+                    let admission = instance.wasm_apiserver_plugin_admission();
+                    match phase {
+                        super::Phase::Validate => {
+                            admission.call_validate(store, config, &wit_request).await
+                        }
+                        super::Phase::Mutate => {
+                            admission.call_mutate(store, config, &wit_request).await
+                        }
+                    }
+                })
+                .await?;
+            Ok(super::RawResponse {
+                allowed: r.allowed,
+                status: r.status.map(status_from_wit),
+                patch: r.patch,
+                warnings: r.warnings,
+                audit_annotations: r.audit_annotations,
+            })
+        }
+    };
+}
+
+/// The frozen 0.1.0 admission world (`wit/frozen/0.1.0`); the
+/// authenticator and authorizer bindings of 0.1.0 reuse its `log` and
+/// `types` imports.
+pub(crate) mod v0_1 {
+    wasmtime::component::bindgen!({
+        world: "admission-plugin",
+        path: "../../wit/frozen/0.1.0",
+        exports: { default: async },
+    });
+    binding!("0.1.0", |_| Vec::new());
+}
+
+/// The current 0.2.0 admission world (`wit/`); the other 0.2.0 bindings
+/// reuse its `log` and `types` imports.
+pub(crate) mod v0_2 {
     wasmtime::component::bindgen!({
         world: "admission-plugin",
         path: "../../wit",
         exports: { default: async },
     });
+    binding!("0.2.0", |s| {
+        s.causes
+            .iter()
+            .map(|c| FieldCause {
+                field: c.field.clone(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            })
+            .collect()
+    });
 }
-
-use bindings::exports::wasm_apiserver::plugin::admission as wit;
-use bindings::wasm_apiserver::plugin::{log, types as wit_types};
 
 /// `kind` label of admission metrics.
 const KIND: &str = "admission";
 
-impl wit_types::Host for StoreState {}
+/// A WIT `status`, whatever its version.
+pub(crate) struct RawStatus {
+    pub(crate) code: u16,
+    pub(crate) reason: String,
+    pub(crate) message: String,
+    pub(crate) causes: Vec<FieldCause>,
+}
 
-impl log::Host for StoreState {
-    fn log(&mut self, level: log::Level, message: String, fields: Vec<(String, String)>) {
-        let level = match level {
-            log::Level::Trace => LogLevel::Trace,
-            log::Level::Debug => LogLevel::Debug,
-            log::Level::Info => LogLevel::Info,
-            log::Level::Warn => LogLevel::Warn,
-            log::Level::Error => LogLevel::Error,
-        };
-        StoreState::log(self, level, message, fields);
-    }
+/// A WIT `admission-response`, whatever its version, before its checks.
+pub(crate) struct RawResponse {
+    allowed: bool,
+    status: Option<RawStatus>,
+    patch: Option<String>,
+    warnings: Vec<String>,
+    audit_annotations: Vec<(String, String)>,
 }
 
 /// Which export a call goes to.
@@ -59,18 +231,10 @@ pub struct AdmissionPlugin {
 }
 
 struct Inner {
-    plugin: Loaded<bindings::AdmissionPluginPre<StoreState>>,
+    plugin: Versioned<v0_1::Pre, v0_2::Pre>,
     validate_metrics: Arc<OpMetrics>,
     mutate_metrics: Arc<OpMetrics>,
 }
-
-world_pre!(
-    bindings::AdmissionPlugin,
-    AdmissionPluginPre,
-    wasm_apiserver_plugin_admission,
-    "wasm-apiserver:plugin/admission-plugin@0.1.0",
-    "admission"
-);
 
 impl std::fmt::Debug for AdmissionPlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -95,7 +259,7 @@ impl Runtime {
         config: &str,
         limits: Limits,
     ) -> Result<AdmissionPlugin, PluginError> {
-        let plugin = self.load(name, wasm, config, limits).await?;
+        let plugin = self.load_versioned(name, wasm, config, limits).await?;
         let inner = Inner {
             validate_metrics: self.metrics().op(name, KIND, "validate"),
             mutate_metrics: self.metrics().op(name, KIND, "mutate"),
@@ -111,17 +275,17 @@ impl Runtime {
 impl AdmissionPlugin {
     /// The name the plugin was loaded under.
     pub fn name(&self) -> &str {
-        &self.inner.plugin.core.name
+        &self.inner.plugin.core().name
     }
 
     /// The SHA-256 of the plugin's wasm bytes, in hex.
     pub fn digest(&self) -> &str {
-        &self.inner.plugin.core.digest
+        &self.inner.plugin.core().digest
     }
 
     /// The limits every call runs under.
     pub fn limits(&self) -> &Limits {
-        &self.inner.plugin.core.limits
+        &self.inner.plugin.core().limits
     }
 
     /// Runs the validating phase. The response never carries a patch.
@@ -155,7 +319,7 @@ impl AdmissionPlugin {
         let result = self.call_inner(phase, request).await;
         inner
             .plugin
-            .core
+            .core()
             .record(metrics, start, &result, |r| !r.allowed);
         result
     }
@@ -165,79 +329,24 @@ impl AdmissionPlugin {
         phase: Phase,
         request: &AdmissionRequest,
     ) -> Result<AdmissionResponse, PluginError> {
-        let plugin = &self.inner.plugin;
-        let wit_request = to_wit(request);
-        let response = plugin
-            .call(&request.uid, async move |instance, store, config| {
-                let admission = instance.wasm_apiserver_plugin_admission();
-                match phase {
-                    Phase::Validate => admission.call_validate(store, config, &wit_request).await,
-                    Phase::Mutate => admission.call_mutate(store, config, &wit_request).await,
-                }
-            })
-            .await?;
-        from_wit(&plugin.core, phase, response)
-    }
-}
-
-fn gvk(g: &Gvk) -> wit_types::GroupVersionKind {
-    wit_types::GroupVersionKind {
-        group: g.group.clone(),
-        version: g.version.clone(),
-        kind: g.kind.clone(),
-    }
-}
-
-fn gvr(g: &Gvr) -> wit_types::GroupVersionResource {
-    wit_types::GroupVersionResource {
-        group: g.group.clone(),
-        version: g.version.clone(),
-        resource: g.resource.clone(),
-    }
-}
-
-fn to_wit(r: &AdmissionRequest) -> wit::AdmissionRequest {
-    let json = |v: &Option<serde_json::Value>| v.as_ref().map(|v| v.to_string());
-    wit::AdmissionRequest {
-        uid: r.uid.clone(),
-        kind: gvk(&r.kind),
-        resource: gvr(&r.resource),
-        sub_resource: r.sub_resource.clone(),
-        request_kind: r.request_kind.as_ref().map(gvk),
-        request_resource: r.request_resource.as_ref().map(gvr),
-        request_sub_resource: r.request_sub_resource.clone(),
-        name: r.name.clone(),
-        namespace: r.namespace.clone(),
-        operation: match r.operation {
-            Operation::Create => wit_types::Operation::Create,
-            Operation::Update => wit_types::Operation::Update,
-            Operation::Delete => wit_types::Operation::Delete,
-            Operation::Connect => wit_types::Operation::Connect,
-        },
-        user_info: wit_types::UserInfo {
-            username: r.user.username.clone(),
-            uid: r.user.uid.clone(),
-            groups: r.user.groups.clone(),
-            extra: r
-                .user
-                .extra
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        },
-        dry_run: r.dry_run,
-        object: json(&r.object),
-        old_object: json(&r.old_object),
-        options: json(&r.options),
+        let raw = match &self.inner.plugin {
+            Versioned::V0_1(p) => v0_1::call(p, phase, request).await,
+            Versioned::V0_2(p) => v0_2::call(p, phase, request).await,
+        }?;
+        check(self.inner.plugin.core(), phase, raw)
     }
 }
 
 /// The size the output limit applies to.
-fn output_size(r: &wit::AdmissionResponse) -> usize {
-    let status = r
-        .status
-        .as_ref()
-        .map_or(0, |s| s.reason.len() + s.message.len());
+fn output_size(r: &RawResponse) -> usize {
+    let status = r.status.as_ref().map_or(0, |s| {
+        s.reason.len()
+            + s.message.len()
+            + s.causes
+                .iter()
+                .map(|c| c.field.len() + c.reason.len() + c.message.len())
+                .sum::<usize>()
+    });
     let patch = r.patch.as_ref().map_or(0, String::len);
     let warnings: usize = r.warnings.iter().map(String::len).sum();
     let annotations: usize = r
@@ -267,10 +376,10 @@ fn reason_for(code: u16) -> &'static str {
 }
 
 /// Checks and converts a plugin's response.
-fn from_wit(
+fn check(
     core: &PluginCore,
     phase: Phase,
-    r: wit::AdmissionResponse,
+    r: RawResponse,
 ) -> Result<AdmissionResponse, PluginError> {
     let plugin = || core.name.to_string();
     let size = output_size(&r);
@@ -299,10 +408,11 @@ fn from_wit(
     let status = if r.allowed {
         None
     } else {
-        let status = r.status.unwrap_or(wit_types::Status {
+        let status = r.status.unwrap_or(RawStatus {
             code: 403,
             reason: String::new(),
             message: String::new(),
+            causes: Vec::new(),
         });
         let code = if (400..=599).contains(&status.code) {
             status.code
@@ -323,6 +433,7 @@ fn from_wit(
             code,
             reason,
             message,
+            causes: status.causes,
         })
     };
 

@@ -10,46 +10,107 @@
 //! imports for its binding; the authorizer kind reuses that binding through
 //! `bindgen!`'s `with`.
 
-use crate::kind::{Loaded, world_pre};
+use crate::kind::Versioned;
 use crate::runtime::{Limits, PluginCore, Runtime};
-use crate::sandbox::{LogLevel, StoreState};
 use crate::types::UserInfo;
 use crate::{PluginError, metrics::OpMetrics};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// The bindings of the authenticator world.
-pub(crate) mod bindings {
+/// The version-neutral part of each version's binding: the conversion of
+/// requests and responses.
+macro_rules! binding {
+    ($version:literal, $imports:ident) => {
+        use crate::admission::$imports::user_from_wit;
+        use crate::authn::{AuthnOutcome, AuthnRequest};
+        use crate::sandbox::StoreState;
+        use crate::{PluginError, kind::Loaded};
+        use exports::wasm_apiserver::plugin::authenticator as wit;
+
+        crate::kind::world_pre!(
+            AuthenticatorPlugin,
+            AuthenticatorPluginPre,
+            wasm_apiserver_plugin_authenticator,
+            $version,
+            "authenticator-plugin",
+            "authenticator",
+            "authenticator"
+        );
+
+        /// A plugin loaded against this version.
+        pub(crate) type Pre = AuthenticatorPluginPre<StoreState>;
+
+        fn to_wit(r: &AuthnRequest) -> wit::AuthnRequest {
+            wit::AuthnRequest {
+                uid: r.uid.clone(),
+                headers: r.headers.clone(),
+                client_certificate: r
+                    .client_certificate
+                    .as_ref()
+                    .map(|c| wit::ClientCertificate {
+                        subject: c.subject.clone(),
+                        common_name: c.common_name.clone(),
+                        organizations: c.organizations.clone(),
+                    }),
+            }
+        }
+
+        /// Calls `authenticate` and converts the answer (unchecked).
+        pub(super) async fn call(
+            plugin: &Loaded<Pre>,
+            request: &AuthnRequest,
+        ) -> Result<AuthnOutcome, PluginError> {
+            let wit_request = to_wit(request);
+            let response = plugin
+                .call(&request.uid, async move |instance, store, config| {
+                    let export = instance.wasm_apiserver_plugin_authenticator();
+                    export.call_authenticate(store, config, &wit_request).await
+                })
+                .await?;
+            Ok(match response {
+                wit::AuthnResponse::Authenticated(u) => {
+                    AuthnOutcome::Authenticated(user_from_wit(u))
+                }
+                wit::AuthnResponse::NoOpinion => AuthnOutcome::NoOpinion,
+                wit::AuthnResponse::Denied(reason) => AuthnOutcome::Denied(reason),
+            })
+        }
+    };
+}
+
+/// The frozen 0.1.0 authenticator world; imports shared with admission's.
+pub(crate) mod v0_1 {
+    wasmtime::component::bindgen!({
+        world: "authenticator-plugin",
+        path: "../../wit/frozen/0.1.0",
+        exports: { default: async },
+        with: {
+            "wasm-apiserver:plugin/types": crate::admission::v0_1::wasm_apiserver::plugin::types,
+            "wasm-apiserver:plugin/log": crate::admission::v0_1::wasm_apiserver::plugin::log,
+        },
+    });
+    binding!("0.1.0", v0_1);
+}
+
+/// The current 0.2.0 authenticator world; imports shared with admission's.
+pub(crate) mod v0_2 {
     wasmtime::component::bindgen!({
         world: "authenticator-plugin",
         path: "../../wit",
         exports: { default: async },
+        with: {
+            "wasm-apiserver:plugin/types@0.2.0": crate::admission::v0_2::wasm_apiserver::plugin::types,
+            "wasm-apiserver:plugin/log@0.2.0": crate::admission::v0_2::wasm_apiserver::plugin::log,
+        },
     });
+    binding!("0.2.0", v0_2);
 }
-
-use bindings::exports::wasm_apiserver::plugin::authenticator as wit;
-use bindings::wasm_apiserver::plugin::{log, types as wit_types};
 
 /// `kind` label of authenticator metrics.
 const KIND: &str = "authn";
 /// The group every authenticated user belongs to.
 const AUTHENTICATED: &str = "system:authenticated";
-
-impl wit_types::Host for StoreState {}
-
-impl log::Host for StoreState {
-    fn log(&mut self, level: log::Level, message: String, fields: Vec<(String, String)>) {
-        let level = match level {
-            log::Level::Trace => LogLevel::Trace,
-            log::Level::Debug => LogLevel::Debug,
-            log::Level::Info => LogLevel::Info,
-            log::Level::Warn => LogLevel::Warn,
-            log::Level::Error => LogLevel::Error,
-        };
-        StoreState::log(self, level, message, fields);
-    }
-}
 
 /// The subject of a verified client certificate.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,17 +157,9 @@ pub struct AuthenticatorPlugin {
 }
 
 struct Inner {
-    plugin: Loaded<bindings::AuthenticatorPluginPre<StoreState>>,
+    plugin: Versioned<v0_1::Pre, v0_2::Pre>,
     metrics: Arc<OpMetrics>,
 }
-
-world_pre!(
-    bindings::AuthenticatorPlugin,
-    AuthenticatorPluginPre,
-    wasm_apiserver_plugin_authenticator,
-    "wasm-apiserver:plugin/authenticator-plugin@0.1.0",
-    "authenticator"
-);
 
 impl std::fmt::Debug for AuthenticatorPlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -130,7 +183,7 @@ impl Runtime {
         config: &str,
         limits: Limits,
     ) -> Result<AuthenticatorPlugin, PluginError> {
-        let plugin = self.load(name, wasm, config, limits).await?;
+        let plugin = self.load_versioned(name, wasm, config, limits).await?;
         let inner = Inner {
             metrics: self.metrics().op(name, KIND, "authenticate"),
             plugin,
@@ -145,17 +198,17 @@ impl Runtime {
 impl AuthenticatorPlugin {
     /// The name the plugin was loaded under.
     pub fn name(&self) -> &str {
-        &self.inner.plugin.core.name
+        &self.inner.plugin.core().name
     }
 
     /// The SHA-256 of the plugin's wasm bytes, in hex.
     pub fn digest(&self) -> &str {
-        &self.inner.plugin.core.digest
+        &self.inner.plugin.core().digest
     }
 
     /// The limits every call runs under.
     pub fn limits(&self) -> &Limits {
-        &self.inner.plugin.core.limits
+        &self.inner.plugin.core().limits
     }
 
     /// Asks the plugin who made `request`. A `Denied` outcome counts as a
@@ -167,7 +220,7 @@ impl AuthenticatorPlugin {
         let result = self.call(request).await;
         inner
             .plugin
-            .core
+            .core()
             .record(&inner.metrics, start, &result, |r| {
                 matches!(r, AuthnOutcome::Denied(_))
             });
@@ -175,61 +228,18 @@ impl AuthenticatorPlugin {
     }
 
     async fn call(&self, request: &AuthnRequest) -> Result<AuthnOutcome, PluginError> {
-        let plugin = &self.inner.plugin;
-        let wit_request = to_wit(request);
-        let response = plugin
-            .call(&request.uid, async move |instance, store, config| {
-                let export = instance.wasm_apiserver_plugin_authenticator();
-                export.call_authenticate(store, config, &wit_request).await
-            })
-            .await?;
-        from_wit(&plugin.core, response)
-    }
-}
-
-fn to_wit(r: &AuthnRequest) -> wit::AuthnRequest {
-    wit::AuthnRequest {
-        uid: r.uid.clone(),
-        headers: r.headers.clone(),
-        client_certificate: r
-            .client_certificate
-            .as_ref()
-            .map(|c| wit::ClientCertificate {
-                subject: c.subject.clone(),
-                common_name: c.common_name.clone(),
-                organizations: c.organizations.clone(),
-            }),
-    }
-}
-
-/// Converts a WIT `user-info` (shared with the authorizer kind).
-pub(crate) fn user_from_wit(u: wit_types::UserInfo) -> UserInfo {
-    UserInfo {
-        username: u.username,
-        uid: u.uid,
-        groups: u.groups,
-        extra: u.extra.into_iter().collect(),
-    }
-}
-
-/// Converts a [`UserInfo`] to its WIT record (shared with the authorizer kind).
-pub(crate) fn user_to_wit(u: &UserInfo) -> wit_types::UserInfo {
-    wit_types::UserInfo {
-        username: u.username.clone(),
-        uid: u.uid.clone(),
-        groups: u.groups.clone(),
-        extra: u
-            .extra
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
+        let outcome = match &self.inner.plugin {
+            Versioned::V0_1(p) => v0_1::call(p, request).await,
+            Versioned::V0_2(p) => v0_2::call(p, request).await,
+        }?;
+        check(self.inner.plugin.core(), outcome)
     }
 }
 
 /// The size the output limit applies to.
-fn output_size(r: &wit::AuthnResponse) -> usize {
+fn output_size(r: &AuthnOutcome) -> usize {
     match r {
-        wit::AuthnResponse::Authenticated(u) => {
+        AuthnOutcome::Authenticated(u) => {
             u.username.len()
                 + u.uid.len()
                 + u.groups.iter().map(String::len).sum::<usize>()
@@ -238,13 +248,13 @@ fn output_size(r: &wit::AuthnResponse) -> usize {
                     .map(|(k, v)| k.len() + v.iter().map(String::len).sum::<usize>())
                     .sum::<usize>()
         }
-        wit::AuthnResponse::NoOpinion => 0,
-        wit::AuthnResponse::Denied(reason) => reason.len(),
+        AuthnOutcome::NoOpinion => 0,
+        AuthnOutcome::Denied(reason) => reason.len(),
     }
 }
 
 /// Checks and converts a plugin's answer.
-fn from_wit(core: &PluginCore, r: wit::AuthnResponse) -> Result<AuthnOutcome, PluginError> {
+fn check(core: &PluginCore, r: AuthnOutcome) -> Result<AuthnOutcome, PluginError> {
     let size = output_size(&r);
     if size > core.limits.max_output_bytes {
         return Err(PluginError::OutputTooLarge {
@@ -254,21 +264,20 @@ fn from_wit(core: &PluginCore, r: wit::AuthnResponse) -> Result<AuthnOutcome, Pl
         });
     }
     Ok(match r {
-        wit::AuthnResponse::Authenticated(user) => {
+        AuthnOutcome::Authenticated(mut user) => {
             if user.username.is_empty() {
                 return Err(PluginError::InvalidOutput {
                     plugin: core.name.to_string(),
                     message: "authenticated a user with an empty name".to_owned(),
                 });
             }
-            let mut user = user_from_wit(user);
             if !user.groups.iter().any(|g| g == AUTHENTICATED) {
                 user.groups.push(AUTHENTICATED.to_owned());
             }
             AuthnOutcome::Authenticated(user)
         }
-        wit::AuthnResponse::NoOpinion => AuthnOutcome::NoOpinion,
-        wit::AuthnResponse::Denied(reason) => AuthnOutcome::Denied(if reason.is_empty() {
+        AuthnOutcome::NoOpinion => AuthnOutcome::NoOpinion,
+        AuthnOutcome::Denied(reason) => AuthnOutcome::Denied(if reason.is_empty() {
             format!("credential rejected by authenticator plugin {}", core.name)
         } else {
             reason

@@ -6,31 +6,104 @@
 //! metrics come from [`crate::runtime`]; the `log` and `types` imports are
 //! shared with [`crate::authn`]'s binding.
 
-use crate::authn::user_to_wit;
-use crate::kind::{Loaded, world_pre};
+use crate::kind::Versioned;
 use crate::runtime::{Limits, PluginCore, Runtime};
-use crate::sandbox::StoreState;
 use crate::types::UserInfo;
 use crate::{PluginError, metrics::OpMetrics};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// The bindings of the authorizer world; its imports are those of the
-/// authenticator binding, whose host implementations they reuse.
-mod bindings {
+/// The version-neutral part of each version's binding: the conversion of
+/// requests and decisions.
+macro_rules! binding {
+    ($version:literal, $imports:ident) => {
+        use crate::admission::$imports::user_to_wit;
+        use crate::authz::{AuthzDecision, AuthzRequest};
+        use crate::sandbox::StoreState;
+        use crate::{PluginError, kind::Loaded};
+        use exports::wasm_apiserver::plugin::authorizer as wit;
+
+        crate::kind::world_pre!(
+            AuthorizerPlugin,
+            AuthorizerPluginPre,
+            wasm_apiserver_plugin_authorizer,
+            $version,
+            "authorizer-plugin",
+            "authorizer",
+            "authorizer"
+        );
+
+        /// A plugin loaded against this version.
+        pub(crate) type Pre = AuthorizerPluginPre<StoreState>;
+
+        fn to_wit(r: &AuthzRequest) -> wit::AuthzRequest {
+            let a = &r.attributes;
+            wit::AuthzRequest {
+                uid: r.uid.clone(),
+                user: user_to_wit(&r.user),
+                attributes: wit::Attributes {
+                    verb: a.verb.clone(),
+                    api_group: a.api_group.clone(),
+                    api_version: a.api_version.clone(),
+                    resource: a.resource.clone(),
+                    subresource: a.subresource.clone(),
+                    namespace: a.namespace.clone(),
+                    name: a.name.clone(),
+                    path: a.path.clone(),
+                    is_resource_request: a.is_resource_request,
+                },
+            }
+        }
+
+        /// Calls `authorize` and converts the decision (unchecked).
+        pub(super) async fn call(
+            plugin: &Loaded<Pre>,
+            request: &AuthzRequest,
+        ) -> Result<AuthzDecision, PluginError> {
+            let wit_request = to_wit(request);
+            let decision = plugin
+                .call(&request.uid, async move |instance, store, config| {
+                    let export = instance.wasm_apiserver_plugin_authorizer();
+                    export.call_authorize(store, config, &wit_request).await
+                })
+                .await?;
+            Ok(match decision {
+                wit::AuthzDecision::Allow(r) => AuthzDecision::Allow(r),
+                wit::AuthzDecision::Deny(r) => AuthzDecision::Deny(r),
+                wit::AuthzDecision::NoOpinion(r) => AuthzDecision::NoOpinion(r),
+            })
+        }
+    };
+}
+
+/// The frozen 0.1.0 authorizer world; imports shared with admission's.
+pub(crate) mod v0_1 {
+    wasmtime::component::bindgen!({
+        world: "authorizer-plugin",
+        path: "../../wit/frozen/0.1.0",
+        exports: { default: async },
+        with: {
+            "wasm-apiserver:plugin/types": crate::admission::v0_1::wasm_apiserver::plugin::types,
+            "wasm-apiserver:plugin/log": crate::admission::v0_1::wasm_apiserver::plugin::log,
+        },
+    });
+    binding!("0.1.0", v0_1);
+}
+
+/// The current 0.2.0 authorizer world; imports shared with admission's.
+pub(crate) mod v0_2 {
     wasmtime::component::bindgen!({
         world: "authorizer-plugin",
         path: "../../wit",
         exports: { default: async },
         with: {
-            "wasm-apiserver:plugin/types": crate::authn::bindings::wasm_apiserver::plugin::types,
-            "wasm-apiserver:plugin/log": crate::authn::bindings::wasm_apiserver::plugin::log,
+            "wasm-apiserver:plugin/types@0.2.0": crate::admission::v0_2::wasm_apiserver::plugin::types,
+            "wasm-apiserver:plugin/log@0.2.0": crate::admission::v0_2::wasm_apiserver::plugin::log,
         },
     });
+    binding!("0.2.0", v0_2);
 }
-
-use bindings::exports::wasm_apiserver::plugin::authorizer as wit;
 
 /// `kind` label of authorizer metrics.
 const KIND: &str = "authz";
@@ -100,17 +173,9 @@ pub struct AuthorizerPlugin {
 }
 
 struct Inner {
-    plugin: Loaded<bindings::AuthorizerPluginPre<StoreState>>,
+    plugin: Versioned<v0_1::Pre, v0_2::Pre>,
     metrics: Arc<OpMetrics>,
 }
-
-world_pre!(
-    bindings::AuthorizerPlugin,
-    AuthorizerPluginPre,
-    wasm_apiserver_plugin_authorizer,
-    "wasm-apiserver:plugin/authorizer-plugin@0.1.0",
-    "authorizer"
-);
 
 impl std::fmt::Debug for AuthorizerPlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -134,7 +199,7 @@ impl Runtime {
         config: &str,
         limits: Limits,
     ) -> Result<AuthorizerPlugin, PluginError> {
-        let plugin = self.load(name, wasm, config, limits).await?;
+        let plugin = self.load_versioned(name, wasm, config, limits).await?;
         let inner = Inner {
             metrics: self.metrics().op(name, KIND, "authorize"),
             plugin,
@@ -149,17 +214,17 @@ impl Runtime {
 impl AuthorizerPlugin {
     /// The name the plugin was loaded under.
     pub fn name(&self) -> &str {
-        &self.inner.plugin.core.name
+        &self.inner.plugin.core().name
     }
 
     /// The SHA-256 of the plugin's wasm bytes, in hex.
     pub fn digest(&self) -> &str {
-        &self.inner.plugin.core.digest
+        &self.inner.plugin.core().digest
     }
 
     /// The limits every call runs under.
     pub fn limits(&self) -> &Limits {
-        &self.inner.plugin.core.limits
+        &self.inner.plugin.core().limits
     }
 
     /// Asks the plugin whether `request` is allowed. A `Deny` counts as a
@@ -171,7 +236,7 @@ impl AuthorizerPlugin {
         let result = self.call(request).await;
         inner
             .plugin
-            .core
+            .core()
             .record(&inner.metrics, start, &result, |d| {
                 matches!(d, AuthzDecision::Deny(_))
             });
@@ -179,44 +244,16 @@ impl AuthorizerPlugin {
     }
 
     async fn call(&self, request: &AuthzRequest) -> Result<AuthzDecision, PluginError> {
-        let plugin = &self.inner.plugin;
-        let wit_request = to_wit(request);
-        let decision = plugin
-            .call(&request.uid, async move |instance, store, config| {
-                let export = instance.wasm_apiserver_plugin_authorizer();
-                export.call_authorize(store, config, &wit_request).await
-            })
-            .await?;
-        from_wit(&plugin.core, decision)
+        let decision = match &self.inner.plugin {
+            Versioned::V0_1(p) => v0_1::call(p, request).await,
+            Versioned::V0_2(p) => v0_2::call(p, request).await,
+        }?;
+        check(self.inner.plugin.core(), decision)
     }
 }
 
-fn to_wit(r: &AuthzRequest) -> wit::AuthzRequest {
-    let a = &r.attributes;
-    wit::AuthzRequest {
-        uid: r.uid.clone(),
-        user: user_to_wit(&r.user),
-        attributes: wit::Attributes {
-            verb: a.verb.clone(),
-            api_group: a.api_group.clone(),
-            api_version: a.api_version.clone(),
-            resource: a.resource.clone(),
-            subresource: a.subresource.clone(),
-            namespace: a.namespace.clone(),
-            name: a.name.clone(),
-            path: a.path.clone(),
-            is_resource_request: a.is_resource_request,
-        },
-    }
-}
-
-/// Checks the size of a plugin's decision and converts it.
-fn from_wit(core: &PluginCore, d: wit::AuthzDecision) -> Result<AuthzDecision, PluginError> {
-    let decision = match d {
-        wit::AuthzDecision::Allow(r) => AuthzDecision::Allow(r),
-        wit::AuthzDecision::Deny(r) => AuthzDecision::Deny(r),
-        wit::AuthzDecision::NoOpinion(r) => AuthzDecision::NoOpinion(r),
-    };
+/// Checks the size of a plugin's decision.
+fn check(core: &PluginCore, decision: AuthzDecision) -> Result<AuthzDecision, PluginError> {
     let size = decision.reason().len();
     if size > core.limits.max_output_bytes {
         return Err(PluginError::OutputTooLarge {

@@ -53,6 +53,9 @@ pub enum PluginError {
     /// already running and none finished within [`Limits::queue_timeout`](crate::Limits::queue_timeout).
     #[error("plugin {plugin}: too many concurrent calls")]
     Busy { plugin: String },
+    /// A resource handler answered an error to `convert` or `default`.
+    #[error("plugin {plugin}: {message}")]
+    Refused { plugin: String, message: String },
 }
 
 impl PluginError {
@@ -70,6 +73,7 @@ impl PluginError {
             PluginError::OutputTooLarge { .. } => "output_too_large",
             PluginError::InvalidOutput { .. } => "invalid_output",
             PluginError::Busy { .. } => "busy",
+            PluginError::Refused { .. } => "refused",
         }
     }
 }

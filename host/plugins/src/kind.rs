@@ -7,7 +7,7 @@
 //! fresh sandbox through [`PluginCore::run`].
 
 use crate::PluginError;
-use crate::runtime::{Limits, PluginCore, Runtime};
+use crate::runtime::{Compiled, Limits, PluginCore, Runtime};
 use crate::sandbox::StoreState;
 use std::future::Future;
 use wasmtime::Store;
@@ -20,6 +20,9 @@ pub(crate) trait WorldPre: Clone + Send + Sync + Sized {
     type Instance: Send + Sync;
     /// The fully qualified name of the world, for error messages.
     const WORLD: &'static str;
+    /// The fully qualified name of the interface the world exports, which
+    /// tells which version of the package a component targets.
+    const EXPORT: &'static str;
     /// The kind in prose, as in "linking the admission world".
     const WHAT: &'static str;
 
@@ -43,39 +46,41 @@ pub(crate) trait WorldPre: Clone + Send + Sync + Sized {
     ) -> impl Future<Output = wasmtime::Result<Result<(), String>>> + Send;
 }
 
-/// Implements [`WorldPre`] for the `$Pre` type of a `bindgen!` module
-/// `$bindings`, given its world struct `$World`, the accessor `$export` of
-/// the exported interface, the world's full name and the kind in prose.
+/// Implements [`WorldPre`] for the `$Pre` type of a `bindgen!` in scope,
+/// given its world struct `$World`, the accessor `$export` of the exported
+/// interface, the package version, the world's and the interface's names
+/// and the kind in prose.
 macro_rules! world_pre {
-    ($bindings:ident :: $World:ident, $Pre:ident, $export:ident, $world:literal, $what:literal) => {
-        impl $crate::kind::WorldPre for $bindings::$Pre<StoreState> {
-            type Instance = $bindings::$World;
-            const WORLD: &'static str = $world;
+    ($World:ident, $Pre:ident, $export:ident, $version:literal, $world:literal, $iface:literal, $what:literal) => {
+        impl $crate::kind::WorldPre for $Pre<$crate::sandbox::StoreState> {
+            type Instance = $World;
+            const WORLD: &'static str = concat!("wasm-apiserver:plugin/", $world, "@", $version);
+            const EXPORT: &'static str = concat!("wasm-apiserver:plugin/", $iface, "@", $version);
             const WHAT: &'static str = $what;
 
             fn add_to_linker(
-                linker: &mut wasmtime::component::Linker<StoreState>,
+                linker: &mut wasmtime::component::Linker<$crate::sandbox::StoreState>,
             ) -> wasmtime::Result<()> {
                 use wasmtime::component::HasSelf;
-                $bindings::$World::add_to_linker::<_, HasSelf<_>>(linker, |s| s)
+                $World::add_to_linker::<_, HasSelf<_>>(linker, |s| s)
             }
 
             fn from_instance_pre(
-                pre: wasmtime::component::InstancePre<StoreState>,
+                pre: wasmtime::component::InstancePre<$crate::sandbox::StoreState>,
             ) -> wasmtime::Result<Self> {
                 Self::new(pre)
             }
 
             async fn instantiate(
                 &self,
-                store: &mut wasmtime::Store<StoreState>,
-            ) -> wasmtime::Result<$bindings::$World> {
+                store: &mut wasmtime::Store<$crate::sandbox::StoreState>,
+            ) -> wasmtime::Result<$World> {
                 self.instantiate_async(store).await
             }
 
             async fn check_config(
-                instance: &$bindings::$World,
-                store: &mut wasmtime::Store<StoreState>,
+                instance: &$World,
+                store: &mut wasmtime::Store<$crate::sandbox::StoreState>,
                 config: &str,
             ) -> wasmtime::Result<Result<(), String>> {
                 instance.$export().call_check_config(store, config).await
@@ -93,6 +98,32 @@ pub(crate) struct Loaded<P> {
     config: String,
 }
 
+/// A plugin loaded against the frozen (0.1.0) or the current (0.2.0)
+/// version of its world: the host binds both, so a component never has to
+/// be rebuilt for a newer server.
+pub(crate) enum Versioned<Frozen, Current> {
+    V0_1(Loaded<Frozen>),
+    V0_2(Loaded<Current>),
+}
+
+impl<F: WorldPre, C: WorldPre> Versioned<F, C> {
+    /// The shared part of the plugin, whatever its version.
+    pub(crate) fn core(&self) -> &PluginCore {
+        match self {
+            Versioned::V0_1(p) => &p.core,
+            Versioned::V0_2(p) => &p.core,
+        }
+    }
+
+    /// Has the plugin check its configuration.
+    pub(crate) async fn check_config(&self) -> Result<(), PluginError> {
+        match self {
+            Versioned::V0_1(p) => p.check_config().await,
+            Versioned::V0_2(p) => p.check_config().await,
+        }
+    }
+}
+
 impl Runtime {
     /// Compiles `wasm` (or takes it from the cache), links it against world
     /// `P` and checks that it targets that world and imports nothing the
@@ -106,6 +137,38 @@ impl Runtime {
         limits: Limits,
     ) -> Result<Loaded<P>, PluginError> {
         let compiled = self.compile(name, wasm).await?;
+        self.link(name, compiled, config, limits)
+    }
+
+    /// As [`Runtime::load`], for a kind whose world exists in the frozen
+    /// and the current package version: the component's exports tell which
+    /// it targets (the current one when it exports neither, so the error
+    /// names the current world).
+    pub(crate) async fn load_versioned<F: WorldPre, C: WorldPre>(
+        &self,
+        name: &str,
+        wasm: &[u8],
+        config: &str,
+        limits: Limits,
+    ) -> Result<Versioned<F, C>, PluginError> {
+        let compiled = self.compile(name, wasm).await?;
+        let exports = |iface: &str| compiled.component.get_export_index(None, iface).is_some();
+        if exports(F::EXPORT) && !exports(C::EXPORT) {
+            self.link(name, compiled, config, limits)
+                .map(Versioned::V0_1)
+        } else {
+            self.link(name, compiled, config, limits)
+                .map(Versioned::V0_2)
+        }
+    }
+
+    fn link<P: WorldPre>(
+        &self,
+        name: &str,
+        compiled: Compiled,
+        config: &str,
+        limits: Limits,
+    ) -> Result<Loaded<P>, PluginError> {
         let wrong_world = |e: wasmtime::Error| PluginError::WrongWorld {
             plugin: name.to_owned(),
             world: P::WORLD,

@@ -67,6 +67,7 @@ mod admission;
 mod authn;
 mod authz;
 mod error;
+mod handler;
 mod kind;
 mod metrics;
 mod runtime;
@@ -77,7 +78,9 @@ pub use admission::AdmissionPlugin;
 pub use authn::{AuthenticatorPlugin, AuthnOutcome, AuthnRequest, ClientCertificate};
 pub use authz::{AuthorizerPlugin, AuthzAttributes, AuthzDecision, AuthzRequest};
 pub use error::PluginError;
+pub use handler::{ObjectRequest, ResourceHandlerPlugin};
 pub use runtime::{Limits, Runtime, RuntimeConfig};
 pub use types::{
-    AdmissionRequest, AdmissionResponse, CacheStats, DenyStatus, Gvk, Gvr, Operation, UserInfo,
+    AdmissionRequest, AdmissionResponse, CacheStats, DenyStatus, FieldCause, Gvk, Gvr, Operation,
+    UserInfo,
 };

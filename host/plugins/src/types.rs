@@ -79,13 +79,27 @@ pub struct AdmissionRequest {
     pub options: Option<serde_json::Value>,
 }
 
-/// Why a request was denied: the `code`, `reason` and `message` of a
-/// Kubernetes `Status` with `status: Failure`.
+/// Why a request was denied: the `code`, `reason`, `message` and
+/// `details.causes` of a Kubernetes `Status` with `status: Failure`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DenyStatus {
     /// An HTTP status code in 400..=599.
     pub code: u16,
     /// A CamelCase reason such as `Forbidden`; never empty.
+    pub reason: String,
+    /// A human-readable message.
+    pub message: String,
+    /// The fields the denial is about (plugins of package 0.2.0 and later).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub causes: Vec<FieldCause>,
+}
+
+/// One invalid field, as a Kubernetes `StatusCause`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldCause {
+    /// The field's path, e.g. `spec.replicas`.
+    pub field: String,
+    /// A CamelCase reason such as `FieldValueInvalid`; may be empty.
     pub reason: String,
     /// A human-readable message.
     pub message: String,

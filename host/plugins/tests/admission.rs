@@ -30,6 +30,10 @@ const FIXTURES: &[&str] = &[
     // Other plugin kinds, exercised by tests/access.rs.
     "token_authenticator",
     "namespace_authorizer",
+    // Resource handlers and the frozen 0.1.0 package, by tests/handlers.rs.
+    "widget_converter",
+    "hostile_handler",
+    "frozen_deny_names",
 ];
 
 fn runtime() -> Runtime {

@@ -148,6 +148,17 @@ impl Strategy for AdmissionPlugins {
     }
 }
 
+/// `ResourceHandler` objects: a write takes effect on this replica before
+/// the response (other replicas follow through the controller's watch).
+struct ResourceHandlers(Objects);
+
+#[async_trait]
+impl Strategy for ResourceHandlers {
+    async fn after_write(&self, obj: &Value, deleted: bool) {
+        crate::handlers::controller::reconcile(&self.0, obj, deleted).await;
+    }
+}
+
 /// Webhook configurations: applied to this replica's chain on write.
 struct WebhookConfigurations {
     objects: Objects,
@@ -313,6 +324,9 @@ pub fn install(objects: &Objects, deps: Dependencies) -> Installed {
                     (RBAC, _) => Some(Arc::new(Rbac(deps.escalation.clone()))),
                     (wasm_apiserver_api::admission::GROUP, _) => {
                         Some(Arc::new(AdmissionPlugins(objects.clone())))
+                    }
+                    (wasm_apiserver_api::handler::GROUP, _) => {
+                        Some(Arc::new(ResourceHandlers(objects.clone())))
                     }
                     (webhook::GROUP, webhook::VALIDATING) => {
                         Some(Arc::new(WebhookConfigurations {

@@ -10,6 +10,7 @@
 
 use crate::codec::decode;
 use crate::error::storage_error;
+use crate::handlers::{Bound, Handlers};
 use crate::options::{ListParams, Preconditions, WriteOptions};
 use crate::resources::Resource;
 use crate::store::Objects;
@@ -20,11 +21,12 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use wasm_apiserver_api::handler::Operation;
 use wasm_apiserver_api::resource::{ColumnPath, Render};
 use wasm_apiserver_api::schema::{Schema, structural_errors};
 use wasm_apiserver_api::validation::validate_object;
 use wasm_apiserver_api::{ApiError, Cause, Column, ResourceInfo, meta};
-use wasm_apiserver_plugins::UserInfo;
+use wasm_apiserver_plugins::{ObjectRequest, UserInfo};
 use wasm_apiserver_storage::{EventKind, WatchItem};
 
 /// The CRD group.
@@ -283,6 +285,8 @@ struct CustomResources {
     /// With a `status` subresource a create's status is dropped (then
     /// defaulted), as upstream.
     status_subresource: bool,
+    /// Where this resource's `ResourceHandler` is looked up on every call.
+    handlers: Arc<Handlers>,
 }
 
 /// A CRD version's `subresources.scale`.
@@ -319,6 +323,76 @@ fn set_at(obj: &mut Value, path: &str, value: Value) {
     }
 }
 
+impl CustomResources {
+    fn handler(&self, info: &ResourceInfo, op: Operation) -> Option<Arc<Bound>> {
+        self.handlers.get(&info.group, &info.plural, op)
+    }
+
+    /// Brings `objs` to `api_version`: through the resource's handler when
+    /// one converts it (only the objects in another version, in one call),
+    /// else by changing `apiVersion` (`conversion: None`).
+    async fn convert(
+        &self,
+        info: &ResourceInfo,
+        objs: &mut [Value],
+        api_version: &str,
+    ) -> Result<(), ApiError> {
+        let stale: Vec<usize> = (0..objs.len())
+            .filter(|&i| objs[i].is_object() && objs[i]["apiVersion"] != api_version)
+            .collect();
+        if stale.is_empty() {
+            return Ok(());
+        }
+        let Some(handler) = self.handler(info, Operation::Convert) else {
+            for i in stale {
+                objs[i]["apiVersion"] = json!(api_version);
+            }
+            return Ok(());
+        };
+        let input: Vec<Value> = stale.iter().map(|&i| objs[i].clone()).collect();
+        let uid = uuid::Uuid::new_v4().to_string();
+        let converted = handler
+            .plugin
+            .convert(&uid, api_version, &input)
+            .await
+            .map_err(|e| {
+                ApiError::Internal(format!(
+                    "conversion by resource handler {:?} to {api_version}, Kind={} failed: {e}",
+                    handler.name, info.kind
+                ))
+            })?;
+        for (i, obj) in stale.into_iter().zip(converted) {
+            objs[i] = obj;
+        }
+        Ok(())
+    }
+
+    fn object_request(
+        info: &ResourceInfo,
+        obj: &Value,
+        old: Option<&Value>,
+        user: &UserInfo,
+    ) -> ObjectRequest {
+        ObjectRequest {
+            uid: uuid::Uuid::new_v4().to_string(),
+            kind: wasm_apiserver_plugins::Gvk {
+                group: info.group.clone(),
+                version: info.version.clone(),
+                kind: info.kind.clone(),
+            },
+            operation: if old.is_some() {
+                wasm_apiserver_plugins::Operation::Update
+            } else {
+                wasm_apiserver_plugins::Operation::Create
+            },
+            user: user.clone(),
+            object: obj.clone(),
+            old_object: old.cloned(),
+        }
+    }
+}
+
+#[async_trait]
 impl Strategy for CustomResources {
     fn prepare_for_create(&self, obj: &mut Value) {
         if self.status_subresource
@@ -328,10 +402,67 @@ impl Strategy for CustomResources {
         }
     }
 
-    fn present(&self, info: &ResourceInfo, obj: &mut Value) {
-        if obj.is_object() {
-            obj["apiVersion"] = json!(info.api_version());
+    async fn present(&self, info: &ResourceInfo, objs: &mut [Value]) -> Result<(), ApiError> {
+        self.convert(info, objs, &info.api_version()).await
+    }
+
+    async fn to_storage(&self, info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
+        self.convert(info, std::slice::from_mut(obj), &self.storage_api_version)
+            .await
+    }
+
+    async fn plugin_default(
+        &self,
+        info: &ResourceInfo,
+        obj: &mut Value,
+        old: Option<&Value>,
+        user: &UserInfo,
+    ) -> Result<(), ApiError> {
+        let Some(handler) = self.handler(info, Operation::Default) else {
+            return Ok(());
+        };
+        let request = Self::object_request(info, obj, old, user);
+        match handler.plugin.default(&request).await {
+            Ok(Some(defaulted)) => {
+                *obj = defaulted;
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => Err(ApiError::Internal(format!(
+                "defaulting by resource handler {:?} failed: {e}",
+                handler.name
+            ))),
         }
+    }
+
+    async fn plugin_validate(
+        &self,
+        info: &ResourceInfo,
+        obj: &Value,
+        old: Option<&Value>,
+        user: &UserInfo,
+    ) -> Result<(), ApiError> {
+        let Some(handler) = self.handler(info, Operation::Validate) else {
+            return Ok(());
+        };
+        let request = Self::object_request(info, obj, old, user);
+        let causes = handler.plugin.validate(&request).await.map_err(|e| {
+            ApiError::Internal(format!(
+                "validation by resource handler {:?} failed: {e}",
+                handler.name
+            ))
+        })?;
+        if causes.is_empty() {
+            return Ok(());
+        }
+        Err(ApiError::Invalid(
+            wasm_apiserver_api::error::Target::new(
+                &info.group,
+                &info.plural,
+                meta::name(obj).unwrap_or_default(),
+            ),
+            crate::admission::chain::causes(&causes),
+        ))
     }
 
     fn get_subresource(&self, sub: &str, obj: &Value) -> Option<Value> {
@@ -373,7 +504,6 @@ impl Strategy for CustomResources {
 
     fn canonicalize(&self, obj: &mut Value) {
         self.schema.default(obj);
-        obj["apiVersion"] = json!(self.storage_api_version);
     }
 
     fn validate(
@@ -595,6 +725,7 @@ pub fn apply(objects: &Objects, served: &Arc<Served>, crd: &Value, deleted: bool
                     storage_api_version,
                     scale,
                     status_subresource: v["subresources"]["status"].is_object(),
+                    handlers: objects.handlers.clone(),
                 }))
             })
             .collect()

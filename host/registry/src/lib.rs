@@ -10,6 +10,8 @@
 //! * [`strategy`]: the traits a resource's special behaviour implements;
 //! * [`builtin`]: the built-in resources and their strategies;
 //! * [`crd`]: CustomResourceDefinitions, which register resources at runtime;
+//! * [`handlers`]: resource handlers, wasm components that convert, default
+//!   and validate custom resources, and their controller;
 //! * [`admission`]: the admission chain (wasm plugins and webhooks) and the
 //!   controller that loads it from API objects; [`webhook`] is the webhook
 //!   client;
@@ -26,6 +28,7 @@ pub mod builtin;
 pub mod codec;
 pub mod crd;
 pub mod error;
+pub mod handlers;
 pub mod namespaces;
 pub mod options;
 pub mod resources;

@@ -8,18 +8,20 @@
 use crate::admission::chain::{Admission, Attributes};
 use crate::codec::{decode, encode};
 use crate::error::storage_error;
+use crate::handlers::Handlers;
 use crate::options::{
     Deleted, FieldValidation, ListOutcome, ListParams, Preconditions, WriteOptions,
 };
 use crate::resources::{Resource, Resources};
 use base64::Engine;
+use futures::StreamExt;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio::sync::Notify;
 use wasm_apiserver_api::error::Target;
 use wasm_apiserver_api::{ApiError, ResourceInfo, meta};
 use wasm_apiserver_plugins::Operation;
-use wasm_apiserver_storage::{ListOptions, Storage, StorageError};
+use wasm_apiserver_storage::{EventKind, ListOptions, Storage, StorageError, WatchItem};
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
 
@@ -38,6 +40,8 @@ pub struct Objects {
     pub admission: Option<Arc<Admission>>,
     /// Which namespaces exist and whether they terminate.
     pub namespace_cache: Arc<NamespaceCache>,
+    /// The active resource handlers of custom resources.
+    pub handlers: Arc<Handlers>,
 }
 
 /// Namespace name → terminating, for the lifecycle check on creates.
@@ -101,9 +105,11 @@ fn map_storage(info: &ResourceInfo, name: &str, e: StorageError) -> ApiError {
 }
 
 /// An object as the request's version shows it (see [`Strategy::present`](crate::strategy::Strategy::present)).
-fn present(info: &Resource, mut obj: Value) -> Value {
-    info.strategy.present(info, &mut obj);
-    obj
+async fn present(info: &Resource, obj: Value) -> Result<Value> {
+    let mut objs = [obj];
+    info.strategy.present(info, &mut objs).await?;
+    let [obj] = objs;
+    Ok(obj)
 }
 
 fn without_rv(obj: &Value) -> Value {
@@ -162,6 +168,46 @@ impl Objects {
             namespace_deleted: Arc::new(Notify::new()),
             admission,
             namespace_cache: Default::default(),
+            handlers: Default::default(),
+        }
+    }
+
+    /// Lists `info`'s objects and hands them to `on_list`, and each to
+    /// `on_change`; then follows the storage watch, handing `on_change`
+    /// every changed object and whether it was deleted. Relists after a
+    /// watch error; never returns. What controllers that keep in-memory
+    /// state in line with API objects run.
+    pub async fn follow<Fut: Future<Output = ()> + Send>(
+        &self,
+        info: &Resource,
+        mut on_list: impl FnMut(&[Value]) + Send,
+        mut on_change: impl FnMut(Value, bool) -> Fut + Send,
+    ) {
+        loop {
+            let result: Result<()> = async {
+                let listed = self.list(info, None, &ListParams::default()).await?;
+                on_list(&listed.items);
+                for obj in listed.items {
+                    on_change(obj, false).await;
+                }
+                let mut stream = self
+                    .storage
+                    .watch(&info.collection_key(None), listed.resource_version)
+                    .await
+                    .map_err(storage_error)?;
+                while let Some(item) = stream.next().await {
+                    let WatchItem::Event(ev) = item.map_err(storage_error)? else {
+                        continue;
+                    };
+                    on_change(decode(&ev.kv)?, ev.kind == EventKind::Deleted).await;
+                }
+                Ok(())
+            }
+            .await;
+            if let Err(e) = result {
+                tracing::warn!(resource = %info.plural, error = %e, "watch ended; relisting");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         }
     }
 
@@ -206,7 +252,7 @@ impl Objects {
             .await
             .map_err(storage_error)?
         {
-            Some(kv) => decode(&kv).map(|obj| present(info, obj)),
+            Some(kv) => present(info, decode(&kv)?).await,
             None => Err(ApiError::NotFound(target(info, name))),
         }
     }
@@ -288,7 +334,7 @@ impl Objects {
                 }
                 let obj = decode(kv)?;
                 if p.matches(&obj) {
-                    items.push(present(info, obj));
+                    items.push(obj);
                 }
             }
             if let Some(key) = stopped_at {
@@ -304,6 +350,7 @@ impl Objects {
                 Some(key) => start = Some(key),
             }
         }
+        info.strategy.present(info, &mut items).await?;
         let resource_version = revision.unwrap_or_default();
         let continue_token =
             next.map(|k| encode_continue(resource_version, k.strip_prefix(&prefix).unwrap_or(&k)));
@@ -410,6 +457,9 @@ impl Objects {
         meta::prepare_for_create(&mut obj, chrono::Utc::now());
         info.strategy.prepare_for_create(&mut obj);
         info.strategy.canonicalize(&mut obj);
+        info.strategy
+            .plugin_default(info, &mut obj, None, &opts.user)
+            .await?;
         let name = meta::name(&obj).unwrap_or_default().to_string();
         if let Some(ns) = ns.filter(|_| info.namespaced) {
             self.ensure_namespace_active(info, ns, &name).await?;
@@ -424,20 +474,26 @@ impl Objects {
         self.admit_mutating(info, &attrs, &mut obj, None, opts)
             .await?;
         info.strategy.validate(info, ns, &obj, None, &opts.user)?;
+        info.strategy
+            .plugin_validate(info, &obj, None, &opts.user)
+            .await?;
         self.admit_validating(&attrs, Some(&obj), None, opts)
             .await?;
         if opts.dry_run {
-            return Ok(present(info, obj));
+            return Ok(obj);
         }
         let key = info.object_key(ns, &name);
+        let mut stored = obj.clone();
+        info.strategy.to_storage(info, &mut stored).await?;
         let kv = self
             .storage
-            .create(&key, encode(&mut obj))
+            .create(&key, encode(&mut stored))
             .await
             .map_err(|e| map_storage(info, &name, e))?;
+        meta::set_resource_version(&mut stored, kv.mod_revision);
         meta::set_resource_version(&mut obj, kv.mod_revision);
-        info.strategy.after_write(&obj, false).await;
-        Ok(present(info, obj))
+        info.strategy.after_write(&stored, false).await;
+        Ok(obj)
     }
 
     /// Reads, changes and compare-and-swaps an object until the swap wins
@@ -464,12 +520,15 @@ impl Objects {
             // Unknown fields stored before they were pruned are not the
             // request's: drop them silently, so only the request's count.
             info.strategy.prune(info, &mut stored);
-            let cur = present(info, stored.clone());
+            let cur = present(info, stored).await?;
             let mut new = change(&cur)?;
             self.normalize(info, ns, &mut new)?;
             check_fields(info, &mut new, opts)?;
             meta::prepare_for_update(&mut new, &cur);
             info.strategy.canonicalize(&mut new);
+            info.strategy
+                .plugin_default(info, &mut new, Some(&cur), &opts.user)
+                .await?;
             let attrs = Attributes {
                 info,
                 operation: Operation::Update,
@@ -481,23 +540,28 @@ impl Objects {
                 .await?;
             info.strategy
                 .validate(info, ns, &new, Some(&cur), &opts.user)?;
+            info.strategy
+                .plugin_validate(info, &new, Some(&cur), &opts.user)
+                .await?;
             self.admit_validating(&attrs, Some(&new), Some(&cur), opts)
                 .await?;
             if ready_to_delete(info, &new) {
                 if opts.dry_run {
-                    return Ok(present(info, new));
+                    return Ok(new);
                 }
                 match self.storage.delete(&key, Some(cur_kv.mod_revision)).await {
                     Ok(kv) => {
                         meta::set_resource_version(&mut new, kv.mod_revision);
                         info.strategy.after_write(&new, true).await;
-                        return Ok(present(info, new));
+                        return Ok(new);
                     }
                     Err(StorageError::Conflict { .. }) => continue,
                     Err(e) => return Err(map_storage(info, name, e)),
                 }
             }
-            if without_rv(&new) == without_rv(&stored) {
+            // Both in the request's version: an update that changes nothing
+            // is not written (and keeps its resourceVersion).
+            if without_rv(&new) == without_rv(&cur) {
                 if !opts.dry_run {
                     info.strategy.after_write(&cur, false).await;
                 }
@@ -505,17 +569,20 @@ impl Objects {
             }
             if opts.dry_run {
                 meta::set_resource_version(&mut new, cur_kv.mod_revision);
-                return Ok(present(info, new));
+                return Ok(new);
             }
+            let mut stored = new.clone();
+            info.strategy.to_storage(info, &mut stored).await?;
             match self
                 .storage
-                .update(&key, encode(&mut new), cur_kv.mod_revision)
+                .update(&key, encode(&mut stored), cur_kv.mod_revision)
                 .await
             {
                 Ok(kv) => {
+                    meta::set_resource_version(&mut stored, kv.mod_revision);
                     meta::set_resource_version(&mut new, kv.mod_revision);
-                    info.strategy.after_write(&new, false).await;
-                    return Ok(present(info, new));
+                    info.strategy.after_write(&stored, false).await;
+                    return Ok(new);
                 }
                 Err(StorageError::Conflict { .. }) => continue,
                 Err(e) => return Err(map_storage(info, name, e)),
@@ -622,11 +689,12 @@ impl Objects {
                 namespace: ns,
                 name,
             };
-            self.admit_validating(&attrs, None, Some(&cur), opts)
+            let shown = present(info, cur.clone()).await?;
+            self.admit_validating(&attrs, None, Some(&shown), opts)
                 .await?;
             if info.strategy.graceful_delete(&cur) {
                 if meta::str_field(&cur, "deletionTimestamp").is_some() {
-                    return Ok(Deleted::Pending(present(info, cur)));
+                    return Ok(Deleted::Pending(shown));
                 }
                 let mut marked = cur.clone();
                 let m = meta::metadata_mut(&mut marked);
@@ -634,7 +702,7 @@ impl Objects {
                 m.insert("deletionGracePeriodSeconds".into(), json!(0));
                 info.strategy.prepare_for_delete(&mut marked);
                 if opts.dry_run {
-                    return Ok(Deleted::Pending(present(info, marked)));
+                    return Ok(Deleted::Pending(present(info, marked).await?));
                 }
                 match self
                     .storage
@@ -644,21 +712,23 @@ impl Objects {
                     Ok(kv) => {
                         meta::set_resource_version(&mut marked, kv.mod_revision);
                         info.strategy.after_write(&marked, false).await;
-                        return Ok(Deleted::Pending(present(info, marked)));
+                        return Ok(Deleted::Pending(present(info, marked).await?));
                     }
                     Err(StorageError::Conflict { .. }) => continue,
                     Err(e) => return Err(map_storage(info, name, e)),
                 }
             }
             if opts.dry_run {
-                return Ok(Deleted::Now(present(info, cur)));
+                return Ok(Deleted::Now(shown));
             }
             match self.storage.delete(&key, Some(cur_kv.mod_revision)).await {
                 Ok(kv) => {
                     let mut last = cur;
                     meta::set_resource_version(&mut last, kv.mod_revision);
                     info.strategy.after_write(&last, true).await;
-                    return Ok(Deleted::Now(present(info, last)));
+                    let mut shown = shown;
+                    meta::set_resource_version(&mut shown, kv.mod_revision);
+                    return Ok(Deleted::Now(shown));
                 }
                 Err(StorageError::Conflict { .. }) => continue,
                 Err(e) => return Err(map_storage(info, name, e)),

@@ -72,10 +72,45 @@ pub trait Strategy: Send + Sync {
         None
     }
 
-    /// A stored object as a request in `info`'s version shows it. Custom
-    /// resources are stored in their storage version and read in any
-    /// served one (`conversion: None` changes only `apiVersion`).
-    fn present(&self, _info: &ResourceInfo, _obj: &mut Value) {}
+    /// Stored objects as a request in `info`'s version shows them, in one
+    /// batch (a list converts all its items at once). Custom resources are
+    /// stored in their storage version and read in any served one: through
+    /// their `ResourceHandler` when one converts them, else by changing
+    /// only `apiVersion` (`conversion: None`).
+    async fn present(&self, _info: &ResourceInfo, _objs: &mut [Value]) -> Result<()> {
+        Ok(())
+    }
+
+    /// The object to store, from the request's version of it: the last
+    /// step of a write, after validation and admission.
+    async fn to_storage(&self, _info: &ResourceInfo, _obj: &mut Value) -> Result<()> {
+        Ok(())
+    }
+
+    /// Defaulting by a plugin, beyond [`Strategy::canonicalize`]: runs
+    /// after it, before mutating admission. `old` is the current object on
+    /// updates.
+    async fn plugin_default(
+        &self,
+        _info: &ResourceInfo,
+        _obj: &mut Value,
+        _old: Option<&Value>,
+        _user: &UserInfo,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// Validation by a plugin, beyond [`Strategy::validate`]: runs after
+    /// it, before validating admission.
+    async fn plugin_validate(
+        &self,
+        _info: &ResourceInfo,
+        _obj: &Value,
+        _old: Option<&Value>,
+        _user: &UserInfo,
+    ) -> Result<()> {
+        Ok(())
+    }
 
     /// A subresource's own view of an object (`scale`'s `autoscaling/v1`
     /// `Scale`); `None`: the object itself (as `status` is read). Writes to

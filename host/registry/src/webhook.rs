@@ -15,7 +15,7 @@ use rustls::pki_types::pem::PemObject;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use wasm_apiserver_plugins::{AdmissionRequest, AdmissionResponse, DenyStatus};
+use wasm_apiserver_plugins::{AdmissionRequest, AdmissionResponse, DenyStatus, FieldCause};
 
 pub const GROUP: &str = "admissionregistration.k8s.io";
 pub const VALIDATING: &str = "validatingwebhookconfigurations";
@@ -146,6 +146,19 @@ fn parse_review(bytes: &[u8], uid: &str) -> Result<AdmissionResponse, CallError>
                 .unwrap_or(403),
             reason: s["reason"].as_str().unwrap_or_default().to_string(),
             message: s["message"].as_str().unwrap_or_default().to_string(),
+            causes: s["details"]["causes"]
+                .as_array()
+                .map(|causes| {
+                    causes
+                        .iter()
+                        .map(|c| FieldCause {
+                            field: c["field"].as_str().unwrap_or_default().to_string(),
+                            reason: c["reason"].as_str().unwrap_or_default().to_string(),
+                            message: c["message"].as_str().unwrap_or_default().to_string(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
         });
     let patch = match r["patch"].as_str() {
         None => None,

@@ -165,6 +165,7 @@ pub fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
                 "forbidden: User \"{}\" cannot {} path \"{}\"{suffix}",
                 attrs.user, attrs.verb, attrs.path
             ),
+            causes: Vec::new(),
         };
     }
     let resource = match &attrs.subresource {

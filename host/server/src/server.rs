@@ -19,7 +19,7 @@ use tower::ServiceBuilder;
 use wasm_apiserver_api::ConnectionInfo;
 use wasm_apiserver_registry::admission::{Admission, controller};
 use wasm_apiserver_registry::builtin::{self, Dependencies};
-use wasm_apiserver_registry::{Objects, Resources, crd, namespaces};
+use wasm_apiserver_registry::{Objects, Resources, crd, handlers as resource_handlers, namespaces};
 use wasm_apiserver_storage::Storage;
 use wasm_apiserver_storage::embedded::{EmbeddedOptions, EmbeddedStore};
 
@@ -330,6 +330,8 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     namespaces::ensure_initial(&state.objects).await?;
     crd::install_existing(&state.objects, &state.crds).await?;
     crd::spawn_controller(state.objects.clone(), state.crds.clone());
+    resource_handlers::controller::install_existing(&state.objects).await?;
+    resource_handlers::spawn_controller(state.objects.clone());
     builtin::ensure_local_api_services(&state.objects).await?;
     authz::ensure_bootstrap_policy(&state.objects).await?;
     authz::reload(&state.objects, &state.authz).await?;

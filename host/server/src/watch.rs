@@ -48,12 +48,11 @@ pub async fn serve(
     opts: WatchOptions,
 ) -> Result<Response, ApiError> {
     let (tx, rx) = mpsc::channel::<Bytes>(64);
+    // `render` takes objects already in the request's version.
     let render = {
-        let res = info.clone();
         let info = info.info.clone();
         let table = opts.table;
-        move |mut obj: Value| -> Value {
-            res.strategy.present(&info, &mut obj);
+        move |obj: Value| -> Value {
             match table {
                 None => obj,
                 Some(include) => {
@@ -105,6 +104,7 @@ pub async fn serve(
     };
     let prefix = info.collection_key(ns);
     let watch = objects.storage.watch(&prefix, start).await;
+    let resource = info.clone();
     tokio::spawn(async move {
         for l in initial {
             if tx.send(l).await.is_err() {
@@ -155,6 +155,12 @@ pub async fn serve(
                         (EventKind::Deleted, _, true) => "DELETED",
                         _ => continue,
                     };
+                    let mut objs = [obj];
+                    if let Err(e) = resource.strategy.present(&resource, &mut objs).await {
+                        let _ = tx.send(line("ERROR", e.status_json())).await;
+                        return;
+                    }
+                    let [obj] = objs;
                     line(kind, render(obj))
                 }
             };

@@ -1,6 +1,6 @@
 //! Guest-side SDK for wasm-apiserver plugins written in Rust.
 //!
-//! It generates the bindings of the `wasm-apiserver:plugin@0.1.0` package
+//! It generates the bindings of the `wasm-apiserver:plugin@0.2.0` package
 //! (`wit/` at the repository root) once, so that each plugin crate only
 //! implements [`admission::Guest`] and calls [`export_admission!`]:
 //!
@@ -30,7 +30,7 @@ pub mod admission {
 }
 
 pub use wasm_apiserver::plugin::types::{
-    GroupVersionKind, GroupVersionResource, Operation, Status, UserInfo,
+    FieldCause, GroupVersionKind, GroupVersionResource, Operation, Status, UserInfo,
 };
 
 use admission::{AdmissionRequest, AdmissionResponse};
@@ -55,6 +55,7 @@ pub fn deny(code: u16, reason: &str, message: impl Into<String>) -> AdmissionRes
             code,
             reason: reason.to_owned(),
             message: message.into(),
+            causes: Vec::new(),
         }),
         patch: None,
         warnings: Vec::new(),

@@ -30,12 +30,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use wasm_apiserver_api::admission::{
-    FailurePolicy, Mode, Phase, PluginSpec, RequestAttributes, Rule, Selector,
+    FailurePolicy, Mode, Module, Phase, PluginSpec, RequestAttributes, Rule, Selector,
 };
 use wasm_apiserver_api::selector::LabelSelector;
-use wasm_apiserver_api::{ApiError, ResourceInfo, meta, patch};
+use wasm_apiserver_api::{ApiError, Cause, ResourceInfo, meta, patch};
 use wasm_apiserver_plugins::{
-    AdmissionPlugin, AdmissionRequest, AdmissionResponse, Gvk, Gvr, Limits, Operation, Runtime,
+    AdmissionPlugin, AdmissionRequest, AdmissionResponse, FieldCause, Gvk, Gvr, Limits, Operation,
+    Runtime,
 };
 use wasm_apiserver_storage::Storage;
 
@@ -166,6 +167,22 @@ pub struct Admission {
     storage: Arc<dyn Storage>,
 }
 
+/// A plugin's field causes as API causes (`FieldValueInvalid` when it gave no reason).
+pub fn causes(causes: &[FieldCause]) -> Vec<Cause> {
+    causes
+        .iter()
+        .map(|c| Cause {
+            reason: if c.reason.is_empty() {
+                "FieldValueInvalid".into()
+            } else {
+                c.reason.clone()
+            },
+            field: c.field.clone(),
+            message: c.message.clone(),
+        })
+        .collect()
+}
+
 /// Runtime limits from a plugin's `spec.limits`; unset fields take the
 /// runtime's defaults. Shared by admission and access plugins.
 pub fn limits(l: &wasm_apiserver_api::admission::PluginLimits) -> Limits {
@@ -218,8 +235,8 @@ impl Admission {
     }
 
     /// Reads the component bytes a spec points at and checks its digest.
-    async fn module_bytes(&self, spec: &PluginSpec) -> Result<Vec<u8>, String> {
-        let bytes = match (&spec.module.wasm, &spec.module.file) {
+    pub async fn module_bytes(&self, module: &Module) -> Result<Vec<u8>, String> {
+        let bytes = match (&module.wasm, &module.file) {
             (Some(b64), _) => base64::engine::general_purpose::STANDARD
                 .decode(b64.trim())
                 .map_err(|e| format!("spec.module.wasm is not valid base64: {e}"))?,
@@ -236,7 +253,7 @@ impl Admission {
             (None, None) => return Err("spec.module is empty".into()),
         };
         let digest = hex(&Sha256::digest(&bytes));
-        if let Some(want) = &spec.module.sha256
+        if let Some(want) = &module.sha256
             && !want.eq_ignore_ascii_case(&digest)
         {
             return Err(format!(
@@ -253,7 +270,7 @@ impl Admission {
         spec: PluginSpec,
         generation: i64,
     ) -> Result<Active, String> {
-        let bytes = self.module_bytes(&spec).await?;
+        let bytes = self.module_bytes(&spec.module).await?;
         let plugin = self
             .runtime
             .load_admission(name, &bytes, &spec.config_string(), limits(&spec.limits))
@@ -432,9 +449,14 @@ impl Admission {
         if resp.allowed {
             return Ok(());
         }
-        let (code, reason, text) = match &resp.status {
-            Some(s) => (s.code, s.reason.clone(), s.message.clone()),
-            None => (403, String::new(), String::new()),
+        let (code, reason, text, causes) = match &resp.status {
+            Some(s) => (
+                s.code,
+                s.reason.clone(),
+                s.message.clone(),
+                causes(&s.causes),
+            ),
+            None => (403, String::new(), String::new(), Vec::new()),
         };
         let message = format!("admission plugin {:?} denied the request: {text}", p.name);
         match p.mode {
@@ -450,6 +472,7 @@ impl Admission {
                     reason
                 },
                 message,
+                causes,
             }),
             Mode::Warn => {
                 ctx.add_warnings([message]);

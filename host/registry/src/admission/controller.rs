@@ -5,19 +5,15 @@
 //! `--admission-control-config-file`.
 
 use crate::admission::chain::{Active, Admission, Backend};
-use crate::codec::decode;
-use crate::error::storage_error;
 use crate::options::WriteOptions;
 use crate::resources::Resource;
 use crate::store::Objects;
 use crate::webhook::{self, Webhook};
-use futures::StreamExt;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use wasm_apiserver_api::admission::{FailurePolicy, Mode, Phase, PluginSpec, Rule, Selector};
-use wasm_apiserver_api::{ApiError, meta};
-use wasm_apiserver_storage::WatchItem;
+use wasm_apiserver_api::meta;
 
 fn plugin_info(objects: &Objects) -> Arc<Resource> {
     use wasm_apiserver_api::admission::{GROUP, PLURAL, VERSION};
@@ -109,6 +105,9 @@ pub fn reconcile_webhooks(objects: &Objects, resource: &str, obj: &Value, delete
 /// storage watches, so every replica runs the same chain.
 pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let Some(admission) = objects.admission.clone() else {
+            return;
+        };
         let kinds = [
             plugin_info(&objects),
             objects
@@ -120,13 +119,34 @@ pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
         ];
         let loops = kinds.into_iter().map(|info| {
             let objects = objects.clone();
+            let admission = admission.clone();
             async move {
-                loop {
-                    if let Err(e) = follow(&objects, &info).await {
-                        tracing::warn!(resource = %info.plural, error = %e, "admission watch ended; relisting");
-                    }
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
+                let plugins = info.group == wasm_apiserver_api::admission::GROUP;
+                objects
+                    .follow(
+                        &info,
+                        |listed| {
+                            if !plugins {
+                                return;
+                            }
+                            let names: Vec<&str> = listed.iter().filter_map(meta::name).collect();
+                            let stale: Vec<String> = admission
+                                .snapshot()
+                                .dynamic
+                                .keys()
+                                .filter(|n| !names.contains(&n.as_str()))
+                                .cloned()
+                                .collect();
+                            for name in stale {
+                                admission.remove(&name);
+                            }
+                        },
+                        |obj, deleted| {
+                            let (objects, info) = (objects.clone(), info.clone());
+                            async move { apply(&objects, &info, &obj, deleted).await }
+                        },
+                    )
+                    .await
             }
         });
         futures::future::join_all(loops).await;
@@ -144,52 +164,6 @@ async fn apply(objects: &Objects, info: &Resource, obj: &Value, deleted: bool) {
     } else {
         reconcile(objects, obj).await;
     }
-}
-
-async fn follow(objects: &Objects, info: &Resource) -> Result<(), ApiError> {
-    let Some(admission) = objects.admission.clone() else {
-        return Ok(());
-    };
-    let listed = objects.list(info, None, &Default::default()).await?;
-    if info.group == wasm_apiserver_api::admission::GROUP {
-        let names: Vec<String> = listed
-            .items
-            .iter()
-            .filter_map(|o| meta::name(o).map(String::from))
-            .collect();
-        let stale: Vec<String> = admission
-            .snapshot()
-            .dynamic
-            .keys()
-            .filter(|n| !names.contains(n))
-            .cloned()
-            .collect();
-        for name in stale {
-            admission.remove(&name);
-        }
-    }
-    for obj in &listed.items {
-        apply(objects, info, obj, false).await;
-    }
-    let mut stream = objects
-        .storage
-        .watch(&info.collection_key(None), listed.resource_version)
-        .await
-        .map_err(storage_error)?;
-    while let Some(item) = stream.next().await {
-        let WatchItem::Event(ev) = item.map_err(storage_error)? else {
-            continue;
-        };
-        let obj = decode(&ev.kv)?;
-        apply(
-            objects,
-            info,
-            &obj,
-            ev.kind == wasm_apiserver_storage::EventKind::Deleted,
-        )
-        .await;
-    }
-    Ok(())
 }
 
 /// Loads the plugins of `--admission-control-config-file`: YAML documents

@@ -1,0 +1,136 @@
+//! `ResourceHandler` objects (`apiextensions.wasm-apiserver.io/v1alpha1`):
+//! a wasm component of the `resource-handler-plugin` world bound to custom
+//! resources, to convert their objects between served versions (what a
+//! CRD's conversion webhook does upstream), and to default and validate
+//! them beyond their schema.
+//!
+//! ```yaml
+//! apiVersion: apiextensions.wasm-apiserver.io/v1alpha1
+//! kind: ResourceHandler
+//! metadata: {name: widgets}
+//! spec:
+//!   module: {file: widget_converter.wasm}   # in --plugin-dir, or {wasm: <base64>}
+//!   resources: [{group: example.com, resource: widgets}]
+//!   operations: [Convert, Default, Validate]   # the default: all three
+//!   limits: {timeoutMillis: 500}
+//!   config: {sizeStep: 2}
+//! ```
+
+use crate::admission::{Module, PluginLimits, valid_file_name};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub const GROUP: &str = "apiextensions.wasm-apiserver.io";
+pub const VERSION: &str = "v1alpha1";
+pub const KIND: &str = "ResourceHandler";
+pub const PLURAL: &str = "resourcehandlers";
+
+/// A custom resource a handler is bound to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandledResource {
+    pub group: String,
+    /// The CRD's plural name.
+    pub resource: String,
+}
+
+/// What the server asks of a handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Operation {
+    /// Convert objects between versions (reads and writes in a version
+    /// other than the storage version).
+    Convert,
+    /// Default objects on create and update, after the schema's defaults.
+    Default,
+    /// Validate objects on create and update, after the schema.
+    Validate,
+}
+
+/// `spec` of a `ResourceHandler`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HandlerSpec {
+    pub module: Module,
+    pub resources: Vec<HandledResource>,
+    #[serde(default = "all_operations")]
+    pub operations: Vec<Operation>,
+    #[serde(default)]
+    pub limits: PluginLimits,
+    /// Opaque configuration; a string is passed as is, anything else as JSON.
+    #[serde(default)]
+    pub config: Value,
+}
+
+fn all_operations() -> Vec<Operation> {
+    vec![Operation::Convert, Operation::Default, Operation::Validate]
+}
+
+impl HandlerSpec {
+    /// Parses and checks `spec`; the error says what is wrong.
+    pub fn parse(spec: &Value) -> Result<Self, String> {
+        let s: HandlerSpec =
+            serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
+        s.module.check()?;
+        if s.resources.is_empty() {
+            return Err("spec.resources: at least one resource is required".into());
+        }
+        Ok(s)
+    }
+
+    /// Whether the handler is asked for `op`.
+    pub fn does(&self, op: Operation) -> bool {
+        self.operations.contains(&op)
+    }
+
+    /// The configuration string handed to the handler.
+    pub fn config_string(&self) -> String {
+        crate::admission::config_string(&self.config)
+    }
+}
+
+impl Module {
+    /// Checks that exactly one source is set, and that a file is a plain
+    /// name in the plugin directory.
+    pub fn check(&self) -> Result<(), String> {
+        match (&self.wasm, &self.file) {
+            (Some(_), Some(_)) | (None, None) => {
+                Err("spec.module: exactly one of wasm and file must be set".into())
+            }
+            (_, Some(f)) if !valid_file_name(f) => Err(format!(
+                "spec.module.file: {f:?} must be a plain file name ending in .wasm"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn specs_are_checked() {
+        let s = HandlerSpec::parse(&json!({"module": {"file": "c.wasm"},
+            "resources": [{"group": "example.com", "resource": "widgets"}]}))
+        .unwrap();
+        assert!(s.does(Operation::Convert) && s.does(Operation::Validate));
+        assert!(
+            HandlerSpec::parse(&json!({"module": {"file": "c.wasm"}, "resources": []}))
+                .unwrap_err()
+                .contains("spec.resources")
+        );
+        assert!(
+            HandlerSpec::parse(&json!({"module": {"file": "../c.wasm"},
+                "resources": [{"group": "g", "resource": "r"}]}))
+            .unwrap_err()
+            .contains("plain file name")
+        );
+        let only = HandlerSpec::parse(
+            &json!({"module": {"wasm": "AA=="}, "operations": ["Convert"],
+            "resources": [{"group": "g", "resource": "r"}]}),
+        )
+        .unwrap();
+        assert!(!only.does(Operation::Default));
+    }
+}

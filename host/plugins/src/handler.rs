@@ -1,0 +1,402 @@
+//! Custom-resource handlers: the `wasm-apiserver:plugin/resource-handler-plugin`
+//! world (package 0.2.0 and later), the in-process counterpart of a CRD's
+//! conversion webhook, with defaulting and validation beyond the schema.
+//!
+//! Only what is specific to handlers lives here: the world's binding, the
+//! plain request type ([`ObjectRequest`]) and the checks on answers (a
+//! conversion returns as many objects as it was given, each in the desired
+//! version, with no metadata changed but labels and annotations). Loading,
+//! limits, concurrency and metrics come from [`crate::runtime`].
+
+use crate::kind::Loaded;
+use crate::runtime::{Limits, PluginCore, Runtime};
+use crate::sandbox::StoreState;
+use crate::types::{FieldCause, Gvk, Operation, UserInfo};
+use crate::{PluginError, metrics::OpMetrics};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The bindings of the handler world; its imports are admission's.
+mod bindings {
+    wasmtime::component::bindgen!({
+        world: "resource-handler-plugin",
+        path: "../../wit",
+        exports: { default: async },
+        with: {
+            "wasm-apiserver:plugin/types@0.2.0": crate::admission::v0_2::wasm_apiserver::plugin::types,
+            "wasm-apiserver:plugin/log@0.2.0": crate::admission::v0_2::wasm_apiserver::plugin::log,
+        },
+    });
+    crate::kind::world_pre!(
+        ResourceHandlerPlugin,
+        ResourceHandlerPluginPre,
+        wasm_apiserver_plugin_resource_handler,
+        "0.2.0",
+        "resource-handler-plugin",
+        "resource-handler",
+        "resource handler"
+    );
+}
+
+use crate::admission::v0_2::{operation_to_wit, user_to_wit};
+use bindings::exports::wasm_apiserver::plugin::resource_handler as wit;
+use bindings::wasm_apiserver::plugin::types as wit_types;
+
+/// `kind` label of handler metrics.
+const KIND: &str = "handler";
+
+/// An object being written, as a handler's `default` and `validate` see it.
+#[derive(Clone, Debug)]
+pub struct ObjectRequest {
+    /// Identifies the call in logs.
+    pub uid: String,
+    /// The object's group, version (the request's) and kind.
+    pub kind: Gvk,
+    /// `Create` or `Update`.
+    pub operation: Operation,
+    /// The writer.
+    pub user: UserInfo,
+    /// The object to be stored, in the request's version.
+    pub object: Value,
+    /// The current object on an update.
+    pub old_object: Option<Value>,
+}
+
+/// A loaded resource handler, ready to be called concurrently. Cheap to clone.
+#[derive(Clone)]
+pub struct ResourceHandlerPlugin {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    plugin: Loaded<bindings::ResourceHandlerPluginPre<StoreState>>,
+    convert_metrics: Arc<OpMetrics>,
+    default_metrics: Arc<OpMetrics>,
+    validate_metrics: Arc<OpMetrics>,
+}
+
+impl std::fmt::Debug for ResourceHandlerPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResourceHandlerPlugin")
+            .field("name", &self.name())
+            .field("sha256", &self.digest())
+            .finish()
+    }
+}
+
+impl Runtime {
+    /// Loads a resource handler: compiles `wasm` (or takes it from the
+    /// cache), checks that it targets the handler world and imports nothing
+    /// the host lacks, and has it check `config` once.
+    pub async fn load_resource_handler(
+        &self,
+        name: &str,
+        wasm: &[u8],
+        config: &str,
+        limits: Limits,
+    ) -> Result<ResourceHandlerPlugin, PluginError> {
+        let plugin = self.load(name, wasm, config, limits).await?;
+        let inner = Inner {
+            convert_metrics: self.metrics().op(name, KIND, "convert"),
+            default_metrics: self.metrics().op(name, KIND, "default"),
+            validate_metrics: self.metrics().op(name, KIND, "validate"),
+            plugin,
+        };
+        inner.plugin.check_config().await?;
+        Ok(ResourceHandlerPlugin {
+            inner: Arc::new(inner),
+        })
+    }
+}
+
+impl ResourceHandlerPlugin {
+    /// The name the handler was loaded under.
+    pub fn name(&self) -> &str {
+        &self.inner.plugin.core.name
+    }
+
+    /// The SHA-256 of the handler's wasm bytes, in hex.
+    pub fn digest(&self) -> &str {
+        &self.inner.plugin.core.digest
+    }
+
+    /// The limits every call runs under.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.plugin.core.limits
+    }
+
+    /// Converts `objects` to `desired_api_version` (`<group>/<version>`) in
+    /// one call. The answer has as many objects, in order, each with
+    /// `apiVersion` set to the desired one and its metadata unchanged but
+    /// for labels and annotations. The output limit is the handler's
+    /// `max_output_bytes` plus twice the input's size, since a conversion's
+    /// answer grows with its input.
+    pub async fn convert(
+        &self,
+        uid: &str,
+        desired_api_version: &str,
+        objects: &[Value],
+    ) -> Result<Vec<Value>, PluginError> {
+        let inner = &self.inner;
+        inner.convert_metrics.call();
+        let start = Instant::now();
+        let result = self.convert_inner(uid, desired_api_version, objects).await;
+        inner
+            .plugin
+            .core
+            .record(&inner.convert_metrics, start, &result, |_| false);
+        result
+    }
+
+    async fn convert_inner(
+        &self,
+        uid: &str,
+        desired: &str,
+        objects: &[Value],
+    ) -> Result<Vec<Value>, PluginError> {
+        let core = &self.inner.plugin.core;
+        let texts: Vec<String> = objects.iter().map(Value::to_string).collect();
+        let input_size: usize = texts.iter().map(String::len).sum();
+        let request = wit::ConversionRequest {
+            uid: uid.to_owned(),
+            desired_api_version: desired.to_owned(),
+            objects: texts,
+        };
+        let answer = self
+            .inner
+            .plugin
+            .call(uid, async move |instance, store, config| {
+                let export = instance.wasm_apiserver_plugin_resource_handler();
+                export.call_convert(store, config, &request).await
+            })
+            .await?
+            .map_err(|message| refused(core, message))?;
+        let size: usize = answer.iter().map(String::len).sum();
+        check_size(core, size, core.limits.max_output_bytes + 2 * input_size)?;
+        if answer.len() != objects.len() {
+            return Err(invalid(
+                core,
+                format!(
+                    "convert returned {} objects for {}",
+                    answer.len(),
+                    objects.len()
+                ),
+            ));
+        }
+        answer
+            .iter()
+            .zip(objects)
+            .enumerate()
+            .map(|(i, (text, original))| {
+                let converted = parse_object(core, text, "convert", i)?;
+                check_conversion(original, &converted, desired)
+                    .map_err(|m| invalid(core, format!("convert: object {i}: {m}")))?;
+                Ok(converted)
+            })
+            .collect()
+    }
+
+    /// Defaults an object beyond its schema: the defaulted object, or
+    /// `None` when the handler changes nothing. Metadata but labels and
+    /// annotations must stay as they are.
+    pub async fn default(&self, request: &ObjectRequest) -> Result<Option<Value>, PluginError> {
+        let inner = &self.inner;
+        inner.default_metrics.call();
+        let start = Instant::now();
+        let result = self.default_inner(request).await;
+        inner
+            .plugin
+            .core
+            .record(&inner.default_metrics, start, &result, |_| false);
+        result
+    }
+
+    async fn default_inner(&self, request: &ObjectRequest) -> Result<Option<Value>, PluginError> {
+        let core = &self.inner.plugin.core;
+        let wit_request = to_wit(request);
+        let answer = self
+            .inner
+            .plugin
+            .call(&request.uid, async move |instance, store, config| {
+                let export = instance.wasm_apiserver_plugin_resource_handler();
+                export.call_default(store, config, &wit_request).await
+            })
+            .await?
+            .map_err(|message| refused(core, message))?;
+        let Some(text) = answer else {
+            return Ok(None);
+        };
+        check_size(core, text.len(), core.limits.max_output_bytes)?;
+        let defaulted = parse_object(core, &text, "default", 0)?;
+        let version = request.object["apiVersion"].as_str().unwrap_or_default();
+        check_conversion(&request.object, &defaulted, version)
+            .map_err(|m| invalid(core, format!("default: {m}")))?;
+        Ok(Some(defaulted))
+    }
+
+    /// Validates an object beyond its schema: one cause per invalid field,
+    /// empty when it is valid. A cause without a reason gets
+    /// `FieldValueInvalid`.
+    pub async fn validate(&self, request: &ObjectRequest) -> Result<Vec<FieldCause>, PluginError> {
+        let inner = &self.inner;
+        inner.validate_metrics.call();
+        let start = Instant::now();
+        let result = self.validate_inner(request).await;
+        inner
+            .plugin
+            .core
+            .record(&inner.validate_metrics, start, &result, |c| !c.is_empty());
+        result
+    }
+
+    async fn validate_inner(
+        &self,
+        request: &ObjectRequest,
+    ) -> Result<Vec<FieldCause>, PluginError> {
+        let core = &self.inner.plugin.core;
+        let wit_request = to_wit(request);
+        let causes = self
+            .inner
+            .plugin
+            .call(&request.uid, async move |instance, store, config| {
+                let export = instance.wasm_apiserver_plugin_resource_handler();
+                export.call_validate(store, config, &wit_request).await
+            })
+            .await?;
+        let size = causes
+            .iter()
+            .map(|c| c.field.len() + c.reason.len() + c.message.len())
+            .sum();
+        check_size(core, size, core.limits.max_output_bytes)?;
+        Ok(causes
+            .into_iter()
+            .map(|c| FieldCause {
+                reason: if c.reason.is_empty() {
+                    "FieldValueInvalid".to_owned()
+                } else {
+                    c.reason
+                },
+                field: c.field,
+                message: c.message,
+            })
+            .collect())
+    }
+}
+
+fn to_wit(r: &ObjectRequest) -> wit::ObjectRequest {
+    wit::ObjectRequest {
+        uid: r.uid.clone(),
+        kind: wit_types::GroupVersionKind {
+            group: r.kind.group.clone(),
+            version: r.kind.version.clone(),
+            kind: r.kind.kind.clone(),
+        },
+        operation: operation_to_wit(r.operation),
+        user_info: user_to_wit(&r.user),
+        object: r.object.to_string(),
+        old_object: r.old_object.as_ref().map(Value::to_string),
+    }
+}
+
+fn refused(core: &PluginCore, message: String) -> PluginError {
+    PluginError::Refused {
+        plugin: core.name.to_string(),
+        message: if message.is_empty() {
+            "refused without a message".to_owned()
+        } else {
+            message
+        },
+    }
+}
+
+fn invalid(core: &PluginCore, message: String) -> PluginError {
+    PluginError::InvalidOutput {
+        plugin: core.name.to_string(),
+        message,
+    }
+}
+
+fn check_size(core: &PluginCore, size: usize, limit: usize) -> Result<(), PluginError> {
+    if size > limit {
+        return Err(PluginError::OutputTooLarge {
+            plugin: core.name.to_string(),
+            size,
+            limit,
+        });
+    }
+    Ok(())
+}
+
+fn parse_object(core: &PluginCore, text: &str, op: &str, i: usize) -> Result<Value, PluginError> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(v) if v.is_object() => Ok(v),
+        Ok(_) => Err(invalid(
+            core,
+            format!("{op}: object {i} is not a JSON object"),
+        )),
+        Err(e) => Err(invalid(core, format!("{op}: object {i} is not JSON: {e}"))),
+    }
+}
+
+/// What upstream requires of a conversion webhook's answer: the desired
+/// `apiVersion`, the same kind, and metadata changed only in labels and
+/// annotations.
+fn check_conversion(original: &Value, converted: &Value, desired: &str) -> Result<(), String> {
+    if converted["apiVersion"].as_str() != Some(desired) {
+        return Err(format!(
+            "apiVersion is {}, expected {desired:?}",
+            converted["apiVersion"]
+        ));
+    }
+    if converted["kind"] != original["kind"] {
+        return Err(format!(
+            "kind changed from {} to {}",
+            original["kind"], converted["kind"]
+        ));
+    }
+    let strip = |v: &Value| {
+        let mut m = v.get("metadata").cloned().unwrap_or(Value::Null);
+        if let Some(map) = m.as_object_mut() {
+            map.remove("labels");
+            map.remove("annotations");
+        }
+        m
+    };
+    if strip(original) != strip(converted) {
+        return Err("metadata changed beyond labels and annotations".to_owned());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_conversion;
+    use serde_json::json;
+
+    #[test]
+    fn conversion_answers_are_checked() {
+        let original = json!({"apiVersion": "x.io/v1alpha1", "kind": "W",
+            "metadata": {"name": "a", "labels": {"k": "v"}}, "spec": {"size": 1}});
+        let good = json!({"apiVersion": "x.io/v1", "kind": "W",
+            "metadata": {"name": "a", "annotations": {"x.io/lost": "1"}}, "spec": {"s": {"size": 1}}});
+        assert_eq!(check_conversion(&original, &good, "x.io/v1"), Ok(()));
+        assert!(
+            check_conversion(&original, &good, "x.io/v2")
+                .unwrap_err()
+                .contains("apiVersion")
+        );
+        let renamed = json!({"apiVersion": "x.io/v1", "kind": "W", "metadata": {"name": "b"}});
+        assert!(
+            check_conversion(&original, &renamed, "x.io/v1")
+                .unwrap_err()
+                .contains("metadata")
+        );
+        let rekinded = json!({"apiVersion": "x.io/v1", "kind": "V", "metadata": {"name": "a"}});
+        assert!(
+            check_conversion(&original, &rekinded, "x.io/v1")
+                .unwrap_err()
+                .contains("kind")
+        );
+    }
+}
