@@ -516,11 +516,11 @@ impl Objects {
             let Some(cur_kv) = self.storage.get(&key).await.map_err(storage_error)? else {
                 return Err(ApiError::NotFound(target(info, name)));
             };
-            let mut stored = decode(&cur_kv)?;
-            // Unknown fields stored before they were pruned are not the
-            // request's: drop them silently, so only the request's count.
-            info.strategy.prune(info, &mut stored);
-            let cur = present(info, stored).await?;
+            // In the request's version, whose schema prunes: unknown fields
+            // stored before they were pruned are not the request's, so
+            // they are dropped silently and only the request's count.
+            let mut cur = present(info, decode(&cur_kv)?).await?;
+            info.strategy.prune(info, &mut cur);
             let mut new = change(&cur)?;
             self.normalize(info, ns, &mut new)?;
             check_fields(info, &mut new, opts)?;
