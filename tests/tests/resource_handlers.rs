@@ -139,8 +139,7 @@ fn a_wasm_converter_serves_two_versions_losslessly() {
         json!({"dimensions": {"size": 4}, "appearance": {"color": "red"}})
     );
     assert_eq!(
-        as_v1["metadata"]["annotations"]["example.com/v1alpha1-legacy-id"],
-        "L-1",
+        as_v1["metadata"]["annotations"]["example.com/v1alpha1-legacy-id"], "L-1",
         "what v1 cannot hold travels in an annotation: {as_v1}"
     );
     assert_eq!(
@@ -200,7 +199,10 @@ fn a_wasm_converter_serves_two_versions_losslessly() {
             .is_none_or(|a| !a.contains_key("example.com/v1-finish"))),
         "{nested}"
     );
-    assert_eq!(nested["metadata"]["labels"]["example.com/size-class"], "large");
+    assert_eq!(
+        nested["metadata"]["labels"]["example.com/size-class"],
+        "large"
+    );
 
     // A list and a watch in the non-storage version convert every object.
     let list = kubectl_json(&server, None, &["get", "widgets.v1alpha1.example.com"]);
@@ -239,7 +241,11 @@ fn a_wasm_converter_serves_two_versions_losslessly() {
     // Validation beyond the schema names the field, in the request's version.
     for (version, spec, field) in [
         ("v1alpha1", json!({"size": 3}), "spec.size"),
-        ("v1", json!({"dimensions": {"size": 5}}), "spec.dimensions.size"),
+        (
+            "v1",
+            json!({"dimensions": {"size": 5}}),
+            "spec.dimensions.size",
+        ),
     ] {
         let out = apply(
             &server,
@@ -272,17 +278,24 @@ fn a_wasm_converter_serves_two_versions_losslessly() {
 
     // Deleting the handler falls back to `conversion: None` semantics.
     kubectl_ok(&server, None, &["delete", "resourcehandler", "widgets"]);
-    poll_until(Duration::from_secs(10), "conversion without the handler", || {
-        let w = get(&server, "widgets.v1alpha1.example.com", "nested");
-        (w["spec"].get("dimensions").is_some()).then_some(())
-    });
+    poll_until(
+        Duration::from_secs(10),
+        "conversion without the handler",
+        || {
+            let w = get(&server, "widgets.v1alpha1.example.com", "nested");
+            (w["spec"].get("dimensions").is_some()).then_some(())
+        },
+    );
 }
 
 #[test]
 fn a_hostile_converter_fails_only_the_requests_that_need_it() {
     let server = start();
     let open = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
-    apply_ok(&server, &widget_crd("gadgets", "Gadget", open.clone(), open));
+    apply_ok(
+        &server,
+        &widget_crd("gadgets", "Gadget", open.clone(), open),
+    );
     kubectl_ok(
         &server,
         None,
@@ -309,7 +322,11 @@ fn a_hostile_converter_fails_only_the_requests_that_need_it() {
         get(&server, "gadgets.v1.example.com", "g1")["spec"],
         json!({"a": 1})
     );
-    let out = kubectl(&server, None, &["get", "gadgets.v1alpha1.example.com", "g1"]);
+    let out = kubectl(
+        &server,
+        None,
+        &["get", "gadgets.v1alpha1.example.com", "g1"],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -332,11 +349,19 @@ fn a_hostile_converter_fails_only_the_requests_that_need_it() {
     apply_ok(&server, &looping);
     wait_phase(&server, "gadgets", "Active", 2);
     let start = Instant::now();
-    let out = kubectl(&server, None, &["get", "gadgets.v1alpha1.example.com", "g1"]);
+    let out = kubectl(
+        &server,
+        None,
+        &["get", "gadgets.v1alpha1.example.com", "g1"],
+    );
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("timed out"), "{stderr}");
-    assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
 
     // The server keeps serving everything else.
     kubectl_ok(&server, None, &["get", "namespaces"]);

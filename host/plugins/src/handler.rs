@@ -14,6 +14,7 @@ use crate::sandbox::StoreState;
 use crate::types::{FieldCause, Gvk, Operation, UserInfo};
 use crate::{PluginError, metrics::OpMetrics};
 use serde_json::Value;
+use std::borrow::Borrow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -136,7 +137,7 @@ impl ResourceHandlerPlugin {
         &self,
         uid: &str,
         desired_api_version: &str,
-        objects: &[Value],
+        objects: &[impl Borrow<Value> + Sync],
     ) -> Result<Vec<Value>, PluginError> {
         let inner = &self.inner;
         inner.convert_metrics.call();
@@ -153,10 +154,10 @@ impl ResourceHandlerPlugin {
         &self,
         uid: &str,
         desired: &str,
-        objects: &[Value],
+        objects: &[impl Borrow<Value> + Sync],
     ) -> Result<Vec<Value>, PluginError> {
         let core = &self.inner.plugin.core;
-        let texts: Vec<String> = objects.iter().map(Value::to_string).collect();
+        let texts: Vec<String> = objects.iter().map(|o| o.borrow().to_string()).collect();
         let input_size: usize = texts.iter().map(String::len).sum();
         let request = wit::ConversionRequest {
             uid: uid.to_owned(),
@@ -190,7 +191,7 @@ impl ResourceHandlerPlugin {
             .enumerate()
             .map(|(i, (text, original))| {
                 let converted = parse_object(core, text, "convert", i)?;
-                check_conversion(original, &converted, desired)
+                check_conversion(original.borrow(), &converted, desired)
                     .map_err(|m| invalid(core, format!("convert: object {i}: {m}")))?;
                 Ok(converted)
             })
@@ -355,18 +356,24 @@ fn check_conversion(original: &Value, converted: &Value, desired: &str) -> Resul
             original["kind"], converted["kind"]
         ));
     }
-    let strip = |v: &Value| {
-        let mut m = v.get("metadata").cloned().unwrap_or(Value::Null);
-        if let Some(map) = m.as_object_mut() {
-            map.remove("labels");
-            map.remove("annotations");
-        }
-        m
-    };
-    if strip(original) != strip(converted) {
+    // Compared in place (no copies: a list converts many objects).
+    if fixed_metadata(original) != fixed_metadata(converted) {
         return Err("metadata changed beyond labels and annotations".to_owned());
     }
     Ok(())
+}
+
+/// The metadata fields a conversion must not change: all but labels and
+/// annotations.
+fn fixed_metadata(obj: &Value) -> Vec<(&String, &Value)> {
+    obj["metadata"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| *k != "labels" && *k != "annotations")
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -349,7 +349,7 @@ impl CustomResources {
             }
             return Ok(());
         };
-        let input: Vec<Value> = stale.iter().map(|&i| objs[i].clone()).collect();
+        let input: Vec<&Value> = stale.iter().map(|&i| &objs[i]).collect();
         let uid = uuid::Uuid::new_v4().to_string();
         let converted = handler
             .plugin

@@ -11,7 +11,9 @@
 //! name contains it): `create`, `get`, `list-1k`, `watch` (issue 2, embedded
 //! store), `admission` (issue 3), `crd` (issue 10: custom resource creates
 //! with a schema, with and without CEL rules, vs ConfigMaps; µs per CEL
-//! rule), `rbac` (issue 4) and `etcd` (issue 5;
+//! rule), `conversion` (issue 10: a list of 1,000 custom resources in
+//! the storage version, in another version with `conversion: None`, and
+//! through the wasm converter), `rbac` (issue 4) and `etcd` (issue 5;
 //! needs the `etcd` feature and `etcd` on PATH). Each is a function that returns one or more
 //! [`Row`]s; the table at the end is Markdown, so runs can be pasted side by
 //! side, and the targets and ratios of each issue follow it. `BENCH_SECONDS`
@@ -50,6 +52,7 @@
 //! [`ETCD_ARGS`]: etcd::ETCD_ARGS
 
 mod admission;
+mod conversion;
 mod crd;
 mod crud;
 mod etcd;
@@ -155,6 +158,9 @@ fn main() -> Result<(), Error> {
         if wanted("crd") {
             rows.extend(crd::crd(&api, clients, window).await?);
         }
+        if wanted("conversion") {
+            rows.extend(conversion::conversion(&srv, dir.path()).await?);
+        }
         if wanted("rbac") {
             rows.extend(rbac(&srv, dir.path(), clients, window).await?);
         }
@@ -182,6 +188,7 @@ fn print_targets(rows: &[Row]) {
     watch::print_targets(rows);
     admission::print_targets(rows);
     crd::print_targets(rows);
+    conversion::print_targets(rows);
     rbac::print_targets(rows);
     #[cfg(feature = "etcd")]
     etcd::print_targets(rows);
