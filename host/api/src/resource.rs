@@ -410,6 +410,7 @@ mod tests {
                 "admission.wasm-apiserver.io",
                 "admissionregistration.k8s.io",
                 "apiextensions.k8s.io",
+                "apiextensions.wasm-apiserver.io",
                 "apiregistration.k8s.io",
                 "authentication.k8s.io",
                 "authorization.k8s.io",
