@@ -5,6 +5,10 @@
 //! once (cached by source) when a CRD is written: one that does not compile
 //! refuses the CRD with a 422 naming it.
 
+mod library;
+
+pub use library::parse_quantity;
+
 use crate::error::Cause;
 use cel::{Context, Env, Program};
 use serde_json::Value;
@@ -19,6 +23,8 @@ fn env() -> Arc<Env> {
             .expect("the strings extension loads");
         env.add_extension(cel::extensions::lists)
             .expect("the lists extension loads");
+        env.add_extension(library::extension)
+            .expect("the Kubernetes libraries load");
         Arc::new(env)
     })
     .clone()
@@ -214,6 +220,70 @@ pub fn check(s: &Value, this: &Value, old: Option<&Value>, path: &str, out: &mut
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Evaluates `rule` with `self` bound to `this`: `Ok(passed)` or the error.
+    fn eval(rule: &str, this: Value) -> Result<bool, String> {
+        let ctx = context(&this, None)?;
+        let program = compile(rule)?;
+        match program.execute(&ctx) {
+            Ok(cel::Value::Bool(b)) => Ok(b),
+            Ok(other) => Err(format!("not a bool: {other:?}")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    #[test]
+    fn the_kubernetes_libraries_evaluate_as_upstream() {
+        let obj = json!({"ports": [80, 443, 8080], "names": ["a", "b", "c"], "weights": [3, 1, 2],
+            "url": "https://example.com:8443/a%20b?x=1&x=2&y=z", "ip": "10.0.0.7",
+            "cidr": "10.0.0.0/8", "memory": "1Gi", "cpu": "500m", "image": "registry.io/app:v1.2.3"});
+        let passing = [
+            // lists
+            "self.ports.isSorted() && !self.weights.isSorted() && self.names.isSorted()",
+            "self.ports.sum() == 8603 && [].sum() == 0 && [1.5, 2.5].sum() == 4.0",
+            "self.weights.min() == 1 && self.weights.max() == 3 && self.names.max() == 'c'",
+            "self.names.indexOf('b') == 1 && self.names.indexOf('z') == -1 && [1, 2, 1].lastIndexOf(1) == 2",
+            // strings (cel-rust's extension) and regex
+            "self.image.split(':')[1] == 'v1.2.3' && 'ABC'.lowerAscii() == 'abc'",
+            "self.image.find('[0-9]+') == '1' && self.image.findAll('[0-9]+') == ['1', '2', '3']",
+            "self.image.findAll('[0-9]+', 2) == ['1', '2'] && 'abc'.find('z') == ''",
+            "self.image.matches('^registry[.]io/')",
+            // URLs
+            "url(self.url).getScheme() == 'https' && url(self.url).getHost() == 'example.com:8443'",
+            "url(self.url).getHostname() == 'example.com' && url(self.url).getPort() == '8443'",
+            "url(self.url).getEscapedPath() == '/a%20b' && url(self.url).getQuery()['x'] == ['1', '2']",
+            "url('https://[::1]:80/').getHostname() == '::1' && url('/just/a/path').getHost() == ''",
+            "isURL('https://example.com') && !isURL('not a url') && !isURL('example.com:a:b')",
+            // IPs and CIDRs
+            "ip(self.ip).family() == 4 && ip('::1').family() == 6 && ip('::1').isLoopback()",
+            "isIP('10.0.0.1') && !isIP('10.0.0.256') && !isIP('::ffff:1.2.3.4') && ip.isCanonical('2001:db8::1') && !ip.isCanonical('2001:db8:0::1')",
+            "ip('0.0.0.0').isUnspecified() && ip('169.254.1.1').isLinkLocalUnicast() && ip('224.0.0.5').isLinkLocalMulticast()",
+            "ip('8.8.8.8').isGlobalUnicast() && !ip('127.0.0.1').isGlobalUnicast() && string(ip('10.0.0.7')) == '10.0.0.7'",
+            "cidr(self.cidr).containsIP(ip(self.ip)) && cidr(self.cidr).containsIP('10.200.0.1') && !cidr(self.cidr).containsIP('11.0.0.1')",
+            "cidr('10.0.0.0/8').containsCIDR('10.1.0.0/16') && !cidr('10.1.0.0/16').containsCIDR('10.0.0.0/8')",
+            "cidr('10.1.2.3/8').masked() == cidr('10.0.0.0/8') && cidr('10.1.2.3/8').ip() == ip('10.1.2.3') && cidr('10.0.0.0/8').prefixLength() == 8",
+            "isCIDR('fd00::/64') && !isCIDR('10.0.0.0/33') && string(cidr('fd00::/64')) == 'fd00::/64'",
+            // quantities
+            "quantity(self.memory) == quantity('1024Mi') && quantity(self.memory).isGreaterThan(quantity('1G'))",
+            "quantity(self.cpu).isLessThan(quantity('1')) && quantity(self.cpu).compareTo(quantity('0.5')) == 0",
+            "quantity('1.5').isInteger() == false && quantity('2k').asInteger() == 2000 && quantity('250m').asApproximateFloat() == 0.25",
+            "quantity('-3').sign() == -1 && quantity('1').add(quantity('500m')) == quantity('1.5') && quantity('2').sub(1) == quantity('1')",
+            "isQuantity('10Gi') && !isQuantity('10GB') && !isQuantity('')",
+        ];
+        for rule in passing {
+            assert_eq!(eval(rule, obj.clone()), Ok(true), "{rule}");
+        }
+        for (rule, error) in [
+            ("[].min() == 0", "empty list"),
+            ("url('relative/path') == url('x')", "URL parse error"),
+            ("ip('nope').family() == 4", "parse error"),
+            ("quantity('1.5').asInteger() == 1", "cannot convert"),
+            ("'abc'.find('(') == ''", "invalid regex"),
+        ] {
+            let e = eval(rule, obj.clone()).unwrap_err();
+            assert!(e.contains(error), "{rule}: {e}");
+        }
+    }
 
     #[test]
     fn rules_pass_fail_and_name_their_message() {
