@@ -208,6 +208,7 @@ impl Schema {
     /// `kind` and `metadata` are the store's and not checked here.
     pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
         let mut out = Vec::new();
+        crate::cel::begin_object();
         let empty = Map::new();
         let map = obj.as_object().unwrap_or(&empty);
         let props = self.0.get("properties").and_then(Value::as_object);

@@ -168,7 +168,12 @@ fn elements<'b, 'v>(list: &'b CowVal<'_, 'v>) -> Result<Vec<&'b (dyn Val + 'v)>,
 
 fn compare(function: &str, a: &dyn Val, b: &dyn Val) -> Result<Ordering, ExecutionError> {
     a.as_comparer()
-        .ok_or_else(|| error(function, format!("{} is not comparable", a.get_type().name())))?
+        .ok_or_else(|| {
+            error(
+                function,
+                format!("{} is not comparable", a.get_type().name()),
+            )
+        })?
         .compare(b)
 }
 
@@ -286,7 +291,8 @@ pub struct Url {
 opaque!(Url, "kubernetes.URL");
 
 fn parse_url(s: &str) -> Result<Url, String> {
-    let invalid = |why: &str| format!("URL parse error during conversion from string: {s:?}: {why}");
+    let invalid =
+        |why: &str| format!("URL parse error during conversion from string: {s:?}: {why}");
     if s.is_empty() || s.chars().any(|c| c.is_ascii_control() || c == ' ') {
         return Err(invalid("invalid character"));
     }
@@ -405,7 +411,10 @@ fn get_query(u: &Url) -> CelMap<'static> {
                 .into_iter()
                 .map(|v| Box::new(CelString::from(v)) as Box<dyn Val>)
                 .collect();
-            (CelMapKey::from(k), Box::new(CelList::from(list)) as Box<dyn Val>)
+            (
+                CelMapKey::from(k),
+                Box::new(CelList::from(list)) as Box<dyn Val>,
+            )
         })
         .collect();
     CelMap::from(map)
@@ -542,7 +551,8 @@ impl Cidr {
     }
 
     fn contains(&self, addr: &IpAddr) -> bool {
-        addr.is_ipv4() == self.addr.is_ipv4() && bits(addr) & self.mask() == bits(&self.addr) & self.mask()
+        addr.is_ipv4() == self.addr.is_ipv4()
+            && bits(addr) & self.mask() == bits(&self.addr) & self.mask()
     }
 
     fn network(&self) -> IpAddr {
@@ -615,7 +625,11 @@ const NANO: i128 = 1_000_000_000;
 /// exponent (`e3`) suffix. Precision below a nano-unit rounds up, as
 /// upstream does.
 pub fn parse_quantity(s: &str) -> Result<Quantity, String> {
-    let invalid = || format!("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {s:?}");
+    let invalid = || {
+        format!(
+            "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {s:?}"
+        )
+    };
     let num_end = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
         .unwrap_or(s.len());
@@ -666,7 +680,10 @@ pub fn parse_quantity(s: &str) -> Result<Quantity, String> {
         })?;
     // nanos = mantissa * 2^exp2 * 10^(exp10 + 9 - frac digits)
     let scale = exp10 + 9 - frac_part.len() as i32;
-    let mut value = mantissa.checked_shl(exp2).filter(|v| v >> exp2 == mantissa).ok_or_else(too_large)?;
+    let mut value = mantissa
+        .checked_shl(exp2)
+        .filter(|v| v >> exp2 == mantissa)
+        .ok_or_else(too_large)?;
     if scale >= 0 {
         value = 10i128
             .checked_pow(scale as u32)
@@ -713,7 +730,9 @@ fn overflow(function: &str) -> ExecutionError {
 }
 
 fn add(a: &Quantity, b: &Quantity) -> Result<Quantity, ExecutionError> {
-    a.0.checked_add(b.0).map(Quantity).ok_or_else(|| overflow("add"))
+    a.0.checked_add(b.0)
+        .map(Quantity)
+        .ok_or_else(|| overflow("add"))
 }
 
 fn add_int(a: &Quantity, b: &CelInt) -> Result<Quantity, ExecutionError> {
@@ -721,7 +740,9 @@ fn add_int(a: &Quantity, b: &CelInt) -> Result<Quantity, ExecutionError> {
 }
 
 fn sub(a: &Quantity, b: &Quantity) -> Result<Quantity, ExecutionError> {
-    a.0.checked_sub(b.0).map(Quantity).ok_or_else(|| overflow("sub"))
+    a.0.checked_sub(b.0)
+        .map(Quantity)
+        .ok_or_else(|| overflow("sub"))
 }
 
 fn sub_int(a: &Quantity, b: &CelInt) -> Result<Quantity, ExecutionError> {

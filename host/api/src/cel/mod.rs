@@ -1,10 +1,14 @@
 //! CEL validation rules of custom resource schemas
 //! (`x-kubernetes-validations`: `rule`, `message`, `messageExpression`,
 //! `fieldPath`, `reason`, transition rules with `oldSelf`), on the `cel`
-//! crate (cel-rust) with its strings and lists extensions. Rules compile
-//! once (cached by source) when a CRD is written: one that does not compile
-//! refuses the CRD with a 422 naming it.
+//! crate (cel-rust) with its strings and lists extensions and the
+//! Kubernetes libraries ([`library`]). Rules compile once (cached by
+//! source) when a CRD is written: one that does not compile, or whose
+//! estimated cost exceeds upstream's limit ([`cost`]), refuses the CRD with
+//! a 422 naming it. At validation each rule's cost is computed from the
+//! object before it runs, so a runaway rule never runs.
 
+pub mod cost;
 mod library;
 
 pub use library::parse_quantity;
@@ -30,8 +34,31 @@ fn env() -> Arc<Env> {
     .clone()
 }
 
+/// A compiled rule and its syntax tree (macros expanded), for cost
+/// estimates.
+pub struct Rule {
+    program: Program,
+    ast: cel::IdedExpr,
+}
+
+impl std::ops::Deref for Rule {
+    type Target = Program;
+    fn deref(&self) -> &Program {
+        &self.program
+    }
+}
+
+impl Rule {
+    /// The rule's cost with `self` (and `oldSelf`) of shape `this`.
+    fn cost(&self, this: cost::Shape<'_>, old: Option<cost::Shape<'_>>) -> u64 {
+        let mut vars = vec![("self".to_owned(), this)];
+        vars.extend(old.map(|o| ("oldSelf".to_owned(), o)));
+        cost::Estimator::new(vars).cost(&self.ast).0
+    }
+}
+
 /// A compiled rule; `Err` holds the compiler's message.
-type Compiled = Result<Arc<Program>, String>;
+type Compiled = Result<Arc<Rule>, String>;
 
 fn compile(source: &str) -> Compiled {
     static CACHE: OnceLock<Mutex<HashMap<String, Compiled>>> = OnceLock::new();
@@ -39,10 +66,12 @@ fn compile(source: &str) -> Compiled {
     if let Some(hit) = cache.lock().expect("CEL cache").get(source) {
         return hit.clone();
     }
-    let compiled = env()
-        .compile(source)
-        .map(Arc::new)
-        .map_err(|e| e.to_string().replace('\n', " "));
+    let env = env();
+    let message = |e: cel::ParseErrors| e.to_string().replace('\n', " ");
+    let compiled = env.compile(source).map_err(message).and_then(|program| {
+        let ast = env.parser().parse(source).map_err(message)?;
+        Ok(Arc::new(Rule { program, ast }))
+    });
     cache
         .lock()
         .expect("CEL cache")
@@ -70,12 +99,26 @@ fn walk_schema(s: &Value, path: &str, out: &mut Vec<Cause>) {
             });
             continue;
         }
-        if let Err(e) = compile(source) {
-            out.push(Cause {
+        match compile(source) {
+            Err(e) => out.push(Cause {
                 reason: "FieldValueInvalid".into(),
                 field: format!("{rule_path}.rule"),
                 message: format!("Invalid value: {source:?}: compilation failed: {e}"),
-            });
+            }),
+            Ok(rule) => {
+                let shape = cost::Shape::Schema(s);
+                let estimate = rule.cost(shape, Some(shape));
+                if estimate > cost::STATIC_LIMIT {
+                    out.push(Cause {
+                        reason: "FieldValueForbidden".into(),
+                        field: format!("{rule_path}.rule"),
+                        message: format!(
+                            "Forbidden: {}",
+                            cost::over_budget(estimate, cost::STATIC_LIMIT)
+                        ),
+                    });
+                }
+            }
         }
         if let Some(m) = r["messageExpression"].as_str()
             && let Err(e) = compile(m)
@@ -128,6 +171,7 @@ pub(crate) fn type_word(v: &Value) -> &'static str {
 enum Outcome {
     Pass,
     Fail(String),
+    OutOfBudget,
 }
 
 /// The variables of one node's rules (`self`, and `oldSelf` on updates),
@@ -144,15 +188,46 @@ fn context(this: &Value, old: Option<&Value>) -> Result<Context<'static, 'static
     Ok(ctx)
 }
 
-fn evaluate(rule: &Value, ctx: &Context, has_old: bool) -> Option<Outcome> {
+thread_local! {
+    /// The cost the rules of the object being validated have spent (see
+    /// [`begin_object`]): validation of one object runs on one thread.
+    static SPENT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Starts the runtime budget of one object's rules.
+pub(crate) fn begin_object() {
+    SPENT.with(|s| s.set(0));
+}
+
+/// The message for rules skipped once an object's budget is spent (upstream's).
+const OUT_OF_BUDGET: &str =
+    "validation failed due to running out of cost budget, no further validation rules will be run";
+
+fn evaluate(rule: &Value, ctx: &Context, this: &Value, old: Option<&Value>) -> Option<Outcome> {
     let source = rule["rule"].as_str()?;
     let program = match compile(source) {
         Ok(p) => p,
         Err(e) => return Some(Outcome::Fail(format!("compilation failed: {e}"))),
     };
     // Transition rules only run on updates, where an old value exists.
-    if !has_old && program.references().has_variable("oldSelf") {
+    if old.is_none() && program.references().has_variable("oldSelf") {
         return None;
+    }
+    // The cost from the actual sizes, before running: a rule over the
+    // per-call limit, or past the object's budget, does not run.
+    let cost = program.cost(cost::Shape::Data(this), old.map(cost::Shape::Data));
+    if cost > cost::PER_CALL_LIMIT {
+        return Some(Outcome::Fail(
+            "operation cancelled: actual cost limit exceeded".into(),
+        ));
+    }
+    let spent = SPENT.with(|s| {
+        let spent = s.get().saturating_add(cost);
+        s.set(spent);
+        spent
+    });
+    if spent > cost::RUNTIME_BUDGET {
+        return Some(Outcome::OutOfBudget);
     }
     match program.execute(ctx) {
         Ok(cel::Value::Bool(true)) => Some(Outcome::Pass),
@@ -192,7 +267,19 @@ pub fn check(s: &Value, this: &Value, old: Option<&Value>, path: &str, out: &mut
     };
     let Some(ctx) = ctx else { return };
     for rule in rules(s) {
-        if let Some(Outcome::Fail(message)) = evaluate(rule, &ctx, old.is_some()) {
+        let outcome = evaluate(rule, &ctx, this, old);
+        if let Some(Outcome::OutOfBudget) = outcome {
+            // Reported once per object, on the rule that ran out.
+            if !out.iter().any(|c| c.message.ends_with(OUT_OF_BUDGET)) {
+                out.push(Cause {
+                    reason: "FieldValueInvalid".into(),
+                    field: path.to_string(),
+                    message: format!("Invalid value: {:?}: {OUT_OF_BUDGET}", type_word(this)),
+                });
+            }
+            return;
+        }
+        if let Some(Outcome::Fail(message)) = outcome {
             let field = match rule["fieldPath"].as_str() {
                 Some(fp) if !fp.is_empty() => {
                     let fp = fp.trim_start_matches('.');
@@ -230,6 +317,87 @@ mod tests {
             Ok(other) => Err(format!("not a bool: {other:?}")),
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    #[test]
+    fn rules_over_budget_are_refused_when_the_crd_is_written() {
+        let schema = |max_items: Option<u64>, rule: &str| {
+            let mut list = json!({"type": "array", "items": {"type": "object",
+                "properties": {"name": {"type": "string", "maxLength": 63}}}});
+            if let Some(n) = max_items {
+                list["maxItems"] = json!(n);
+            }
+            json!({"type": "object", "properties": {"spec": {"type": "object",
+                "properties": {"items": list}, "x-kubernetes-validations": [{"rule": rule}]}}})
+        };
+        let nested = "self.items.all(a, self.items.all(b, a.name != b.name || a == b))";
+        let errs = compile_errors(
+            &schema(None, nested),
+            "spec.versions[0].schema.openAPIV3Schema",
+        );
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(
+            errs[0].field,
+            "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"
+        );
+        assert_eq!(errs[0].reason, "FieldValueForbidden");
+        assert!(
+            errs[0]
+                .message
+                .starts_with("Forbidden: estimated rule cost exceeds budget by factor of")
+                && errs[0].message.contains("adding maxItems"),
+            "{errs:?}"
+        );
+        // Bounded, the same rule fits; an unbounded single pass fits too.
+        assert!(compile_errors(&schema(Some(100), nested), "s").is_empty());
+        assert!(
+            compile_errors(
+                &schema(None, "self.items.all(a, a.name.startsWith('x'))"),
+                "s"
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_runaway_rule_is_stopped_before_it_runs() {
+        // Schemaless data escapes the static estimate; its actual size does not.
+        let s = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+            "x-kubernetes-validations": [
+                {"rule": "self.items.all(a, self.items.all(b, self.items.all(c, a + b + c >= 0)))"}]});
+        assert!(compile_errors(&s, "s").is_empty());
+        let small = json!({"items": [1, 2, 3]});
+        let mut out = Vec::new();
+        begin_object();
+        check(&s, &small, None, "spec", &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        let big = json!({"items": (0..500).collect::<Vec<i64>>()});
+        let start = std::time::Instant::now();
+        begin_object();
+        check(&s, &big, None, "spec", &mut out);
+        assert!(
+            start.elapsed() < std::time::Duration::from_millis(100),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert!(
+            out[0].message.contains("actual cost limit exceeded"),
+            "{out:?}"
+        );
+
+        // Many affordable rules exhaust the object's budget.
+        let rule = json!({"rule": "self.items.all(a, self.items.all(b, a + b >= 0))"});
+        let many = json!({"x-kubernetes-validations": vec![rule; 40]});
+        let data = json!({"items": (0..300).collect::<Vec<i64>>()});
+        let mut out = Vec::new();
+        begin_object();
+        check(&many, &data, None, "spec", &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert!(
+            out[0].message.contains("running out of cost budget"),
+            "{out:?}"
+        );
     }
 
     #[test]
