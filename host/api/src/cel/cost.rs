@@ -269,6 +269,15 @@ impl<'a> Estimator<'a> {
                 }
                 c = args.iter().fold(c, |acc, a| acc.saturating_add(a.0));
                 let (own, shape) = match (name, target, args.as_slice()) {
+                    // Logical operators cost only their operands, as in cel-go.
+                    (
+                        operators::LOGICAL_AND
+                        | operators::LOGICAL_OR
+                        | operators::LOGICAL_NOT
+                        | operators::NOT_STRICTLY_FALSE,
+                        _,
+                        _,
+                    ) => (0, Shape::Sized(1)),
                     (operators::INDEX | operators::OPT_INDEX, _, [(_, on), _]) => (1, on.elem()),
                     (operators::IN, _, [_, (_, list)]) => (list.size().max(1), Shape::Sized(1)),
                     (operators::EQUALS | operators::NOT_EQUALS, _, [(_, a), (_, b)]) => {
