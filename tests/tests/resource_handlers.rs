@@ -1,7 +1,8 @@
 //! End-to-end: wasm resource handlers driven by kubectl against the real
 //! binary. A `ResourceHandler` applied at runtime converts a custom
 //! resource between its served versions (reads, lists, watches and writes
-//! in the non-storage version, lossless both ways), defaults it and
+//! in the non-storage version, lossless both ways; the deprecated one
+//! warns), defaults it and
 //! validates it with field paths; a failed load keeps the previous version
 //! serving; a trapping or looping converter fails only the requests that
 //! need it. Components of the frozen 0.1.0 WIT package run next to 0.2.0
@@ -32,11 +33,11 @@ fn apply_ok(server: &Server, doc: &Value) {
     );
 }
 
-/// A CRD served in `v1alpha1` and `v1` (the storage version), with a
-/// schema per version.
+/// A CRD served in `v1alpha1` (deprecated) and `v1` (the storage
+/// version), with a schema per version.
 fn widget_crd(plural: &str, kind: &str, alpha: Value, v1: Value) -> Value {
     let version = |name: &str, storage: bool, spec: Value| {
-        json!({"name": name, "served": true, "storage": storage,
+        json!({"name": name, "served": true, "storage": storage, "deprecated": !storage,
                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": spec}}}})
     };
     json!({
@@ -145,6 +146,19 @@ fn a_wasm_converter_serves_two_versions_losslessly() {
     assert_eq!(
         as_v1["metadata"]["labels"]["example.com/size-class"], "small",
         "the handler's defaulting ran: {as_v1}"
+    );
+    let out = kubectl(
+        &server,
+        None,
+        &["get", "widgets.v1alpha1.example.com", "flat"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success()
+            && stderr.contains(
+                "Warning: example.com/v1alpha1 Widget is deprecated; use example.com/v1 Widget"
+            ),
+        "a deprecated version warns: {stderr}"
     );
     let as_alpha = get(&server, "widgets.v1alpha1.example.com", "flat");
     assert_eq!(

@@ -194,6 +194,9 @@ pub struct ResourceInfo {
     /// resources); published in `/openapi/v2` and `/openapi/v3` for
     /// `kubectl explain`.
     pub schema: Option<Value>,
+    /// The `Warning` every request to this version gets (a CRD version
+    /// marked `deprecated`).
+    pub deprecation_warning: Option<String>,
 }
 
 /// The RBAC API group.
@@ -213,6 +216,39 @@ pub const VERBS: &[&str] = &[
     "watch",
 ];
 
+/// Orders API versions as Kubernetes does (`CompareKubeAwareVersionStrings`):
+/// GA before beta before alpha, higher numbers first, then anything else by
+/// name. `Less` means `a` is preferred.
+pub fn compare_versions(a: &str, b: &str) -> std::cmp::Ordering {
+    // (stability: 3 GA, 2 beta, 1 alpha, 0 other; major; minor)
+    fn key(v: &str) -> (u8, u64, u64) {
+        let Some(rest) = v.strip_prefix('v') else {
+            return (0, 0, 0);
+        };
+        let digits = rest.chars().take_while(char::is_ascii_digit).count();
+        let Ok(major) = rest[..digits].parse::<u64>() else {
+            return (0, 0, 0);
+        };
+        let tail = &rest[digits..];
+        let level = |prefix: &str, stability: u8| {
+            tail.strip_prefix(prefix)
+                .and_then(|n| n.parse::<u64>().ok())
+                .map(|minor| (stability, major, minor))
+        };
+        match tail {
+            "" => (3, major, 0),
+            _ => level("beta", 2)
+                .or_else(|| level("alpha", 1))
+                .unwrap_or((0, 0, 0)),
+        }
+    }
+    let (ka, kb) = (key(a), key(b));
+    match (ka.0, kb.0) {
+        (0, 0) => a.cmp(b),
+        _ => kb.cmp(&ka),
+    }
+}
+
 impl ResourceInfo {
     /// A stored resource with every verb and `NAME`, `AGE` columns.
     pub fn new(group: &str, version: &str, plural: &str, kind: &str, namespaced: bool) -> Self {
@@ -229,6 +265,7 @@ impl ResourceInfo {
             verbs: VERBS.iter().map(|v| v.to_string()).collect(),
             columns: vec![Column::name(), Column::age()],
             schema: None,
+            deprecation_warning: None,
         }
     }
 
@@ -377,6 +414,25 @@ impl Registry {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::compare_versions;
+
+    #[test]
+    fn versions_order_as_kubernetes_orders_them() {
+        let mut v = vec![
+            "v1alpha1", "foo1", "v1", "v2beta1", "v1beta2", "v10", "v1beta1", "v2", "foo10",
+        ];
+        v.sort_by(|a, b| compare_versions(a, b));
+        assert_eq!(
+            v,
+            [
+                "v10", "v2", "v1", "v2beta1", "v1beta2", "v1beta1", "v1alpha1", "foo1", "foo10"
+            ]
+        );
     }
 }
 

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use wasm_apiserver_api::handler::Operation;
-use wasm_apiserver_api::resource::{ColumnPath, Render};
+use wasm_apiserver_api::resource::{ColumnPath, Render, compare_versions};
 use wasm_apiserver_api::schema::{Schema, structural_errors};
 use wasm_apiserver_api::validation::validate_object;
 use wasm_apiserver_api::{ApiError, Cause, Column, ResourceInfo, meta};
@@ -234,6 +234,13 @@ fn version_info(crd: &Value, version: &Value) -> ResourceInfo {
         .as_object()
         .map(|s| Value::Object(s.clone()));
     info.categories = strs(&names["categories"]);
+    if version["deprecated"] == true {
+        info.deprecation_warning = Some(
+            version["deprecationWarning"]
+                .as_str()
+                .map_or_else(|| default_deprecation_warning(crd, version), String::from),
+        );
+    }
     if version["subresources"]["status"].is_object() {
         info = info.subresources(&["status"]);
     }
@@ -272,6 +279,30 @@ fn version_info(crd: &Value, version: &Value) -> ResourceInfo {
     }
     info.columns = columns;
     info
+}
+
+/// Upstream's warning for a deprecated version without its own:
+/// `<group>/<version> <Kind> is deprecated`, and the preferred served
+/// version that is not (and is newer), if any.
+fn default_deprecation_warning(crd: &Value, version: &Value) -> String {
+    let (group, kind) = (
+        crd["spec"]["group"].as_str().unwrap_or_default(),
+        crd["spec"]["names"]["kind"].as_str().unwrap_or_default(),
+    );
+    let name = version["name"].as_str().unwrap_or_default();
+    let mut message = format!("{group}/{name} {kind} is deprecated");
+    let newer = crd["spec"]["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["served"] == true && v["deprecated"] != true)
+        .filter_map(|v| v["name"].as_str())
+        .filter(|v| compare_versions(v, name) == std::cmp::Ordering::Less)
+        .min_by(|a, b| compare_versions(a, b));
+    if let Some(newer) = newer {
+        message.push_str(&format!("; use {group}/{newer} {kind}"));
+    }
+    message
 }
 
 /// The objects of one custom resource version: schema pruning, defaulting

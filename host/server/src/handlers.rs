@@ -96,17 +96,20 @@ fn write_options(q: &Query, user: &UserInfo, audit: &Option<Annotations>) -> Res
 }
 
 /// Adds admission warnings as `Warning: 299 - "..."` headers, as upstream.
-fn with_warnings(mut resp: Response, opts: &WriteOptions) -> Response {
-    for w in opts.warnings() {
-        // A quoted-string (RFC 9110): quotes and backslashes escaped, as
-        // upstream does and kubectl undoes.
-        let text = w
-            .replace(['\n', '\r'], " ")
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"");
-        if let Ok(v) = axum::http::HeaderValue::from_str(&format!("299 - \"{text}\"")) {
-            resp.headers_mut().append("warning", v);
-        }
+fn with_warnings(resp: Response, opts: &WriteOptions) -> Response {
+    opts.warnings().iter().fold(resp, |r, w| with_warning(r, w))
+}
+
+/// Adds one `Warning: 299 - "..."` header.
+fn with_warning(mut resp: Response, w: &str) -> Response {
+    // A quoted-string (RFC 9110): quotes and backslashes escaped, as
+    // upstream does and kubectl undoes.
+    let text = w
+        .replace(['\n', '\r'], " ")
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    if let Ok(v) = axum::http::HeaderValue::from_str(&format!("299 - \"{text}\"")) {
+        resp.headers_mut().append("warning", v);
     }
     resp
 }
@@ -349,7 +352,7 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
             _ => Err(ApiError::MethodNotAllowed),
         };
     }
-    match verb {
+    let resp = match verb {
         "get" => get(&call).await,
         "list" => list(&call).await,
         "watch" => watch(&call).await,
@@ -359,7 +362,12 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
         "delete" => delete(&call, body).await,
         "deletecollection" => delete_collection(&call).await,
         _ => Err(ApiError::MethodNotAllowed),
-    }
+    }?;
+    // A deprecated version warns on every request, as upstream.
+    Ok(match &res.deprecation_warning {
+        Some(w) => with_warning(resp, w),
+        None => resp,
+    })
 }
 
 /// A group version this server does not serve: 503 when a non-local
