@@ -25,7 +25,7 @@ fn review(group: &str, plural: &str, kind: &str, namespaced: bool) -> ResourceIn
 
 /// Every built-in resource.
 pub fn resources() -> Vec<ResourceInfo> {
-    vec![
+    let mut all = vec![
         ResourceInfo::new("", "v1", "namespaces", "Namespace", false)
             .short_names(&["ns"])
             .subresources(&["status", "finalize"])
@@ -237,7 +237,9 @@ pub fn resources() -> Vec<ResourceInfo> {
             string("Status", "Whether the handler is loaded", ".status.phase"),
             Column::age(),
         ]),
-    ]
+    ];
+    all.extend(crate::kinds::resources());
+    all
 }
 
 impl Registry {

@@ -19,6 +19,7 @@ pub mod cel;
 pub mod discovery;
 pub mod error;
 pub mod handler;
+pub mod kinds;
 pub mod meta;
 pub mod openapi;
 pub mod patch;

@@ -20,6 +20,8 @@ enum Ty {
     Str,
     Int,
     Bool,
+    /// A plain (non-pointer) Go bool: `false` is written but omitted in JSON.
+    Flag,
     /// `bytes`, base64 in JSON.
     Bytes,
     /// `metav1.Time`: RFC 3339 with seconds.
@@ -28,6 +30,10 @@ enum Ty {
     MicroTime,
     MapStr,
     MapBytes,
+    /// `map<string, resource.Quantity>` (resource requests and limits).
+    MapQuantity,
+    /// `intstr.IntOrString`: a number or a string in JSON.
+    IntOrString,
     Msg(&'static [Field]),
 }
 
@@ -339,6 +345,184 @@ const DELETE_OPTIONS: &[Field] = &[
     (5, "dryRun", Ty::Str, true),
 ];
 
+const CONTAINER_PORT: &[Field] = &[
+    (1, "name", Ty::Str, false),
+    (2, "hostPort", Ty::Int, false),
+    (3, "containerPort", Ty::Int, false),
+    (4, "protocol", Ty::Str, false),
+    (5, "hostIP", Ty::Str, false),
+];
+
+const ENV_VAR: &[Field] = &[(1, "name", Ty::Str, false), (2, "value", Ty::Str, false)];
+
+const RESOURCES: &[Field] = &[
+    (1, "limits", Ty::MapQuantity, false),
+    (2, "requests", Ty::MapQuantity, false),
+];
+
+/// The container fields kubectl's generators set (`create deployment`,
+/// `run`, `create job`...); tags from upstream's `core/v1/generated.proto`.
+const CONTAINER: &[Field] = &[
+    (1, "name", Ty::Str, false),
+    (2, "image", Ty::Str, false),
+    (3, "command", Ty::Str, true),
+    (4, "args", Ty::Str, true),
+    (5, "workingDir", Ty::Str, false),
+    (6, "ports", Ty::Msg(CONTAINER_PORT), true),
+    (7, "env", Ty::Msg(ENV_VAR), true),
+    (8, "resources", Ty::Msg(RESOURCES), false),
+    (13, "terminationMessagePath", Ty::Str, false),
+    (14, "imagePullPolicy", Ty::Str, false),
+    (16, "stdin", Ty::Flag, false),
+    (17, "stdinOnce", Ty::Flag, false),
+    (18, "tty", Ty::Flag, false),
+    (20, "terminationMessagePolicy", Ty::Str, false),
+];
+
+const POD_SPEC: &[Field] = &[
+    (2, "containers", Ty::Msg(CONTAINER), true),
+    (3, "restartPolicy", Ty::Str, false),
+    (4, "terminationGracePeriodSeconds", Ty::Int, false),
+    (5, "activeDeadlineSeconds", Ty::Int, false),
+    (6, "dnsPolicy", Ty::Str, false),
+    (7, "nodeSelector", Ty::MapStr, false),
+    (8, "serviceAccountName", Ty::Str, false),
+    (10, "nodeName", Ty::Str, false),
+    (11, "hostNetwork", Ty::Flag, false),
+    (15, "imagePullSecrets", Ty::Msg(LOCAL_OBJECT_REF), true),
+    (16, "hostname", Ty::Str, false),
+    (17, "subdomain", Ty::Str, false),
+    (19, "schedulerName", Ty::Str, false),
+    (20, "initContainers", Ty::Msg(CONTAINER), true),
+    (24, "priorityClassName", Ty::Str, false),
+];
+
+const POD_TEMPLATE_SPEC: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (2, "spec", Ty::Msg(POD_SPEC), false),
+];
+
+const POD: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (2, "spec", Ty::Msg(POD_SPEC), false),
+];
+
+const DEPLOYMENT: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (
+        2,
+        "spec",
+        Ty::Msg(&[
+            (1, "replicas", Ty::Int, false),
+            (2, "selector", Ty::Msg(LABEL_SELECTOR), false),
+            (3, "template", Ty::Msg(POD_TEMPLATE_SPEC), false),
+            (
+                4,
+                "strategy",
+                Ty::Msg(&[
+                    (1, "type", Ty::Str, false),
+                    (
+                        2,
+                        "rollingUpdate",
+                        Ty::Msg(&[
+                            (1, "maxUnavailable", Ty::IntOrString, false),
+                            (2, "maxSurge", Ty::IntOrString, false),
+                        ]),
+                        false,
+                    ),
+                ]),
+                false,
+            ),
+            (5, "minReadySeconds", Ty::Int, false),
+            (6, "revisionHistoryLimit", Ty::Int, false),
+            (7, "paused", Ty::Flag, false),
+            (9, "progressDeadlineSeconds", Ty::Int, false),
+        ]),
+        false,
+    ),
+];
+
+const JOB_SPEC: &[Field] = &[
+    (1, "parallelism", Ty::Int, false),
+    (2, "completions", Ty::Int, false),
+    (3, "activeDeadlineSeconds", Ty::Int, false),
+    (4, "selector", Ty::Msg(LABEL_SELECTOR), false),
+    (5, "manualSelector", Ty::Bool, false),
+    (6, "template", Ty::Msg(POD_TEMPLATE_SPEC), false),
+    (7, "backoffLimit", Ty::Int, false),
+    (8, "ttlSecondsAfterFinished", Ty::Int, false),
+    (9, "completionMode", Ty::Str, false),
+    (10, "suspend", Ty::Bool, false),
+];
+
+const JOB: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (2, "spec", Ty::Msg(JOB_SPEC), false),
+];
+
+const CRON_JOB: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (
+        2,
+        "spec",
+        Ty::Msg(&[
+            (1, "schedule", Ty::Str, false),
+            (2, "startingDeadlineSeconds", Ty::Int, false),
+            (3, "concurrencyPolicy", Ty::Str, false),
+            (4, "suspend", Ty::Bool, false),
+            (
+                5,
+                "jobTemplate",
+                Ty::Msg(&[
+                    (1, "metadata", Ty::Msg(OBJECT_META), false),
+                    (2, "spec", Ty::Msg(JOB_SPEC), false),
+                ]),
+                false,
+            ),
+            (6, "successfulJobsHistoryLimit", Ty::Int, false),
+            (7, "failedJobsHistoryLimit", Ty::Int, false),
+            (8, "timeZone", Ty::Str, false),
+        ]),
+        false,
+    ),
+];
+
+const SERVICE: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (
+        2,
+        "spec",
+        Ty::Msg(&[
+            (
+                1,
+                "ports",
+                Ty::Msg(&[
+                    (1, "name", Ty::Str, false),
+                    (2, "protocol", Ty::Str, false),
+                    (3, "port", Ty::Int, false),
+                    (4, "targetPort", Ty::IntOrString, false),
+                    (5, "nodePort", Ty::Int, false),
+                    (6, "appProtocol", Ty::Str, false),
+                ]),
+                true,
+            ),
+            (2, "selector", Ty::MapStr, false),
+            (3, "clusterIP", Ty::Str, false),
+            (4, "type", Ty::Str, false),
+            (5, "externalIPs", Ty::Str, true),
+            (7, "sessionAffinity", Ty::Str, false),
+            (8, "loadBalancerIP", Ty::Str, false),
+            (10, "externalName", Ty::Str, false),
+            (11, "externalTrafficPolicy", Ty::Str, false),
+            (17, "ipFamilyPolicy", Ty::Str, false),
+            (18, "clusterIPs", Ty::Str, true),
+            (19, "ipFamilies", Ty::Str, true),
+            (22, "internalTrafficPolicy", Ty::Str, false),
+        ]),
+        false,
+    ),
+];
+
 const TYPE_META: &[Field] = &[
     (1, "apiVersion", Ty::Str, false),
     (2, "kind", Ty::Str, false),
@@ -356,6 +540,11 @@ fn schema(api_version: &str, kind: &str) -> Option<&'static [Field]> {
         ("v1", "Namespace") => NAMESPACE,
         ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
         ("v1", "Event") => EVENT,
+        ("v1", "Pod") => POD,
+        ("v1", "Service") => SERVICE,
+        ("apps/v1", "Deployment") => DEPLOYMENT,
+        ("batch/v1", "Job") => JOB,
+        ("batch/v1", "CronJob") => CRON_JOB,
         ("coordination.k8s.io/v1", "Lease") => LEASE,
         ("rbac.authorization.k8s.io/v1", "Role") => ROLE,
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => CLUSTER_ROLE,
@@ -477,10 +666,25 @@ fn scalar(ty: Ty, w: Wire<'_>) -> Result<Option<Value>, String> {
             Some(json!(base64::engine::general_purpose::STANDARD.encode(b)))
         }
         (Ty::Int, Wire::Varint(v)) => Some(json!(v as i64)),
-        (Ty::Bool, Wire::Varint(v)) => Some(json!(v != 0)),
+        (Ty::Bool | Ty::Flag, Wire::Varint(v)) => Some(json!(v != 0)),
         (Ty::Time, Wire::Bytes(b)) => time(b, false)?,
         (Ty::MicroTime, Wire::Bytes(b)) => time(b, true)?,
         (Ty::Msg(fields), Wire::Bytes(b)) => Some(Value::Object(message(b, fields)?)),
+        (Ty::IntOrString, Wire::Bytes(b)) => {
+            let v = message(
+                b,
+                &[
+                    (1, "type", Ty::Int, false),
+                    (2, "intVal", Ty::Int, false),
+                    (3, "strVal", Ty::Str, false),
+                ],
+            )?;
+            Some(if v.get("type") == Some(&json!(1)) {
+                v.get("strVal").cloned().unwrap_or(json!(""))
+            } else {
+                v.get("intVal").cloned().unwrap_or(json!(0))
+            })
+        }
         (_, Wire::Fixed) => None,
         _ => return Err("field has an unexpected wire type".into()),
     })
@@ -502,12 +706,30 @@ fn message(buf: &[u8], fields: &[Field]) -> Result<Map<String, Value>, String> {
                 let (k, v) = map_entry(b, matches!(ty, Ty::MapBytes))?;
                 out.entry(name).or_insert_with(|| json!({}))[k] = v;
             }
+            Ty::MapQuantity => {
+                let Wire::Bytes(b) = w else {
+                    return Err(format!("{name}: bad map entry"));
+                };
+                let entry = message(
+                    b,
+                    &[
+                        (1, "key", Ty::Str, false),
+                        (2, "value", Ty::Msg(&[(1, "string", Ty::Str, false)]), false),
+                    ],
+                )?;
+                let key = entry.get("key").and_then(Value::as_str).unwrap_or_default();
+                out.entry(name).or_insert_with(|| json!({}))[key] = entry
+                    .get("value")
+                    .map_or(json!(""), |q| q["string"].clone());
+            }
             _ => {
                 let Some(v) = scalar(ty, w).map_err(|e| format!("{name}: {e}"))? else {
                     continue;
                 };
-                // Go writes empty strings and zero numbers that its JSON omits.
-                if !repeated && (v == json!("") || v == json!(0)) {
+                // Go writes empty strings and zero numbers that its JSON
+                // omits, and `false` for the plain bools it omits too.
+                let omitted_flag = matches!(ty, Ty::Flag) && v == json!(false);
+                if !repeated && (v == json!("") || v == json!(0) || omitted_flag) {
                     continue;
                 }
                 if repeated {
@@ -638,9 +860,61 @@ mod tests {
         assert!(decode(b"k8s\0\x0a\xff").is_err());
         let mut body = MAGIC.to_vec();
         let mut tm = Vec::new();
-        bytes_field(1, b"apps/v1", &mut tm);
-        bytes_field(2, b"Deployment", &mut tm);
+        bytes_field(1, b"example.com/v1", &mut tm);
+        bytes_field(2, b"Widget", &mut tm);
         bytes_field(1, &tm, &mut body);
         assert!(decode(&body).unwrap_err().contains("not supported"));
+    }
+
+    #[test]
+    fn decodes_a_deployment_with_int_or_string_and_quantities() {
+        let mut quantity = Vec::new();
+        bytes_field(1, b"100m", &mut quantity);
+        let mut limit = Vec::new();
+        bytes_field(1, b"cpu", &mut limit);
+        bytes_field(2, &quantity, &mut limit);
+        let mut resources = Vec::new();
+        bytes_field(1, &limit, &mut resources);
+        let mut container = Vec::new();
+        bytes_field(1, b"web", &mut container);
+        bytes_field(2, b"nginx:1.27", &mut container);
+        bytes_field(8, &resources, &mut container);
+        container.extend([0x80, 0x01, 0]); // stdin (tag 16): false, omitted
+        let mut pod_spec = Vec::new();
+        bytes_field(2, &container, &mut pod_spec);
+        let mut template = Vec::new();
+        bytes_field(2, &pod_spec, &mut template);
+        let mut surge = Vec::new();
+        surge.extend([1 << 3, 1]); // type: String
+        bytes_field(3, b"25%", &mut surge);
+        let mut unavailable = Vec::new();
+        unavailable.extend([2 << 3, 2]); // intVal: 2
+        let mut rolling = Vec::new();
+        bytes_field(1, &unavailable, &mut rolling);
+        bytes_field(2, &surge, &mut rolling);
+        let mut strategy = Vec::new();
+        bytes_field(2, &rolling, &mut strategy);
+        let mut spec = vec![1 << 3, 3]; // replicas: 3
+        bytes_field(3, &template, &mut spec);
+        bytes_field(4, &strategy, &mut spec);
+        let mut meta = Vec::new();
+        bytes_field(1, b"web", &mut meta);
+        let mut raw = Vec::new();
+        bytes_field(1, &meta, &mut raw);
+        bytes_field(2, &spec, &mut raw);
+        let mut tm = Vec::new();
+        bytes_field(1, b"apps/v1", &mut tm);
+        bytes_field(2, b"Deployment", &mut tm);
+        let mut body = MAGIC.to_vec();
+        bytes_field(1, &tm, &mut body);
+        bytes_field(2, &raw, &mut body);
+        assert_eq!(
+            decode(&body).unwrap(),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                "spec": {"replicas": 3,
+                    "template": {"spec": {"containers": [{"name": "web", "image": "nginx:1.27",
+                        "resources": {"limits": {"cpu": "100m"}}}]}},
+                    "strategy": {"rollingUpdate": {"maxUnavailable": 2, "maxSurge": "25%"}}}})
+        );
     }
 }

@@ -58,7 +58,7 @@ pub enum Render {
     Age,
     /// The number of keys or items, summed over every path.
     Count,
-    /// Every result of the first path, joined with `,`.
+    /// Every result of the first path that has any, joined with `,`.
     Join,
     /// An object reference (`kind`, `name`) as `kind/name`, kind in lower case.
     ObjectRef,
@@ -68,6 +68,25 @@ pub enum Render {
     /// A condition's `status`, with its reason when not `True`:
     /// `False (ServiceNotFound)`.
     Condition,
+    /// `have/want` from the first and second paths (`1/3`), each 0 when absent.
+    Ratio,
+    /// The sum of the first path's numeric results.
+    Sum,
+    /// A label map or `LabelSelector` as selector text (`app=web,tier in (a,b)`).
+    Selector,
+    /// A pod's ready containers of all (`1/2`): container statuses, containers.
+    PodReady,
+    /// A pod's status as `kubectl get pods` shows it (phase, or the reason a
+    /// container waits or terminated, or `Terminating`): status, deletion time.
+    PodStatus,
+    /// A service's ports as `80/TCP,443:30443/TCP`.
+    ServicePorts,
+    /// A node's `Ready` condition as `Ready`, `NotReady` or `Unknown`.
+    NodeReady,
+    /// A job's state from its conditions: `Complete`, `Failed`, `Suspended`, `Running`.
+    JobStatus,
+    /// An ingress's ports: `80`, or `80, 443` with TLS.
+    IngressPorts,
 }
 
 /// One `kubectl get` column, described as a CRD's `additionalPrinterColumns`
@@ -306,6 +325,12 @@ impl ResourceInfo {
         self
     }
 
+    /// Categories (`kubectl get all` lists the resources in `all`).
+    pub fn categories(mut self, categories: &[&str]) -> Self {
+        self.categories = categories.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
     pub fn columns(mut self, columns: Vec<Column>) -> Self {
         self.columns = columns;
         self
@@ -468,10 +493,22 @@ mod tests {
                 "apiextensions.k8s.io",
                 "apiextensions.wasm-apiserver.io",
                 "apiregistration.k8s.io",
+                "apps",
                 "authentication.k8s.io",
                 "authorization.k8s.io",
+                "autoscaling",
+                "batch",
+                "certificates.k8s.io",
                 "coordination.k8s.io",
-                "rbac.authorization.k8s.io"
+                "discovery.k8s.io",
+                "events.k8s.io",
+                "flowcontrol.apiserver.k8s.io",
+                "networking.k8s.io",
+                "node.k8s.io",
+                "policy",
+                "rbac.authorization.k8s.io",
+                "scheduling.k8s.io",
+                "storage.k8s.io",
             ]
         );
     }

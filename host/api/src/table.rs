@@ -88,15 +88,20 @@ fn cell(c: &Column, obj: &Value, now: DateTime<Utc>) -> Value {
                 .sum::<usize>()
         ),
         Render::Join => {
+            // The first path with results (alternatives, as for values).
             let items: Vec<&str> = c
                 .json_paths
-                .first()
+                .iter()
                 .map(|p| p.query(obj))
+                .find(|found| found.iter().any(|v| v.is_string()))
                 .unwrap_or_default()
                 .into_iter()
                 .filter_map(Value::as_str)
                 .collect();
-            json!(items.join(","))
+            match (&c.default, items.is_empty()) {
+                (Some(d), true) => d.clone(),
+                _ => json!(items.join(",")),
+            }
         }
         Render::ServiceRef => match first(c, obj) {
             Some(r) => json!(format!(
@@ -124,7 +129,165 @@ fn cell(c: &Column, obj: &Value, now: DateTime<Utc>) -> Value {
                 r["name"].as_str().unwrap_or_default()
             ))
         }
+        Render::Ratio => {
+            let n = |i: usize| {
+                c.json_paths
+                    .get(i)
+                    .and_then(|p| p.query(obj).into_iter().find_map(Value::as_i64))
+                    .unwrap_or(0)
+            };
+            json!(format!("{}/{}", n(0), n(1)))
+        }
+        Render::Sum => json!(
+            all(c, 0, obj)
+                .into_iter()
+                .filter_map(Value::as_i64)
+                .sum::<i64>()
+        ),
+        Render::Selector => match first(c, obj) {
+            Some(sel) => json!(selector_text(sel)),
+            None => c.default.clone().unwrap_or(json!("<none>")),
+        },
+        Render::PodReady => {
+            let statuses = all(c, 0, obj);
+            let ready = statuses
+                .first()
+                .and_then(|s| s.as_array())
+                .map_or(0, |s| s.iter().filter(|c| c["ready"] == true).count());
+            let total = all(c, 1, obj)
+                .first()
+                .and_then(|s| s.as_array())
+                .map_or(0, Vec::len);
+            json!(format!("{ready}/{total}"))
+        }
+        Render::PodStatus => json!(pod_status(obj)),
+        Render::ServicePorts => {
+            let ports: Vec<String> = first(c, obj)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    let protocol = p["protocol"].as_str().unwrap_or("TCP");
+                    match p["nodePort"].as_i64() {
+                        Some(node) => format!("{}:{node}/{protocol}", p["port"]),
+                        None => format!("{}/{protocol}", p["port"]),
+                    }
+                })
+                .collect();
+            json!(if ports.is_empty() {
+                "<none>".to_string()
+            } else {
+                ports.join(",")
+            })
+        }
+        Render::NodeReady => json!(match first(c, obj).map(|c| &c["status"]) {
+            Some(s) if s == "True" => "Ready",
+            Some(s) if s == "False" => "NotReady",
+            _ => "Unknown",
+        }),
+        Render::JobStatus => {
+            let conditions = first(c, obj).and_then(Value::as_array);
+            let holds = |ty: &str| {
+                conditions
+                    .is_some_and(|cs| cs.iter().any(|c| c["type"] == ty && c["status"] == "True"))
+            };
+            json!(if holds("Complete") {
+                "Complete"
+            } else if holds("Failed") {
+                "Failed"
+            } else if holds("Suspended") {
+                "Suspended"
+            } else {
+                "Running"
+            })
+        }
+        Render::IngressPorts => json!(if first(c, obj).is_some_and(|t| size(t) > 0) {
+            "80, 443"
+        } else {
+            "80"
+        }),
     }
+}
+
+/// Every result of the column's `i`-th path.
+fn all<'a>(c: &Column, i: usize, obj: &'a Value) -> Vec<&'a Value> {
+    c.json_paths
+        .get(i)
+        .map(|p| p.query(obj))
+        .unwrap_or_default()
+}
+
+/// A label map (`{app: web}`) or `LabelSelector` as `kubectl` prints it.
+fn selector_text(sel: &Value) -> String {
+    let labels = |m: &Value| -> Vec<String> {
+        m.as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+            .collect()
+    };
+    if sel.get("matchLabels").is_none() && sel.get("matchExpressions").is_none() {
+        let parts = labels(sel);
+        return if parts.is_empty() {
+            "<none>".into()
+        } else {
+            parts.join(",")
+        };
+    }
+    let mut parts = labels(&sel["matchLabels"]);
+    for e in sel["matchExpressions"].as_array().into_iter().flatten() {
+        let key = e["key"].as_str().unwrap_or_default();
+        let values: Vec<&str> = e["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        parts.push(match e["operator"].as_str().unwrap_or_default() {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.to_string(),
+            _ => format!("!{key}"),
+        });
+    }
+    if parts.is_empty() {
+        "<none>".into()
+    } else {
+        parts.join(",")
+    }
+}
+
+/// The `STATUS` column of `kubectl get pods` (upstream's `printPod`, in short).
+fn pod_status(pod: &Value) -> String {
+    let status = &pod["status"];
+    let mut reason = status["reason"]
+        .as_str()
+        .or(status["phase"].as_str())
+        .unwrap_or("Pending")
+        .to_string();
+    for cs in status["containerStatuses"].as_array().into_iter().flatten() {
+        let state = &cs["state"];
+        if let Some(r) = state["waiting"]["reason"]
+            .as_str()
+            .filter(|r| !r.is_empty())
+        {
+            reason = r.to_string();
+        } else if let Some(r) = state["terminated"]["reason"]
+            .as_str()
+            .filter(|r| !r.is_empty())
+        {
+            reason = r.to_string();
+        } else if state["terminated"].is_object() {
+            reason = match state["terminated"]["signal"].as_i64().filter(|s| *s != 0) {
+                Some(sig) => format!("Signal:{sig}"),
+                None => format!("ExitCode:{}", state["terminated"]["exitCode"]),
+            };
+        }
+    }
+    if pod["metadata"]["deletionTimestamp"].is_string() {
+        reason = "Terminating".into();
+    }
+    reason
 }
 
 fn cells(info: &ResourceInfo, obj: &Value, now: DateTime<Utc>) -> Vec<Value> {

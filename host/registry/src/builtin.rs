@@ -10,7 +10,7 @@ use crate::crd;
 use crate::resources::Resource;
 use crate::store::{NamespaceCache, Objects};
 use crate::strategy::{Escalation, Strategy};
-use crate::webhook;
+use crate::{webhook, workloads};
 use async_trait::async_trait;
 use base64::Engine;
 use serde_json::{Value, json};
@@ -338,7 +338,14 @@ pub fn install(objects: &Objects, deps: Dependencies) -> Installed {
                         objects: objects.clone(),
                         plural: webhook::MUTATING,
                     })),
-                    _ => None,
+                    ("", "services") => Some(Arc::new(workloads::Services {
+                        allocator: crate::allocator::Allocator::new(
+                            objects.storage.clone(),
+                            Default::default(),
+                        ),
+                    })),
+                    (group, plural) => workloads::Kind::of(group, plural)
+                        .map(|kind| Arc::new(workloads::Workloads(kind)) as Arc<dyn Strategy>),
                 };
             let r = Resource::new(info);
             match strategy {

@@ -16,6 +16,8 @@
 //!   controller that loads it from API objects; [`webhook`] is the webhook
 //!   client;
 //! * [`namespaces`]: the namespace controller;
+//! * [`workloads`]: pods, workloads and services: defaulting, validation
+//!   and the `scale` subresource;
 //! * [`options`]: the options and outcomes of store operations.
 //!
 //! Architecture invariant: this crate names no server-side HTTP type (no
@@ -24,6 +26,7 @@
 //! is the outgoing admission webhook call ([`webhook`]).
 
 pub mod admission;
+pub mod allocator;
 pub mod builtin;
 pub mod codec;
 pub mod crd;
@@ -35,6 +38,7 @@ pub mod resources;
 pub mod store;
 pub mod strategy;
 pub mod webhook;
+pub mod workloads;
 
 pub use options::{Deleted, FieldValidation, ListOutcome, ListParams, Preconditions, WriteOptions};
 pub use resources::{Resource, Resources, Snapshot};

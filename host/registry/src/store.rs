@@ -483,13 +483,23 @@ impl Objects {
             return Ok(obj);
         }
         let key = info.object_key(ns, &name);
+        info.strategy.allocate(info, &mut obj).await?;
         let mut stored = obj.clone();
-        info.strategy.to_storage(info, &mut stored).await?;
-        let kv = self
-            .storage
-            .create(&key, encode(&mut stored))
-            .await
-            .map_err(|e| map_storage(info, &name, e))?;
+        let written = match info.strategy.to_storage(info, &mut stored).await {
+            Ok(()) => self
+                .storage
+                .create(&key, encode(&mut stored))
+                .await
+                .map_err(|e| map_storage(info, &name, e)),
+            Err(e) => Err(e),
+        };
+        let kv = match written {
+            Ok(kv) => kv,
+            Err(e) => {
+                info.strategy.release(&obj).await;
+                return Err(e);
+            }
+        };
         meta::set_resource_version(&mut stored, kv.mod_revision);
         meta::set_resource_version(&mut obj, kv.mod_revision);
         info.strategy.after_write(&stored, false).await;
@@ -525,6 +535,7 @@ impl Objects {
             self.normalize(info, ns, &mut new)?;
             check_fields(info, &mut new, opts)?;
             meta::prepare_for_update(&mut new, &cur);
+            info.strategy.prepare_for_update(&mut new, &cur);
             info.strategy.canonicalize(&mut new);
             info.strategy
                 .plugin_default(info, &mut new, Some(&cur), &opts.user)
@@ -552,6 +563,7 @@ impl Objects {
                 match self.storage.delete(&key, Some(cur_kv.mod_revision)).await {
                     Ok(kv) => {
                         meta::set_resource_version(&mut new, kv.mod_revision);
+                        info.strategy.release(&new).await;
                         info.strategy.after_write(&new, true).await;
                         return Ok(new);
                     }
@@ -725,6 +737,7 @@ impl Objects {
                 Ok(kv) => {
                     let mut last = cur;
                     meta::set_resource_version(&mut last, kv.mod_revision);
+                    info.strategy.release(&last).await;
                     info.strategy.after_write(&last, true).await;
                     let mut shown = shown;
                     meta::set_resource_version(&mut shown, kv.mod_revision);

@@ -47,6 +47,10 @@ pub trait Strategy: Send + Sync {
     /// Fields set on create only (after the generic metadata).
     fn prepare_for_create(&self, _obj: &mut Value) {}
 
+    /// Fields an update keeps from the current object when the request
+    /// leaves them out (a service's allocated cluster IP).
+    fn prepare_for_update(&self, _new: &mut Value, _old: &Value) {}
+
     /// Defaulting and canonicalization, on every create and update.
     fn canonicalize(&self, _obj: &mut Value) {}
 
@@ -134,6 +138,17 @@ pub trait Strategy: Send + Sync {
     fn holds_deletion(&self, _obj: &Value) -> bool {
         false
     }
+
+    /// Takes what a new object needs from a shared pool (a service's
+    /// cluster IP and node ports): after validation and admission, right
+    /// before the object is stored, never on dry runs.
+    async fn allocate(&self, _info: &ResourceInfo, _obj: &mut Value) -> Result<()> {
+        Ok(())
+    }
+
+    /// Gives back what [`Strategy::allocate`] took: when the create is not
+    /// stored after all, or the object is deleted.
+    async fn release(&self, _obj: &Value) {}
 
     /// Runs after a write is stored (never on dry runs): `deleted` when the
     /// object is gone, else `obj` is what was stored.

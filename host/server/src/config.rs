@@ -46,6 +46,14 @@ pub struct ServeArgs {
     #[arg(long)]
     pub etcd_keyfile: Option<PathBuf>,
 
+    /// The CIDR cluster IPs of Services come from (kube-apiserver's flag).
+    #[arg(long, default_value = "10.96.0.0/12")]
+    pub service_cluster_ip_range: String,
+
+    /// The port range NodePort Services get their ports from (`LOW-HIGH`).
+    #[arg(long, default_value = "30000-32767")]
+    pub service_node_port_range: String,
+
     /// How often history older than one interval is compacted (kube-apiserver's
     /// `--etcd-compaction-interval`); 0 disables compaction.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
@@ -148,6 +156,8 @@ impl ServeArgs {
             bind_address: [127, 0, 0, 1].into(),
             secure_port: 0,
             etcd_compaction_interval: Duration::from_secs(300),
+            service_cluster_ip_range: "10.96.0.0/12".into(),
+            service_node_port_range: "30000-32767".into(),
             watch_progress_interval: Duration::from_secs(5),
             max_request_bytes: 3 * 1024 * 1024,
             plugin_dir: None,

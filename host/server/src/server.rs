@@ -325,6 +325,17 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
             sa.with_subresource_creater("token", token_requests)
         });
     }
+    let ranges = wasm_apiserver_registry::allocator::Ranges::parse(
+        &args.service_cluster_ip_range,
+        &args.service_node_port_range,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let allocator = wasm_apiserver_registry::allocator::Allocator::new(storage.clone(), ranges);
+    state.resources.update("", "v1", "services", |svc| {
+        svc.with_strategy(Arc::new(wasm_apiserver_registry::workloads::Services {
+            allocator,
+        }))
+    });
     let state = Arc::new(state);
 
     namespaces::ensure_initial(&state.objects).await?;

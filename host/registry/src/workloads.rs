@@ -1,0 +1,822 @@
+//! The object semantics of pods, workloads and services that clients see,
+//! as upstream's `pkg/apis/*/v1/defaults.go`, validation and registry
+//! strategies give them: defaulting of every pod spec (pods and every pod
+//! template), of Deployments, ReplicaSets, StatefulSets, DaemonSets,
+//! ReplicationControllers, Jobs, CronJobs and Services; the checks that
+//! matter (containers, selectors that must match template labels and stay
+//! immutable, service ports); a created pod's `Pending` status and QoS
+//! class; and the `scale` subresource of the scalable kinds. No controller
+//! runs: a Deployment makes no ReplicaSet, as with kube-apiserver alone.
+
+use crate::strategy::Strategy;
+use serde_json::{Map, Value, json};
+use wasm_apiserver_api::error::Target;
+use wasm_apiserver_api::validation::{dns1123_label_error, validate_object};
+use wasm_apiserver_api::{ApiError, Cause, ResourceInfo, meta};
+use wasm_apiserver_plugins::UserInfo;
+
+/// Which kind a [`Workloads`] strategy serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Pod,
+    PodTemplate,
+    Deployment,
+    ReplicaSet,
+    StatefulSet,
+    DaemonSet,
+    ReplicationController,
+    Job,
+    CronJob,
+    Service,
+}
+
+impl Kind {
+    /// The kind served at `group`/`plural`, if this module handles it.
+    pub fn of(group: &str, plural: &str) -> Option<Kind> {
+        Some(match (group, plural) {
+            ("", "pods") => Kind::Pod,
+            ("", "podtemplates") => Kind::PodTemplate,
+            ("", "replicationcontrollers") => Kind::ReplicationController,
+            ("", "services") => Kind::Service,
+            ("apps", "deployments") => Kind::Deployment,
+            ("apps", "replicasets") => Kind::ReplicaSet,
+            ("apps", "statefulsets") => Kind::StatefulSet,
+            ("apps", "daemonsets") => Kind::DaemonSet,
+            ("batch", "jobs") => Kind::Job,
+            ("batch", "cronjobs") => Kind::CronJob,
+            _ => return None,
+        })
+    }
+
+    fn scalable(self) -> bool {
+        matches!(
+            self,
+            Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet | Kind::ReplicationController
+        )
+    }
+
+    /// Where the pod template is.
+    fn template_path(self) -> Option<&'static [&'static str]> {
+        match self {
+            Kind::Pod | Kind::Service => None,
+            Kind::CronJob => Some(&["spec", "jobTemplate", "spec", "template"]),
+            Kind::PodTemplate => Some(&["template"]),
+            _ => Some(&["spec", "template"]),
+        }
+    }
+}
+
+/// The strategy of one kind of this module.
+pub struct Workloads(pub Kind);
+
+fn at_mut<'a>(v: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
+    path.iter().try_fold(v, |v, k| v.get_mut(*k))
+}
+
+fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(v, |v, k| v.get(*k))
+}
+
+/// Sets `obj[key]` when it is absent or null.
+fn set_default(obj: &mut Value, key: &str, value: Value) {
+    if let Some(map) = obj.as_object_mut() {
+        let slot = map.entry(key).or_insert(Value::Null);
+        if slot.is_null() {
+            *slot = value;
+        }
+    }
+}
+
+/// The object at `key`, created empty when absent.
+fn child<'a>(obj: &'a mut Value, key: &str) -> &'a mut Value {
+    set_default(obj, key, json!({}));
+    &mut obj[key]
+}
+
+/// `Always` for `:latest` or untagged images, else `IfNotPresent`, as upstream.
+fn pull_policy(image: &str) -> &'static str {
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    let name = image.rsplit('/').next().unwrap_or(image);
+    match name.rsplit_once(':') {
+        Some((_, "latest")) | None => "Always",
+        Some(_) => "IfNotPresent",
+    }
+}
+
+/// Upstream's pod spec defaults (`SetDefaults_PodSpec`, `_Container`).
+pub fn default_pod_spec(spec: &mut Value) {
+    if !spec.is_object() {
+        return;
+    }
+    set_default(spec, "restartPolicy", json!("Always"));
+    set_default(spec, "dnsPolicy", json!("ClusterFirst"));
+    set_default(spec, "terminationGracePeriodSeconds", json!(30));
+    set_default(spec, "schedulerName", json!("default-scheduler"));
+    set_default(spec, "securityContext", json!({}));
+    set_default(spec, "enableServiceLinks", json!(true));
+    for list in ["containers", "initContainers"] {
+        for c in spec
+            .get_mut(list)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            let image = c["image"].as_str().unwrap_or_default().to_owned();
+            set_default(c, "imagePullPolicy", json!(pull_policy(&image)));
+            set_default(c, "terminationMessagePath", json!("/dev/termination-log"));
+            set_default(c, "terminationMessagePolicy", json!("File"));
+            set_default(c, "resources", json!({}));
+            for p in c
+                .get_mut("ports")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                set_default(p, "protocol", json!("TCP"));
+            }
+        }
+    }
+}
+
+/// A pod's QoS class from its containers' requests and limits.
+fn qos_class(spec: &Value) -> &'static str {
+    let containers: Vec<&Value> = spec["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .collect();
+    let empty = |v: &Value| v.as_object().is_none_or(Map::is_empty);
+    if containers
+        .iter()
+        .all(|c| empty(&c["resources"]["requests"]) && empty(&c["resources"]["limits"]))
+    {
+        return "BestEffort";
+    }
+    let guaranteed = containers.iter().all(|c| {
+        let (req, lim) = (&c["resources"]["requests"], &c["resources"]["limits"]);
+        ["cpu", "memory"]
+            .iter()
+            .all(|r| lim.get(*r).is_some() && (req.get(*r).is_none() || req[*r] == lim[*r]))
+    });
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+fn default_rolling(strategy: &mut Value, rolling: Value) {
+    set_default(strategy, "type", json!("RollingUpdate"));
+    if strategy["type"] == "RollingUpdate" {
+        let r = child(strategy, "rollingUpdate");
+        for (k, v) in rolling.as_object().into_iter().flatten() {
+            set_default(r, k, v.clone());
+        }
+    }
+}
+
+impl Workloads {
+    fn defaults(&self, obj: &mut Value) {
+        if let Some(path) = self.0.template_path()
+            && let Some(template) = at_mut(obj, path)
+        {
+            default_pod_spec(child(template, "spec"));
+        }
+        match self.0 {
+            Kind::Pod => default_pod_spec(child(obj, "spec")),
+            Kind::Deployment => {
+                let spec = child(obj, "spec");
+                set_default(spec, "replicas", json!(1));
+                default_rolling(
+                    child(spec, "strategy"),
+                    json!({"maxUnavailable": "25%", "maxSurge": "25%"}),
+                );
+                set_default(spec, "revisionHistoryLimit", json!(10));
+                set_default(spec, "progressDeadlineSeconds", json!(600));
+            }
+            Kind::ReplicaSet => set_default(child(obj, "spec"), "replicas", json!(1)),
+            Kind::ReplicationController => {
+                let labels = obj["spec"]["template"]["metadata"]["labels"].clone();
+                let spec = child(obj, "spec");
+                set_default(spec, "replicas", json!(1));
+                if labels.is_object() {
+                    set_default(spec, "selector", labels.clone());
+                    set_default(child(obj, "metadata"), "labels", labels);
+                }
+            }
+            Kind::StatefulSet => {
+                let spec = child(obj, "spec");
+                set_default(spec, "replicas", json!(1));
+                set_default(spec, "podManagementPolicy", json!("OrderedReady"));
+                default_rolling(child(spec, "updateStrategy"), json!({"partition": 0}));
+                set_default(spec, "revisionHistoryLimit", json!(10));
+                set_default(
+                    spec,
+                    "persistentVolumeClaimRetentionPolicy",
+                    json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+                );
+            }
+            Kind::DaemonSet => {
+                let spec = child(obj, "spec");
+                default_rolling(
+                    child(spec, "updateStrategy"),
+                    json!({"maxUnavailable": 1, "maxSurge": 0}),
+                );
+                set_default(spec, "revisionHistoryLimit", json!(10));
+            }
+            Kind::Job => {
+                let spec = child(obj, "spec");
+                if spec["completions"].is_null() && spec["parallelism"].is_null() {
+                    spec["completions"] = json!(1);
+                }
+                set_default(spec, "parallelism", json!(1));
+                set_default(spec, "backoffLimit", json!(6));
+                set_default(spec, "completionMode", json!("NonIndexed"));
+                set_default(spec, "suspend", json!(false));
+                if spec["podFailurePolicy"].is_null() {
+                    set_default(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
+                }
+            }
+            Kind::CronJob => {
+                let spec = child(obj, "spec");
+                set_default(spec, "concurrencyPolicy", json!("Allow"));
+                set_default(spec, "suspend", json!(false));
+                set_default(spec, "successfulJobsHistoryLimit", json!(3));
+                set_default(spec, "failedJobsHistoryLimit", json!(1));
+            }
+            Kind::Service => default_service(child(obj, "spec")),
+            Kind::PodTemplate => {}
+        }
+    }
+}
+
+/// Upstream's service defaults (`SetDefaults_Service`); the cluster IP is
+/// allocated by the service strategy.
+fn default_service(spec: &mut Value) {
+    set_default(spec, "type", json!("ClusterIP"));
+    set_default(spec, "sessionAffinity", json!("None"));
+    let ty = spec["type"].as_str().unwrap_or_default().to_owned();
+    if ty != "ExternalName" {
+        set_default(spec, "ipFamilies", json!(["IPv4"]));
+        set_default(spec, "ipFamilyPolicy", json!("SingleStack"));
+        set_default(spec, "internalTrafficPolicy", json!("Cluster"));
+    }
+    if matches!(ty.as_str(), "NodePort" | "LoadBalancer") {
+        set_default(spec, "externalTrafficPolicy", json!("Cluster"));
+    }
+    for p in spec
+        .get_mut("ports")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        set_default(p, "protocol", json!("TCP"));
+        let port = p["port"].clone();
+        set_default(p, "targetPort", port);
+    }
+}
+
+fn required(field: &str) -> Cause {
+    Cause {
+        reason: "FieldValueRequired".into(),
+        field: field.into(),
+        message: "Required value".into(),
+    }
+}
+
+fn invalid(field: &str, value: &Value, why: &str) -> Cause {
+    Cause {
+        reason: "FieldValueInvalid".into(),
+        field: field.into(),
+        message: format!("Invalid value: {value}: {why}"),
+    }
+}
+
+/// The checks of a pod spec that users meet first (containers, names, images).
+fn validate_pod_spec(spec: &Value, path: &str, out: &mut Vec<Cause>) {
+    let containers = spec["containers"].as_array();
+    if containers.is_none_or(Vec::is_empty) {
+        out.push(required(&format!("{path}.containers")));
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for list in ["containers", "initContainers"] {
+        for (i, c) in spec[list].as_array().into_iter().flatten().enumerate() {
+            let at = format!("{path}.{list}[{i}]");
+            match c["name"].as_str() {
+                None | Some("") => out.push(required(&format!("{at}.name"))),
+                Some(n) => {
+                    if let Some(why) = dns1123_label_error(n) {
+                        out.push(invalid(&format!("{at}.name"), &c["name"], &why));
+                    } else if !names.insert(n.to_owned()) {
+                        out.push(Cause {
+                            reason: "FieldValueDuplicate".into(),
+                            field: format!("{at}.name"),
+                            message: format!("Duplicate value: {:?}", n),
+                        });
+                    }
+                }
+            }
+            if c["image"].as_str().is_none_or(|i| i.trim().is_empty()) {
+                out.push(required(&format!("{at}.image")));
+            }
+            for (j, p) in c["ports"].as_array().into_iter().flatten().enumerate() {
+                let port = &p["containerPort"];
+                if !port.as_i64().is_some_and(|n| (1..=65535).contains(&n)) {
+                    out.push(invalid(
+                        &format!("{at}.ports[{j}].containerPort"),
+                        port,
+                        "must be between 1 and 65535, inclusive",
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(policy) = spec["restartPolicy"].as_str()
+        && !matches!(policy, "Always" | "OnFailure" | "Never")
+    {
+        out.push(Cause {
+            reason: "FieldValueNotSupported".into(),
+            field: format!("{path}.restartPolicy"),
+            message: format!(
+                "Unsupported value: {policy:?}: supported values: \"Always\", \"OnFailure\", \"Never\""
+            ),
+        });
+    }
+}
+
+/// Whether `labels` satisfy a `LabelSelector` (or a plain label map).
+fn selects(selector: &Value, labels: &Value) -> bool {
+    let label = |k: &str| labels.get(k).and_then(Value::as_str);
+    let map = match selector.get("matchLabels") {
+        Some(m) => m,
+        None if selector.get("matchExpressions").is_none() => selector,
+        None => &Value::Null,
+    };
+    let labels_match = map
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| label(k) == v.as_str());
+    let expressions_match = selector["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|e| {
+            let key = e["key"].as_str().unwrap_or_default();
+            let values: Vec<&str> = e["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            match e["operator"].as_str().unwrap_or_default() {
+                "In" => label(key).is_some_and(|l| values.contains(&l)),
+                "NotIn" => label(key).is_none_or(|l| !values.contains(&l)),
+                "Exists" => label(key).is_some(),
+                _ => label(key).is_none(),
+            }
+        });
+    labels_match && expressions_match
+}
+
+fn selector_is_empty(selector: &Value) -> bool {
+    let empty = |v: &Value| {
+        v.as_object().is_none_or(Map::is_empty) && v.as_array().is_none_or(Vec::is_empty)
+    };
+    selector.is_null()
+        || (empty(&selector["matchLabels"]) && empty(&selector["matchExpressions"]) && {
+            // A plain map (ReplicationController): empty when it has no keys.
+            selector.as_object().is_none_or(|m| {
+                m.keys()
+                    .all(|k| k == "matchLabels" || k == "matchExpressions")
+            })
+        })
+}
+
+impl Workloads {
+    fn validate_kind(&self, obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
+        if let Some(path) = self.0.template_path() {
+            let template = at(obj, path).unwrap_or(&Value::Null);
+            let dotted = path.join(".");
+            validate_pod_spec(&template["spec"], &format!("{dotted}.spec"), out);
+            if self.0 == Kind::Job || self.0 == Kind::CronJob {
+                let policy = &template["spec"]["restartPolicy"];
+                if policy == "Always" {
+                    out.push(Cause {
+                        reason: "FieldValueNotSupported".into(),
+                        field: format!("{dotted}.spec.restartPolicy"),
+                        message: "Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\"".into(),
+                    });
+                }
+            }
+            let has_selector = matches!(
+                self.0,
+                Kind::Deployment
+                    | Kind::ReplicaSet
+                    | Kind::StatefulSet
+                    | Kind::DaemonSet
+                    | Kind::ReplicationController
+            );
+            if has_selector {
+                let selector = &obj["spec"]["selector"];
+                if selector_is_empty(selector) {
+                    out.push(required("spec.selector"));
+                } else if !selects(selector, &template["metadata"]["labels"]) {
+                    out.push(invalid(
+                        &format!("{dotted}.metadata.labels"),
+                        &template["metadata"]["labels"],
+                        "`selector` does not match template `labels`",
+                    ));
+                }
+                let immutable = self.0 != Kind::ReplicationController;
+                if immutable
+                    && let Some(old) = old
+                    && old["spec"]["selector"] != *selector
+                {
+                    out.push(invalid("spec.selector", selector, "field is immutable"));
+                }
+            }
+        }
+        match self.0 {
+            Kind::Pod => validate_pod_spec(&obj["spec"], "spec", out),
+            Kind::Service => validate_service(&obj["spec"], out),
+            _ => {}
+        }
+    }
+}
+
+fn validate_service(spec: &Value, out: &mut Vec<Cause>) {
+    let ty = spec["type"].as_str().unwrap_or("ClusterIP");
+    if !matches!(
+        ty,
+        "ClusterIP" | "NodePort" | "LoadBalancer" | "ExternalName"
+    ) {
+        out.push(Cause {
+            reason: "FieldValueNotSupported".into(),
+            field: "spec.type".into(),
+            message: format!("Unsupported value: {ty:?}: supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\""),
+        });
+    }
+    let ports = spec["ports"].as_array();
+    let headless = spec["clusterIP"] == "None";
+    if ty != "ExternalName" && !headless && ports.is_none_or(Vec::is_empty) {
+        out.push(required("spec.ports"));
+    }
+    for (i, p) in ports.into_iter().flatten().enumerate() {
+        if !p["port"].as_i64().is_some_and(|n| (1..=65535).contains(&n)) {
+            out.push(invalid(
+                &format!("spec.ports[{i}].port"),
+                &p["port"],
+                "must be between 1 and 65535, inclusive",
+            ));
+        }
+        if ports.is_some_and(|all| all.len() > 1) && p["name"].as_str().is_none_or(str::is_empty) {
+            out.push(required(&format!("spec.ports[{i}].name")));
+        }
+    }
+    if ty == "ExternalName" && spec["externalName"].as_str().is_none_or(str::is_empty) {
+        out.push(required("spec.externalName"));
+    }
+}
+
+/// A label selector as text (`app=web,tier in (a,b)`), as a `Scale`'s
+/// `status.selector` carries it.
+fn selector_string(selector: &Value) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let map = selector.get("matchLabels").unwrap_or(selector);
+    for (k, v) in map.as_object().into_iter().flatten() {
+        if let Some(v) = v.as_str() {
+            parts.push(format!("{k}={v}"));
+        }
+    }
+    for e in selector["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let key = e["key"].as_str().unwrap_or_default();
+        let values: Vec<&str> = e["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        parts.push(match e["operator"].as_str().unwrap_or_default() {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.to_string(),
+            _ => format!("!{key}"),
+        });
+    }
+    parts.join(",")
+}
+
+impl Strategy for Workloads {
+    fn prepare_for_create(&self, obj: &mut Value) {
+        match self.0 {
+            Kind::Pod => {
+                let qos = qos_class(&obj["spec"]);
+                obj["status"] = json!({"phase": "Pending", "qosClass": qos});
+            }
+            Kind::Job if obj["spec"]["manualSelector"] != true => {
+                // As upstream: the job selects its pods by its uid.
+                let uid = meta::str_field(obj, "uid").unwrap_or_default().to_owned();
+                let name = meta::name(obj).unwrap_or_default().to_owned();
+                let spec = child(obj, "spec");
+                spec["selector"] =
+                    json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}});
+                let labels = child(child(child(spec, "template"), "metadata"), "labels");
+                for (k, v) in [
+                    ("batch.kubernetes.io/controller-uid", &uid),
+                    ("batch.kubernetes.io/job-name", &name),
+                    ("controller-uid", &uid),
+                    ("job-name", &name),
+                ] {
+                    set_default(labels, k, json!(v));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn canonicalize(&self, obj: &mut Value) {
+        self.defaults(obj);
+    }
+
+    fn validate(
+        &self,
+        info: &ResourceInfo,
+        _namespace: Option<&str>,
+        obj: &Value,
+        old: Option<&Value>,
+        _user: &UserInfo,
+    ) -> Result<(), ApiError> {
+        validate_object(info, obj)?;
+        let mut causes = Vec::new();
+        self.validate_kind(obj, old, &mut causes);
+        if causes.is_empty() {
+            return Ok(());
+        }
+        Err(ApiError::Invalid(
+            Target::new(
+                &info.group,
+                &info.plural,
+                meta::name(obj).unwrap_or_default(),
+            ),
+            causes,
+        ))
+    }
+
+    fn get_subresource(&self, sub: &str, obj: &Value) -> Option<Value> {
+        if sub != "scale" || !self.0.scalable() {
+            return None;
+        }
+        let m = &obj["metadata"];
+        let mut metadata = json!({"name": m["name"], "namespace": m["namespace"], "uid": m["uid"],
+            "resourceVersion": m["resourceVersion"], "creationTimestamp": m["creationTimestamp"]});
+        if metadata["namespace"].is_null() {
+            metadata.as_object_mut().map(|m| m.remove("namespace"));
+        }
+        Some(json!({
+            "apiVersion": "autoscaling/v1",
+            "kind": "Scale",
+            "metadata": metadata,
+            "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
+            "status": {
+                "replicas": obj["status"]["replicas"].as_i64().unwrap_or(0),
+                "selector": selector_string(&obj["spec"]["selector"]),
+            },
+        }))
+    }
+
+    fn update_subresource(&self, sub: &str, current: &Value, body: &Value) -> Option<Value> {
+        if sub != "scale" || !self.0.scalable() {
+            return None;
+        }
+        let mut new = current.clone();
+        new["spec"]["replicas"] = body["spec"]["replicas"].clone();
+        Some(new)
+    }
+}
+
+/// Services: the kind's defaults and checks, plus the cluster IP and node
+/// ports each gets from the [`Allocator`](crate::allocator::Allocator).
+pub struct Services {
+    pub allocator: crate::allocator::Allocator,
+}
+
+impl Services {
+    fn base() -> Workloads {
+        Workloads(Kind::Service)
+    }
+
+    fn taken_ip(obj: &Value) -> Option<&str> {
+        obj["spec"]["clusterIP"]
+            .as_str()
+            .filter(|ip| !ip.is_empty() && *ip != "None")
+    }
+
+    fn node_ports(obj: &Value) -> Vec<i64> {
+        obj["spec"]["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["nodePort"].as_i64())
+            .collect()
+    }
+}
+
+fn allocation_error(
+    info: &ResourceInfo,
+    obj: &Value,
+    field: &str,
+    value: Value,
+    why: String,
+) -> ApiError {
+    ApiError::Invalid(
+        Target::new(
+            &info.group,
+            &info.plural,
+            meta::name(obj).unwrap_or_default(),
+        ),
+        vec![invalid(field, &value, &why)],
+    )
+}
+
+#[async_trait::async_trait]
+impl Strategy for Services {
+    fn prepare_for_update(&self, new: &mut Value, old: &Value) {
+        // An update that leaves out what was allocated keeps it, as upstream.
+        let spec = child(new, "spec");
+        for key in ["clusterIP", "clusterIPs"] {
+            if spec[key].is_null() && !old["spec"][key].is_null() {
+                spec[key] = old["spec"][key].clone();
+            }
+        }
+        let old_ports = old["spec"]["ports"].as_array().cloned().unwrap_or_default();
+        for p in spec
+            .get_mut("ports")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if p["nodePort"].is_null()
+                && let Some(o) = old_ports
+                    .iter()
+                    .find(|o| o["port"] == p["port"] && o["protocol"] == p["protocol"])
+                && !o["nodePort"].is_null()
+            {
+                p["nodePort"] = o["nodePort"].clone();
+            }
+        }
+    }
+
+    fn canonicalize(&self, obj: &mut Value) {
+        Self::base().canonicalize(obj);
+    }
+
+    fn validate(
+        &self,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        obj: &Value,
+        old: Option<&Value>,
+        user: &UserInfo,
+    ) -> Result<(), ApiError> {
+        Self::base().validate(info, namespace, obj, old, user)?;
+        if let Some(old) = old
+            && let Some(was) = Self::taken_ip(old)
+            && obj["spec"]["clusterIP"].as_str() != Some(was)
+        {
+            return Err(allocation_error(
+                info,
+                obj,
+                "spec.clusterIPs[0]",
+                obj["spec"]["clusterIP"].clone(),
+                "may not change once set".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn allocate(&self, info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
+        let ty = obj["spec"]["type"]
+            .as_str()
+            .unwrap_or("ClusterIP")
+            .to_owned();
+        if ty == "ExternalName" {
+            return Ok(());
+        }
+        if obj["spec"]["clusterIP"] != "None" {
+            let requested = Self::taken_ip(obj).map(String::from);
+            let ip = match self.allocator.take_ip(requested.as_deref()).await {
+                Ok(ip) => ip.to_string(),
+                Err(Ok(why)) => {
+                    return Err(allocation_error(
+                        info,
+                        obj,
+                        "spec.clusterIPs",
+                        json!([requested.unwrap_or_default()]),
+                        why,
+                    ));
+                }
+                Err(Err(e)) => return Err(e),
+            };
+            obj["spec"]["clusterIP"] = json!(ip);
+            obj["spec"]["clusterIPs"] = json!([ip]);
+        }
+        if matches!(ty.as_str(), "NodePort" | "LoadBalancer") {
+            let count = obj["spec"]["ports"].as_array().map_or(0, Vec::len);
+            for i in 0..count {
+                let requested = obj["spec"]["ports"][i]["nodePort"]
+                    .as_i64()
+                    .and_then(|p| u16::try_from(p).ok());
+                match self.allocator.take_port(requested).await {
+                    Ok(port) => obj["spec"]["ports"][i]["nodePort"] = json!(port),
+                    Err(e) => {
+                        // Give back what this create took so far.
+                        obj["spec"]["ports"][i]["nodePort"] = Value::Null;
+                        self.release(obj).await;
+                        return Err(match e {
+                            Ok(why) => allocation_error(
+                                info,
+                                obj,
+                                &format!("spec.ports[{i}].nodePort"),
+                                json!(requested),
+                                why,
+                            ),
+                            Err(e) => e,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn release(&self, obj: &Value) {
+        if let Some(ip) = Self::taken_ip(obj) {
+            self.allocator.free_ip(ip).await;
+        }
+        for port in Self::node_ports(obj) {
+            self.allocator.free_port(port).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_specs_are_defaulted_as_upstream() {
+        let mut spec = json!({"containers": [
+            {"name": "a", "image": "nginx"},
+            {"name": "b", "image": "nginx:1.27", "ports": [{"containerPort": 80}]},
+            {"name": "c", "image": "registry:5000/app:latest"},
+            {"name": "d", "image": "app@sha256:abc"},
+        ]});
+        default_pod_spec(&mut spec);
+        assert_eq!(spec["restartPolicy"], "Always");
+        assert_eq!(spec["dnsPolicy"], "ClusterFirst");
+        assert_eq!(spec["terminationGracePeriodSeconds"], 30);
+        assert_eq!(spec["schedulerName"], "default-scheduler");
+        assert_eq!(spec["securityContext"], json!({}));
+        let policies: Vec<&str> = (0..4)
+            .map(|i| spec["containers"][i]["imagePullPolicy"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            policies,
+            ["Always", "IfNotPresent", "Always", "IfNotPresent"]
+        );
+        assert_eq!(spec["containers"][1]["ports"][0]["protocol"], "TCP");
+        assert_eq!(
+            spec["containers"][0]["terminationMessagePath"],
+            "/dev/termination-log"
+        );
+    }
+
+    #[test]
+    fn selectors_must_match_template_labels() {
+        let w = Workloads(Kind::Deployment);
+        let mut d = json!({"spec": {"selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                         "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+        let mut out = Vec::new();
+        w.validate_kind(&d, None, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        d["spec"]["template"]["metadata"]["labels"]["app"] = json!("db");
+        w.validate_kind(&d, None, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].field, "spec.template.metadata.labels");
+        let changed = json!({"spec": {"selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}},
+                         "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+        let mut out = Vec::new();
+        w.validate_kind(&changed, Some(&d), &mut out);
+        assert_eq!(out[0].field, "spec.selector");
+        assert!(out[0].message.contains("field is immutable"), "{out:?}");
+    }
+}

@@ -1,0 +1,333 @@
+//! End-to-end: the built-in workload API driven by kubectl's own
+//! generators, against the real binary: `create deployment`, `run`,
+//! `create job|cronjob`, `expose`, `create service nodeport`, `scale`,
+//! `get` tables and `get all`, defaults visible in the stored objects,
+//! invalid workloads rejected with field paths, and cluster IPs never
+//! handed out twice.
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use wasm_apiserver_e2e::{Server, kubectl, kubectl_json, kubectl_ok, kubectl_stdin};
+
+fn get(server: &Server, kind: &str, name: &str) -> Value {
+    kubectl_json(server, None, &["get", kind, name])
+}
+
+fn in_service_range(ip: &str) -> bool {
+    let ip: std::net::Ipv4Addr = ip.parse().expect("an IPv4 cluster IP");
+    let n = u32::from(ip);
+    (n & 0xfff0_0000) == u32::from(std::net::Ipv4Addr::new(10, 96, 0, 0))
+}
+
+#[test]
+fn kubectl_generators_create_defaulted_workloads() {
+    let server = Server::start();
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.27",
+            "--replicas=2",
+            "--port=8080",
+        ],
+    );
+    let d = get(&server, "deployment", "web");
+    let spec = &d["spec"];
+    assert_eq!(spec["replicas"], 2);
+    assert_eq!(spec["strategy"]["type"], "RollingUpdate");
+    assert_eq!(spec["strategy"]["rollingUpdate"]["maxSurge"], "25%");
+    assert_eq!(spec["strategy"]["rollingUpdate"]["maxUnavailable"], "25%");
+    assert_eq!(spec["revisionHistoryLimit"], 10);
+    assert_eq!(spec["progressDeadlineSeconds"], 600);
+    let pod = &spec["template"]["spec"];
+    assert_eq!(pod["restartPolicy"], "Always");
+    assert_eq!(pod["dnsPolicy"], "ClusterFirst");
+    assert_eq!(pod["terminationGracePeriodSeconds"], 30);
+    assert_eq!(pod["schedulerName"], "default-scheduler");
+    let c = &pod["containers"][0];
+    assert_eq!(c["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(c["terminationMessagePath"], "/dev/termination-log");
+    assert_eq!(c["terminationMessagePolicy"], "File");
+    assert_eq!(c["ports"][0]["protocol"], "TCP");
+
+    let table = kubectl_ok(&server, None, &["get", "deployments"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"],
+        "{table}"
+    );
+    assert!(table.lines().nth(1).unwrap().starts_with("web"), "{table}");
+    assert!(table.contains("0/2"), "{table}");
+    let wide = kubectl_ok(&server, None, &["get", "deployments", "-o", "wide"]);
+    assert!(
+        wide.contains("nginx:1.27") && wide.contains("app=web"),
+        "{wide}"
+    );
+
+    kubectl_ok(
+        &server,
+        None,
+        &["scale", "deployment", "web", "--replicas=5"],
+    );
+    assert_eq!(get(&server, "deployment", "web")["spec"]["replicas"], 5);
+    let scale: Value = serde_json::from_str(&kubectl_ok(
+        &server,
+        None,
+        &[
+            "get",
+            "--raw",
+            "/apis/apps/v1/namespaces/default/deployments/web/scale",
+        ],
+    ))
+    .expect("a Scale");
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["spec"]["replicas"], 5);
+    assert_eq!(scale["status"]["selector"], "app=web");
+
+    // Pods: defaults, a Pending status, and upstream's table.
+    kubectl_ok(
+        &server,
+        None,
+        &["run", "box", "--image=busybox", "--", "sleep", "1d"],
+    );
+    let p = get(&server, "pod", "box");
+    assert_eq!(p["status"]["phase"], "Pending");
+    assert_eq!(p["status"]["qosClass"], "BestEffort");
+    assert_eq!(p["spec"]["containers"][0]["imagePullPolicy"], "Always");
+    let pods = kubectl_ok(&server, None, &["get", "pods"]);
+    let header: Vec<&str> = pods.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "READY", "STATUS", "RESTARTS", "AGE"],
+        "{pods}"
+    );
+    let row: Vec<&str> = pods.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..4], ["box", "0/1", "Pending", "0"], "{pods}");
+
+    // Jobs and CronJobs.
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "create",
+            "job",
+            "once",
+            "--image=busybox",
+            "--",
+            "echo",
+            "hi",
+        ],
+    );
+    let j = get(&server, "job", "once");
+    assert_eq!(j["spec"]["completions"], 1);
+    assert_eq!(j["spec"]["parallelism"], 1);
+    assert_eq!(j["spec"]["backoffLimit"], 6);
+    assert_eq!(j["spec"]["completionMode"], "NonIndexed");
+    let uid = j["metadata"]["uid"].as_str().unwrap();
+    assert_eq!(
+        j["spec"]["selector"]["matchLabels"]["batch.kubernetes.io/controller-uid"],
+        uid
+    );
+    assert_eq!(
+        j["spec"]["template"]["metadata"]["labels"]["job-name"],
+        "once"
+    );
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "create",
+            "cronjob",
+            "tick",
+            "--image=busybox",
+            "--schedule=*/5 * * * *",
+            "--",
+            "date",
+        ],
+    );
+    let cj = get(&server, "cronjob", "tick");
+    assert_eq!(cj["spec"]["concurrencyPolicy"], "Allow");
+    assert_eq!(cj["spec"]["successfulJobsHistoryLimit"], 3);
+    assert_eq!(cj["spec"]["failedJobsHistoryLimit"], 1);
+    let cronjobs = kubectl_ok(&server, None, &["get", "cronjobs"]);
+    assert!(cronjobs.contains("*/5 * * * *"), "{cronjobs}");
+
+    // Services: expose, NodePort, tables.
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "expose",
+            "deployment",
+            "web",
+            "--port=80",
+            "--target-port=8080",
+        ],
+    );
+    let svc = get(&server, "service", "web");
+    let ip = svc["spec"]["clusterIP"].as_str().unwrap();
+    assert!(in_service_range(ip), "{svc}");
+    assert_eq!(svc["spec"]["clusterIPs"][0], ip);
+    assert_eq!(svc["spec"]["type"], "ClusterIP");
+    assert_eq!(svc["spec"]["sessionAffinity"], "None");
+    assert_eq!(svc["spec"]["ipFamilies"][0], "IPv4");
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], 8080);
+    kubectl_ok(
+        &server,
+        None,
+        &["create", "service", "nodeport", "np", "--tcp=80:8080"],
+    );
+    let np = get(&server, "service", "np");
+    let node_port = np["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
+    assert!((30000..=32767).contains(&node_port), "{np}");
+    let services = kubectl_ok(&server, None, &["get", "services"]);
+    let header: Vec<&str> = services
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "TYPE",
+            "CLUSTER-IP",
+            "EXTERNAL-IP",
+            "PORT(S)",
+            "AGE"
+        ],
+        "{services}"
+    );
+    assert!(
+        services.contains(ip) && services.contains("80/TCP"),
+        "{services}"
+    );
+    assert!(
+        services.contains(&format!("80:{node_port}/TCP")),
+        "{services}"
+    );
+
+    let all = kubectl_ok(&server, None, &["get", "all"]);
+    for expected in [
+        "pod/box",
+        "service/web",
+        "deployment.apps/web",
+        "job.batch/once",
+        "cronjob.batch/tick",
+    ] {
+        assert!(
+            all.contains(expected),
+            "{expected} missing from `get all`:\n{all}"
+        );
+    }
+}
+
+#[test]
+fn invalid_workloads_are_rejected_with_field_paths() {
+    let server = Server::start();
+    let bad_selector = r#"{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "bad"},
+        "spec": {"selector": {"matchLabels": {"app": "a"}},
+                 "template": {"metadata": {"labels": {"app": "b"}},
+                              "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}"#;
+    let out = kubectl_stdin(&server, None, &["apply", "-f", "-"], bad_selector);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("spec.template.metadata.labels")
+            && stderr.contains("`selector` does not match template `labels`"),
+        "{stderr}"
+    );
+    let no_image = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c"}]}}"#;
+    let out = kubectl_stdin(&server, None, &["apply", "-f", "-"], no_image);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("spec.containers[0].image: Required value"),
+        "{stderr}"
+    );
+
+    // The selector of an apps/v1 workload cannot change.
+    kubectl_ok(
+        &server,
+        None,
+        &["create", "deployment", "web", "--image=nginx"],
+    );
+    let out = kubectl(
+        &server,
+        None,
+        &[
+            "patch",
+            "deployment",
+            "web",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"selector":{"matchLabels":{"app":"other"}},"template":{"metadata":{"labels":{"app":"other"}}}}}"#,
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("spec.selector") && stderr.contains("field is immutable"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn cluster_ips_are_never_handed_out_twice() {
+    let server = Server::start();
+    let ips: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..12)
+            .map(|i| {
+                let server = &server;
+                s.spawn(move || {
+                    let name = format!("svc-{i}");
+                    kubectl_ok(
+                        server,
+                        None,
+                        &["create", "service", "clusterip", &name, "--tcp=80:80"],
+                    );
+                    get(server, "service", &name)["spec"]["clusterIP"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let distinct: BTreeSet<&String> = ips.iter().collect();
+    assert_eq!(distinct.len(), ips.len(), "{ips:?}");
+
+    // A requested IP that is taken is refused; once freed it can be had.
+    let taken = &ips[0];
+    let manifest = |name: &str| {
+        format!(
+            r#"{{"apiVersion": "v1", "kind": "Service", "metadata": {{"name": "{name}"}},
+                "spec": {{"clusterIP": "{taken}", "ports": [{{"port": 80}}]}}}}"#
+        )
+    };
+    let out = kubectl_stdin(&server, None, &["create", "-f", "-"], &manifest("again"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("provided IP is already allocated"),
+        "{stderr}"
+    );
+    kubectl_ok(&server, None, &["delete", "service", "svc-0"]);
+    let out = kubectl_stdin(&server, None, &["create", "-f", "-"], &manifest("again"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        get(&server, "service", "again")["spec"]["clusterIP"],
+        taken.as_str()
+    );
+}
