@@ -55,7 +55,7 @@ expect_error(409, "AlreadyExists", core.create_namespaced_config_map, ns,
              client.V1ConfigMap(metadata=client.V1ObjectMeta(name="a")))
 expect_error(404, "NotFound", core.read_namespaced_config_map, "missing", ns)
 # A group this server does not serve: upstream's 404 Status.
-unserved = expect_error(404, "NotFound", client.EventsV1Api().list_namespaced_event, ns)
+unserved = expect_error(404, "NotFound", client.ResourceV1beta1Api().list_namespaced_resource_claim, ns)
 assert unserved.message == "the server could not find the requested resource", unserved.message
 invalid = expect_error(422, "Invalid", core.create_namespaced_config_map, ns,
                        client.V1ConfigMap(metadata=client.V1ObjectMeta(name="Not_A_Name")))
@@ -151,6 +151,45 @@ invalid = expect_error(422, "Invalid", custom.create_namespaced_custom_object,
 assert invalid.details.causes[0].field == "spec.text", invalid
 custom.delete_namespaced_custom_object("py.example", "v1", ns, "notes", "n1")
 ext.delete_custom_resource_definition("notes.py.example")
+
+# Workloads and services through the typed APIs.
+apps, batch = client.AppsV1Api(), client.BatchV1Api()
+container = client.V1Container(name="web", image="nginx:1.27",
+                               ports=[client.V1ContainerPort(container_port=8080)])
+template = client.V1PodTemplateSpec(metadata=client.V1ObjectMeta(labels={"app": "web"}),
+                                    spec=client.V1PodSpec(containers=[container]))
+dep = apps.create_namespaced_deployment(ns, client.V1Deployment(
+    metadata=client.V1ObjectMeta(name="web"),
+    spec=client.V1DeploymentSpec(selector=client.V1LabelSelector(match_labels={"app": "web"}),
+                                 template=template)))
+assert dep.spec.replicas == 1 and dep.spec.strategy.type == "RollingUpdate", dep.spec
+assert dep.spec.template.spec.containers[0].image_pull_policy == "IfNotPresent"
+scaled = apps.patch_namespaced_deployment_scale("web", ns, {"spec": {"replicas": 3}})
+assert scaled.spec.replicas == 3, scaled
+assert apps.read_namespaced_deployment("web", ns).spec.replicas == 3
+invalid = expect_error(422, "Invalid", apps.create_namespaced_deployment, ns, client.V1Deployment(
+    metadata=client.V1ObjectMeta(name="bad"),
+    spec=client.V1DeploymentSpec(selector=client.V1LabelSelector(match_labels={"app": "other"}),
+                                 template=template)))
+assert invalid.details.causes[0].field == "spec.template.metadata.labels", invalid.details
+pod = core.create_namespaced_pod(ns, client.V1Pod(metadata=client.V1ObjectMeta(name="p"),
+                                                  spec=client.V1PodSpec(containers=[container])))
+assert pod.status.phase == "Pending" and pod.spec.restart_policy == "Always", pod.status
+svc = core.create_namespaced_service(ns, client.V1Service(
+    metadata=client.V1ObjectMeta(name="web"),
+    spec=client.V1ServiceSpec(selector={"app": "web"}, ports=[client.V1ServicePort(port=80)])))
+assert svc.spec.cluster_ip.startswith("10."), svc.spec
+assert svc.spec.ports[0].target_port == 80 and svc.spec.ports[0].protocol == "TCP", svc.spec
+job = batch.create_namespaced_job(ns, client.V1Job(
+    metadata=client.V1ObjectMeta(name="once"),
+    spec=client.V1JobSpec(template=client.V1PodTemplateSpec(spec=client.V1PodSpec(
+        restart_policy="Never", containers=[client.V1Container(name="c", image="busybox")])))))
+assert job.spec.backoff_limit == 6 and job.spec.completions == 1, job.spec
+for delete in (lambda: apps.delete_namespaced_deployment("web", ns),
+               lambda: core.delete_namespaced_pod("p", ns),
+               lambda: core.delete_namespaced_service("web", ns),
+               lambda: batch.delete_namespaced_job("once", ns)):
+    delete()
 
 # Deletes and the namespace's lifecycle.
 status = core.delete_namespaced_config_map("b", ns)

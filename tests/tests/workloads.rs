@@ -331,3 +331,145 @@ fn cluster_ips_are_never_handed_out_twice() {
         taken.as_str()
     );
 }
+
+#[test]
+fn a_privileged_container_policy_loaded_at_runtime_guards_pods_and_templates() {
+    let dir = wasm_apiserver_e2e::plugin_dir();
+    let server = Server::start_with_args(&["--plugin-dir", dir.to_str().expect("UTF-8 path")]);
+    let plugin = r#"{"apiVersion": "admission.wasm-apiserver.io/v1alpha1", "kind": "AdmissionPlugin",
+        "metadata": {"name": "deny-privileged"},
+        "spec": {"module": {"file": "deny_privileged.wasm"}, "phases": ["Validating"],
+                 "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["", "apps"],
+                            "apiVersions": ["v1"], "resources": ["pods", "deployments"]}]}}"#;
+    kubectl_stdin(&server, None, &["apply", "-f", "-"], plugin);
+    wasm_apiserver_e2e::poll_until(std::time::Duration::from_secs(20), "plugin active", || {
+        (get(&server, "admissionplugin", "deny-privileged")["status"]["phase"] == "Active")
+            .then_some(())
+    });
+    let pod = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root"},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "securityContext": {"privileged": true}}]}}"#;
+    let out = kubectl_stdin(&server, None, &["apply", "-f", "-"], pod);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("privileged containers are not allowed")
+            && stderr.contains("spec.containers[0].securityContext.privileged"),
+        "{stderr}"
+    );
+    let deployment = r#"{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "root"},
+        "spec": {"selector": {"matchLabels": {"app": "r"}},
+                 "template": {"metadata": {"labels": {"app": "r"}},
+                              "spec": {"containers": [{"name": "c", "image": "busybox",
+                                                       "securityContext": {"privileged": true}}]}}}}"#;
+    let out = kubectl_stdin(&server, None, &["apply", "-f", "-"], deployment);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("spec.template.spec.containers[0].securityContext.privileged"),
+        "{stderr}"
+    );
+    // Unprivileged ones pass.
+    kubectl_ok(&server, None, &["run", "plain", "--image=busybox"]);
+}
+
+#[test]
+fn apply_twice_merges_containers_by_name() {
+    let server = Server::start();
+    let manifest = |containers: &str| {
+        format!(
+            r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web}}
+spec:
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      containers: {containers}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web}}
+spec:
+  selector: {{app: web}}
+  ports: [{{port: 80, targetPort: 8080}}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: web}}
+data: {{k: v}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{name: web}}
+spec:
+  rules: [{{host: web.example, http: {{paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{number: 80}}}}}}}}]}}}}]
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {{name: web}}
+spec:
+  scaleTargetRef: {{apiVersion: apps/v1, kind: Deployment, name: web}}
+  minReplicas: 1
+  maxReplicas: 5
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: web}}
+spec:
+  minAvailable: 1
+  selector: {{matchLabels: {{app: web}}}}
+"#
+        )
+    };
+    let first = manifest(
+        "[{name: a, image: 'a:1', env: [{name: X, value: '1'}]}, {name: b, image: 'b:1'}]",
+    );
+    let out = kubectl_stdin(&server, None, &["apply", "-f", "-"], &first);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ip = get(&server, "service", "web")["spec"]["clusterIP"].clone();
+    let second = manifest(
+        "[{name: a, image: 'a:2', env: [{name: X, value: '1'}]}, {name: c, image: 'c:1'}]",
+    );
+    let out = kubectl_stdin(&server, None, &["apply", "-f", "-"], &second);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = get(&server, "deployment", "web");
+    let containers = &d["spec"]["template"]["spec"]["containers"];
+    let names: Vec<&str> = containers
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "c"], "{d}");
+    assert_eq!(containers[0]["image"], "a:2");
+    assert_eq!(containers[0]["env"][0]["name"], "X");
+    assert_eq!(
+        containers[0]["imagePullPolicy"], "IfNotPresent",
+        "defaults kept"
+    );
+    assert_eq!(
+        get(&server, "service", "web")["spec"]["clusterIP"],
+        ip,
+        "the cluster IP stays"
+    );
+    for (kind, header) in [
+        ("ingress", "HOSTS"),
+        ("hpa", "REFERENCE"),
+        ("pdb", "MIN AVAILABLE"),
+    ] {
+        let table = kubectl_ok(&server, None, &["get", kind]);
+        assert!(
+            table.contains(header) && table.contains("web"),
+            "{kind}: {table}"
+        );
+    }
+}

@@ -52,6 +52,39 @@ fn list_strategy(kind: &str, path: &[String]) -> ListStrategy {
         (_, ["metadata", "finalizers"]) => ListStrategy::MergePrimitives,
         (_, ["metadata", "ownerReferences"]) => ListStrategy::MergeKey("uid"),
         ("ServiceAccount", ["secrets"]) => ListStrategy::MergeKey("name"),
+        // Pod specs, wherever they are (pods and every pod template), with
+        // upstream's `patchMergeKey`s.
+        (_, [.., "containers" | "initContainers" | "ephemeralContainers"]) => {
+            ListStrategy::MergeKey("name")
+        }
+        (
+            _,
+            [
+                ..,
+                "containers" | "initContainers" | "ephemeralContainers",
+                "ports",
+            ],
+        ) => ListStrategy::MergeKey("containerPort"),
+        (
+            _,
+            [
+                ..,
+                "containers" | "initContainers" | "ephemeralContainers",
+                "env",
+            ],
+        ) => ListStrategy::MergeKey("name"),
+        (
+            _,
+            [
+                ..,
+                "containers" | "initContainers" | "ephemeralContainers",
+                "volumeMounts",
+            ],
+        ) => ListStrategy::MergeKey("mountPath"),
+        (_, [.., "spec", "volumes" | "imagePullSecrets"]) => ListStrategy::MergeKey("name"),
+        (_, [.., "spec", "hostAliases"]) => ListStrategy::MergeKey("ip"),
+        ("Service", ["spec", "ports"]) => ListStrategy::MergeKey("port"),
+        (_, ["status", "conditions"]) => ListStrategy::MergeKey("type"),
         _ => ListStrategy::Replace,
     }
 }
@@ -282,6 +315,27 @@ mod tests {
                 "metadata": {"name": "cm", "finalizers": ["a", "b"], "annotations": {"keep": "1"}},
                 "data": {"k1": "v1", "k3": "v3"}
             })
+        );
+    }
+
+    #[test]
+    fn pod_template_containers_merge_by_name() {
+        let deployment = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "a", "image": "a:1", "env": [{"name": "X", "value": "1"}]},
+            {"name": "b", "image": "b:1"}]}}}});
+        // What `kubectl apply` sends when `b` is dropped, `a` changes and `c` is new.
+        let patch = json!({"spec": {"template": {"spec": {
+            "$setElementOrder/containers": [{"name": "a"}, {"name": "c"}],
+            "containers": [
+                {"name": "a", "image": "a:2", "env": [{"name": "Y", "value": "2"}]},
+                {"name": "b", "$patch": "delete"},
+                {"name": "c", "image": "c:1"}]}}}});
+        let out = apply_strategic_merge_patch("Deployment", &deployment, &patch).unwrap();
+        assert_eq!(
+            out["spec"]["template"]["spec"]["containers"],
+            json!([
+                {"name": "a", "image": "a:2", "env": [{"name": "X", "value": "1"}, {"name": "Y", "value": "2"}]},
+                {"name": "c", "image": "c:1"}])
         );
     }
 

@@ -20,6 +20,7 @@ use wasm_apiserver_plugins::{
 /// Every component `plugins/` builds; each must be used by a test below.
 const FIXTURES: &[&str] = &[
     "require_labels",
+    "deny_privileged",
     "default_labels",
     "hostile_loop",
     "hostile_memory",
@@ -125,6 +126,53 @@ fn limits(f: impl FnOnce(&mut Limits)) -> Limits {
     let mut limits = Limits::default();
     f(&mut limits);
     limits
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_privileged_names_each_privileged_container() {
+    let runtime = runtime();
+    let plugin = runtime
+        .load_admission(
+            "deny-privileged",
+            &wasm("deny_privileged"),
+            "",
+            Limits::default(),
+        )
+        .await
+        .expect("load");
+    let container = |name: &str, privileged: bool| json!({"name": name, "image": "busybox", "securityContext": {"privileged": privileged}});
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"template": {"spec": {"containers": [container("a", false), container("b", true)]}}}});
+    let mut req = request(Operation::Create, Some(deployment));
+    req.kind = Gvk {
+        group: "apps".into(),
+        version: "v1".into(),
+        kind: "Deployment".into(),
+    };
+    let denied = plugin.validate(&req).await.unwrap();
+    assert!(!denied.allowed);
+    let status = denied.status.unwrap();
+    assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(status.causes.len(), 1, "{status:?}");
+    assert_eq!(
+        status.causes[0].field,
+        "spec.template.spec.containers[1].securityContext.privileged"
+    );
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [container("a", false)]}});
+    let mut req = request(Operation::Create, Some(pod));
+    req.kind.kind = "Pod".into();
+    assert!(plugin.validate(&req).await.unwrap().allowed);
+    let err = runtime
+        .load_admission(
+            "deny-privileged",
+            &wasm("deny_privileged"),
+            "{\"x\": 1}",
+            Limits::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PluginError::Config { .. }), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
