@@ -849,3 +849,90 @@ async fn discovery_and_version() {
         );
     }
 }
+
+#[tokio::test]
+async fn pods_and_deployments_through_typed_apis() {
+    use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    let server = Server::start();
+    let client = client(&server);
+    let labels = map(&[("app", "kube-rs")]);
+    let spec = PodSpec {
+        containers: vec![Container {
+            name: "web".into(),
+            image: Some("nginx:1.27".into()),
+            ..Container::default()
+        }],
+        ..PodSpec::default()
+    };
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let pod = pods
+        .create(
+            &PostParams::default(),
+            &Pod {
+                metadata: ObjectMeta {
+                    name: Some("p".into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(spec.clone()),
+                ..Pod::default()
+            },
+        )
+        .await
+        .expect("create pod");
+    let status = pod.status.expect("a status");
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    let defaulted = pod.spec.expect("a spec");
+    assert_eq!(defaulted.restart_policy.as_deref(), Some("Always"));
+    assert_eq!(defaulted.dns_policy.as_deref(), Some("ClusterFirst"));
+
+    let deployments: Api<Deployment> = Api::default_namespaced(client);
+    let d = deployments
+        .create(
+            &PostParams::default(),
+            &Deployment {
+                metadata: ObjectMeta {
+                    name: Some("web".into()),
+                    ..ObjectMeta::default()
+                },
+                spec: DeploymentSpec {
+                    selector: LabelSelector {
+                        match_labels: Some(labels.clone()),
+                        ..LabelSelector::default()
+                    },
+                    template: PodTemplateSpec {
+                        metadata: Some(ObjectMeta {
+                            labels: Some(labels),
+                            ..ObjectMeta::default()
+                        }),
+                        spec: Some(spec),
+                    },
+                    ..DeploymentSpec::default()
+                },
+                ..Deployment::default()
+            },
+        )
+        .await
+        .expect("create deployment");
+    let spec = d.spec;
+    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(spec.revision_history_limit, Some(10));
+    let scale = deployments.get_scale("web").await.expect("scale");
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(1));
+    deployments
+        .patch_scale(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 4}})),
+        )
+        .await
+        .expect("scale up");
+    let d = deployments.get("web").await.expect("get");
+    assert_eq!(d.spec.replicas, Some(4));
+    let listed = deployments
+        .list(&ListParams::default())
+        .await
+        .expect("list");
+    assert_eq!(listed.items.len(), 1);
+}

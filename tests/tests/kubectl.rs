@@ -55,6 +55,30 @@ kubectl_versions! {
     v1_33 => Some("1.33"),
 }
 
+/// Every kubectl from 1.29 on applies a Deployment with no flags (1.27 and
+/// 1.28 validate against the protobuf OpenAPI v2 document, not served yet).
+#[test]
+fn every_kubectl_applies_a_deployment() {
+    let server = Server::start();
+    for version in ["1.29", "1.30", "1.31", "1.32", "1.33"] {
+        let name = format!("web-{}", version.replace('.', "-"));
+        let manifest = format!(
+            r#"{{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {{"name": "{name}"}},
+                "spec": {{"selector": {{"matchLabels": {{"app": "{name}"}}}},
+                         "template": {{"metadata": {{"labels": {{"app": "{name}"}}}},
+                                      "spec": {{"containers": [{{"name": "c", "image": "nginx"}}]}}}}}}}}"#
+        );
+        let out = kubectl_stdin(&server, Some(version), &["apply", "-f", "-"], &manifest);
+        assert!(
+            out.status.success(),
+            "kubectl {version}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = kubectl_json(&server, Some(version), &["get", "deployment", &name]);
+        assert_eq!(got["spec"]["replicas"], 1, "kubectl {version}");
+    }
+}
+
 fn stderr(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
