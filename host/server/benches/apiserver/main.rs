@@ -13,7 +13,9 @@
 //! with a schema, with and without CEL rules, vs ConfigMaps; µs per CEL
 //! rule), `conversion` (issue 10: a list of 1,000 custom resources in
 //! the storage version, in another version with `conversion: None`, and
-//! through the wasm converter), `rbac` (issue 4) and `etcd` (issue 5;
+//! through the wasm converter), `workloads` (issue 11: Pod creates vs
+//! ConfigMaps, defaulting + validation per Pod, the OpenAPI v3 core
+//! document), `rbac` (issue 4) and `etcd` (issue 5;
 //! needs the `etcd` feature and `etcd` on PATH). Each is a function that returns one or more
 //! [`Row`]s; the table at the end is Markdown, so runs can be pasted side by
 //! side, and the targets and ratios of each issue follow it. `BENCH_SECONDS`
@@ -59,6 +61,7 @@ mod etcd;
 mod harness;
 mod rbac;
 mod watch;
+mod workloads;
 
 use admission::admission;
 use crud::{LIST_CLIENTS, create, get, list_1k};
@@ -158,6 +161,9 @@ fn main() -> Result<(), Error> {
         if wanted("crd") {
             rows.extend(crd::crd(&api, clients, window).await?);
         }
+        if wanted("workloads") {
+            rows.extend(workloads::workloads(&api, clients, window).await?);
+        }
         if wanted("conversion") {
             rows.extend(conversion::conversion(&srv, dir.path()).await?);
         }
@@ -189,6 +195,7 @@ fn print_targets(rows: &[Row]) {
     admission::print_targets(rows);
     crd::print_targets(rows);
     conversion::print_targets(rows);
+    workloads::print_targets(rows);
     rbac::print_targets(rows);
     #[cfg(feature = "etcd")]
     etcd::print_targets(rows);
