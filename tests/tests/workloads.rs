@@ -252,6 +252,24 @@ fn invalid_workloads_are_rejected_with_field_paths() {
         "{stderr}"
     );
 
+    // Unknown fields of built-in kinds are refused under kubectl's Strict validation.
+    let typo = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "typo"},
+        "spec": {"containers": [{"name": "c", "image": "nginx", "imagez": "x"}]}}"#;
+    let out = kubectl_stdin(&server, None, &["apply", "-f", "-"], typo);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("imagez"), "{stderr}");
+
+    // More than 1 MiB of ConfigMap data is refused, as upstream.
+    let big = format!(
+        r#"{{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "big"}}, "data": {{"k": "{}"}}}}"#,
+        "x".repeat(1024 * 1024 + 1)
+    );
+    let out = kubectl_stdin(&server, None, &["create", "-f", "-"], &big);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("Too long: must have at most 1048576 bytes"), "{stderr}");
+
     // The selector of an apps/v1 workload cannot change.
     kubectl_ok(
         &server,

@@ -149,10 +149,49 @@ pub fn validate_object(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError>
             });
         }
     }
+    if let Some(cause) = data_too_long(info, obj) {
+        causes.push(cause);
+    }
     if !causes.is_empty() {
         return Err(ApiError::Invalid(target, causes));
     }
     typed_check(info, obj)
+}
+
+/// The most data a ConfigMap or Secret may hold (upstream's `MaxSecretSize`).
+pub const MAX_DATA_BYTES: usize = 1024 * 1024;
+
+/// Upstream's size check of a ConfigMap's (`data` and `binaryData`) or a
+/// Secret's (`data`, decoded) values.
+fn data_too_long(info: &ResourceInfo, obj: &Value) -> Option<Cause> {
+    use base64::Engine;
+    let values = |field: &str, decode: bool| -> usize {
+        obj[field]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(_, v)| v.as_str())
+            .map(|v| {
+                if decode {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(v)
+                        .map_or(v.len(), |b| b.len())
+                } else {
+                    v.len()
+                }
+            })
+            .sum()
+    };
+    let (total, field) = match (info.group.as_str(), info.kind.as_str()) {
+        ("", "ConfigMap") => (values("data", false) + values("binaryData", true), ""),
+        ("", "Secret") => (values("data", true) + values("stringData", false), "data"),
+        _ => return None,
+    };
+    (total > MAX_DATA_BYTES).then(|| Cause {
+        reason: "FieldValueTooLong".into(),
+        field: field.into(),
+        message: format!("Too long: must have at most {MAX_DATA_BYTES} bytes"),
+    })
 }
 
 /// Decodes built-in kinds through their k8s-openapi types so that a wrongly
@@ -176,8 +215,8 @@ fn typed(
     encode: bool,
 ) -> Option<Result<Value, serde_json::Error>> {
     use k8s_openapi::api::{
-        admissionregistration::v1 as adm, coordination::v1 as coord, core::v1 as core,
-        rbac::v1 as rbac,
+        admissionregistration::v1 as adm, apps::v1 as apps, batch::v1 as batch,
+        coordination::v1 as coord, core::v1 as core, rbac::v1 as rbac,
     };
     let round_trip =
         |decode: fn(&Value, bool) -> Result<Value, serde_json::Error>| Some(decode(obj, encode));
@@ -211,6 +250,17 @@ fn typed(
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
             round_trip(rt::<adm::MutatingWebhookConfiguration>)
         }
+        ("", "Pod") => round_trip(rt::<core::Pod>),
+        ("", "PodTemplate") => round_trip(rt::<core::PodTemplate>),
+        ("", "Service") => round_trip(rt::<core::Service>),
+        ("", "ReplicationController") => round_trip(rt::<core::ReplicationController>),
+        ("", "PersistentVolumeClaim") => round_trip(rt::<core::PersistentVolumeClaim>),
+        ("apps", "Deployment") => round_trip(rt::<apps::Deployment>),
+        ("apps", "ReplicaSet") => round_trip(rt::<apps::ReplicaSet>),
+        ("apps", "StatefulSet") => round_trip(rt::<apps::StatefulSet>),
+        ("apps", "DaemonSet") => round_trip(rt::<apps::DaemonSet>),
+        ("batch", "Job") => round_trip(rt::<batch::Job>),
+        ("batch", "CronJob") => round_trip(rt::<batch::CronJob>),
         _ => None,
     }
 }
