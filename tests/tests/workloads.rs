@@ -108,6 +108,17 @@ fn kubectl_generators_create_defaulted_workloads() {
     let row: Vec<&str> = pods.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(&row[..4], ["box", "0/1", "Pending", "0"], "{pods}");
 
+    // What needs a kubelet gets upstream's clear error, not a hang.
+    for args in [&["logs", "box"][..], &["exec", "box", "--", "ls"][..]] {
+        let out = kubectl(&server, None, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            stderr.contains("does not have a host assigned"),
+            "{args:?}: {stderr}"
+        );
+    }
+
     // Jobs and CronJobs.
     kubectl_ok(
         &server,
@@ -268,7 +279,10 @@ fn invalid_workloads_are_rejected_with_field_paths() {
     let out = kubectl_stdin(&server, None, &["create", "-f", "-"], &big);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("Too long: must have at most 1048576 bytes"), "{stderr}");
+    assert!(
+        stderr.contains("Too long: must have at most 1048576 bytes"),
+        "{stderr}"
+    );
 
     // The selector of an apps/v1 workload cannot change.
     kubectl_ok(

@@ -41,6 +41,17 @@ pub fn scale() -> Subresource {
     }
 }
 
+/// A pod subresource served by the kubelet upstream (`log`, `exec`...).
+fn connect(name: &str, kind: &str, verbs: &[&str]) -> Subresource {
+    Subresource {
+        name: name.into(),
+        group: String::new(),
+        version: "v1".into(),
+        kind: kind.into(),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+    }
+}
+
 fn string(name: &str, description: &str, json_path: &str) -> Column {
     Column::new(name, "string", description, json_path).or(json!("<none>"))
 }
@@ -128,6 +139,19 @@ pub fn resources() -> Vec<ResourceInfo> {
             .short_names(&["po"])
             .categories(&["all"])
             .subresources(&["status"])
+            .subresource(connect("log", "Pod", &["get"]))
+            .subresource(connect("exec", "PodExecOptions", &["create", "get"]))
+            .subresource(connect("attach", "PodAttachOptions", &["create", "get"]))
+            .subresource(connect(
+                "portforward",
+                "PodPortForwardOptions",
+                &["create", "get"],
+            ))
+            .subresource(connect(
+                "proxy",
+                "PodProxyOptions",
+                &["create", "delete", "get", "patch", "update"],
+            ))
             .columns(vec![
                 Column::name(),
                 Column::new(

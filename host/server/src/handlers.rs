@@ -346,6 +346,12 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
             return Err(not_found());
         }
     }
+    if let Some(sub) = call.subresource
+        && res.strategy.connects(sub)
+    {
+        let obj = state.objects.get(res, ns, call.name()).await?;
+        return Err(res.strategy.connect_error(sub, &obj));
+    }
     if let Some(creater) = &res.create_only {
         return match verb {
             "create" => computed_create(&call, creater.as_ref(), body).await,
