@@ -505,3 +505,101 @@ spec:
         );
     }
 }
+
+#[test]
+fn pods_are_bound_and_evicted_as_upstream() {
+    let server = Server::start();
+    for name in ["free", "guarded"] {
+        kubectl_ok(
+            &server,
+            None,
+            &[
+                "run",
+                name,
+                "--image=busybox",
+                &format!("--labels=app={name}"),
+            ],
+        );
+    }
+    let binding = r#"{"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "free"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"}}"#;
+    let path = "/api/v1/namespaces/default/pods/free/binding";
+    let out = kubectl_stdin(
+        &server,
+        None,
+        &["create", "--raw", path, "-f", "-"],
+        binding,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(get(&server, "pod", "free")["spec"]["nodeName"], "node-1");
+    let out = kubectl_stdin(
+        &server,
+        None,
+        &["create", "--raw", path, "-f", "-"],
+        binding,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("already assigned to node"), "{stderr}");
+    // Scheduled, the pod's kubelet subresources say there is no kubelet.
+    let out = kubectl(&server, None, &["logs", "free"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("runs no nodes"), "{stderr}");
+
+    // A budget with no disruptions allowed blocks the eviction (429).
+    let pdb = r#"{"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "keep"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}}"#;
+    kubectl_stdin(&server, None, &["apply", "-f", "-"], pdb);
+    let eviction = |pod: &str| {
+        format!(
+            r#"{{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {{"name": "{pod}"}}}}"#
+        )
+    };
+    let out = kubectl_stdin(
+        &server,
+        None,
+        &[
+            "create",
+            "--raw",
+            "/api/v1/namespaces/default/pods/guarded/eviction",
+            "-f",
+            "-",
+        ],
+        &eviction("guarded"),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("disruption budget"), "{stderr}");
+    assert!(
+        kubectl(&server, None, &["get", "pod", "guarded"])
+            .status
+            .success()
+    );
+    let out = kubectl_stdin(
+        &server,
+        None,
+        &[
+            "create",
+            "--raw",
+            "/api/v1/namespaces/default/pods/free/eviction",
+            "-f",
+            "-",
+        ],
+        &eviction("free"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !kubectl(&server, None, &["get", "pod", "free"])
+            .status
+            .success(),
+        "evicted"
+    );
+}

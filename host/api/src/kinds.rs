@@ -139,6 +139,15 @@ pub fn resources() -> Vec<ResourceInfo> {
             .short_names(&["po"])
             .categories(&["all"])
             .subresources(&["status"])
+            .subresource(Subresource {
+                verbs: vec!["create".into()],
+                ..connect("binding", "Binding", &[])
+            })
+            .subresource(Subresource {
+                group: "policy".into(),
+                verbs: vec!["create".into()],
+                ..connect("eviction", "Eviction", &[])
+            })
             .subresource(connect("log", "Pod", &["get"]))
             .subresource(connect("exec", "PodExecOptions", &["create", "get"]))
             .subresource(connect("attach", "PodAttachOptions", &["create", "get"]))

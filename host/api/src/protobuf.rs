@@ -523,6 +523,16 @@ const SERVICE: &[Field] = &[
     ),
 ];
 
+const POD_BINDING: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (2, "target", Ty::Msg(OBJECT_REF), false),
+];
+
+const EVICTION: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META), false),
+    (2, "deleteOptions", Ty::Msg(DELETE_OPTIONS), false),
+];
+
 const TYPE_META: &[Field] = &[
     (1, "apiVersion", Ty::Str, false),
     (2, "kind", Ty::Str, false),
@@ -541,6 +551,8 @@ fn schema(api_version: &str, kind: &str) -> Option<&'static [Field]> {
         ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
         ("v1", "Event") => EVENT,
         ("v1", "Pod") => POD,
+        ("v1", "Binding") => POD_BINDING,
+        ("policy/v1", "Eviction") => EVICTION,
         ("v1", "Service") => SERVICE,
         ("apps/v1", "Deployment") => DEPLOYMENT,
         ("batch/v1", "Job") => JOB,

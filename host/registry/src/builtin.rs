@@ -354,5 +354,12 @@ pub fn install(objects: &Objects, deps: Dependencies) -> Installed {
             }
         });
     objects.resources.insert_all(resources);
+    objects.resources.update("", "v1", "pods", |pods| {
+        pods.with_subresource_creater("binding", Arc::new(workloads::PodBinding(objects.clone())))
+            .with_subresource_creater(
+                "eviction",
+                Arc::new(workloads::PodEviction(objects.clone())),
+            )
+    });
     Installed { crds }
 }

@@ -783,6 +783,115 @@ impl Strategy for Services {
     }
 }
 
+/// `pods/binding`: assigns a pod to a node (what a scheduler does), once.
+pub struct PodBinding(pub crate::store::Objects);
+
+#[async_trait::async_trait]
+impl crate::strategy::Creater for PodBinding {
+    async fn create(
+        &self,
+        req: crate::strategy::CreateRequest<'_>,
+        body: Value,
+    ) -> Result<Value, ApiError> {
+        let name = req.name.unwrap_or_default();
+        let node = body["target"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if node.is_empty() {
+            return Err(ApiError::Invalid(
+                Target::new("", "Binding", name),
+                vec![required("target.name")],
+            ));
+        }
+        let pods = self.0.resources.builtin("", "v1", "pods");
+        let opts = crate::options::WriteOptions::new(false, req.user.clone());
+        self.0
+            .guaranteed_update(&pods, req.namespace, name, None, &opts, |cur| {
+                if let Some(on) = cur["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+                    return Err(ApiError::Conflict(
+                        Target::new("", "pods", name),
+                        format!("pod {name} is already assigned to node {on:?}"),
+                    ));
+                }
+                let mut new = cur.clone();
+                new["spec"]["nodeName"] = json!(node);
+                Ok(new)
+            })
+            .await?;
+        Ok(
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        )
+    }
+}
+
+/// `pods/eviction`: deletes a pod unless a PodDisruptionBudget that
+/// selects it allows no disruption (429, as upstream). No controller
+/// computes budgets' status here, so a budget allows what its
+/// `status.disruptionsAllowed` says (none when unset).
+pub struct PodEviction(pub crate::store::Objects);
+
+#[async_trait::async_trait]
+impl crate::strategy::Creater for PodEviction {
+    async fn create(
+        &self,
+        req: crate::strategy::CreateRequest<'_>,
+        body: Value,
+    ) -> Result<Value, ApiError> {
+        let name = req.name.unwrap_or_default();
+        let pods = self.0.resources.builtin("", "v1", "pods");
+        let pod = self.0.get(&pods, req.namespace, name).await?;
+        let budgets = self
+            .0
+            .resources
+            .builtin("policy", "v1", "poddisruptionbudgets");
+        let listed = self
+            .0
+            .list(&budgets, req.namespace, &Default::default())
+            .await?;
+        for pdb in &listed.items {
+            let selector = &pdb["spec"]["selector"];
+            if selector_is_empty(selector) || !selects(selector, &pod["metadata"]["labels"]) {
+                continue;
+            }
+            if pdb["status"]["disruptionsAllowed"].as_i64().unwrap_or(0) < 1 {
+                let pdb_name = meta::name(pdb).unwrap_or_default();
+                return Err(ApiError::Custom {
+                    code: 429,
+                    reason: "TooManyRequests".into(),
+                    message: "Cannot evict pod as it would violate the pod's disruption budget."
+                        .into(),
+                    causes: vec![Cause {
+                        reason: "DisruptionBudget".into(),
+                        field: String::new(),
+                        message: format!(
+                            "The disruption budget {pdb_name} needs {} healthy pods and has {} currently",
+                            pdb["status"]["desiredHealthy"].as_i64().unwrap_or(0),
+                            pdb["status"]["currentHealthy"].as_i64().unwrap_or(0)
+                        ),
+                    }],
+                });
+            }
+        }
+        let mut opts = crate::options::WriteOptions::new(false, req.user.clone());
+        opts.dry_run = body["deleteOptions"]["dryRun"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|v| v == "All"));
+        let pre = crate::options::Preconditions {
+            uid: body["deleteOptions"]["preconditions"]["uid"]
+                .as_str()
+                .map(String::from),
+            ..Default::default()
+        };
+        self.0
+            .delete(&pods, req.namespace, name, &pre, &opts)
+            .await?;
+        Ok(
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
