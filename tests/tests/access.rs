@@ -393,6 +393,98 @@ fn client_certificate_user() {
     assert!(err.to_lowercase().contains("forbidden"), "{err}");
 }
 
+/// A client certificate made exactly as the Kubernetes docs show
+/// (`openssl x509 -req` with no extensions: an X.509 **v1** certificate),
+/// RSA as the docs' `openssl genrsa`, is accepted; one signed by a CA the
+/// server does not trust gets 401, not a failed handshake.
+#[test]
+fn docs_style_v1_client_certificates() {
+    let pki = tempfile::tempdir().expect("temp dir");
+    let dir = pki.path();
+    run_openssl(&["genrsa", "-out", "ca.key", "2048"], dir);
+    run_openssl(
+        &[
+            "req",
+            "-x509",
+            "-new",
+            "-nodes",
+            "-key",
+            "ca.key",
+            "-subj",
+            "/CN=docs-ca",
+            "-days",
+            "1",
+            "-out",
+            "ca.crt",
+        ],
+        dir,
+    );
+    run_openssl(&["genrsa", "-out", "bob.key", "2048"], dir);
+    run_openssl(
+        &[
+            "req",
+            "-new",
+            "-key",
+            "bob.key",
+            "-subj",
+            "/CN=bob/O=docs",
+            "-out",
+            "bob.csr",
+        ],
+        dir,
+    );
+    run_openssl(
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "bob.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-out",
+            "bob.crt",
+        ],
+        dir,
+    );
+    let text = Command::new("openssl")
+        .args(["x509", "-in", "bob.crt", "-noout", "-text"])
+        .current_dir(dir)
+        .output()
+        .expect("openssl x509 -text");
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("Version: 1"),
+        "the docs' recipe makes a v1 certificate"
+    );
+    let server =
+        Server::start_with_args(&["--client-ca-file", dir.join("ca.crt").to_str().unwrap()]);
+    let bob = Credential::ClientCert {
+        cert: dir.join("bob.crt"),
+        key: dir.join("bob.key"),
+    };
+    let (name, groups) = whoami(&kubectl_as_ok(
+        &server,
+        VERSION,
+        &bob,
+        &["auth", "whoami", "-o", "json"],
+    ));
+    assert_eq!(name, "bob");
+    assert!(groups.contains(&"docs".to_string()), "{groups:?}");
+
+    // Another CA's certificate: 401.
+    let other = tempfile::tempdir().expect("temp dir");
+    let mallory = client_cert(other.path(), "mallory", "/CN=mallory/O=system:masters");
+    let err = kubectl_as_err(&server, VERSION, &mallory, &["get", "ns"]);
+    assert!(
+        err.contains("Unauthorized") || err.contains("must be logged in"),
+        "{err}"
+    );
+}
+
 // 3. A static token bound to `view`; `kubectl auth can-i`; a wrong token.
 #[test]
 fn static_token_view() {

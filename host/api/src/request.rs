@@ -12,7 +12,10 @@ use std::net::SocketAddr;
 #[derive(Debug, Clone)]
 pub struct ConnectionInfo {
     pub peer: SocketAddr,
+    /// The user and groups of a client certificate a client CA signed.
     pub client_cert: Option<(String, Vec<String>)>,
+    /// Why a presented client certificate was refused (the request gets 401).
+    pub client_cert_error: Option<String>,
 }
 
 /// The decoded `key=value` pairs of a query string, in order.

@@ -84,6 +84,11 @@ impl Authenticator {
         if let Some((cn, orgs)) = conn.and_then(|c| c.client_cert.as_ref()) {
             return Ok(x509_user(cn, orgs));
         }
+        // A presented but invalid certificate is a 401, as upstream's x509
+        // authenticator answers.
+        if conn.is_some_and(|c| c.client_cert_error.is_some()) {
+            return Err(unauthorized());
+        }
         let bearer = headers.get(header::AUTHORIZATION).map(|auth| {
             auth.to_str()
                 .ok()

@@ -127,6 +127,7 @@ fn write_kubeconfig(dir: &Path, address: SocketAddr, pki: &crate::tls::Pki) -> s
 async fn serve_tls(
     listener: tokio::net::TcpListener,
     tls: rustls::ServerConfig,
+    client_cas: Arc<crate::tls::ClientCas>,
     app: Router,
 ) -> anyhow::Result<()> {
     use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -147,6 +148,7 @@ async fn serve_tls(
         };
         let acceptor = acceptor.clone();
         let app = app.clone();
+        let client_cas = client_cas.clone();
         tokio::spawn(async move {
             let _ = tcp.set_nodelay(true);
             let tls = match tokio::time::timeout(
@@ -162,13 +164,27 @@ async fn serve_tls(
                 }
                 Err(_) => return,
             };
-            let client_cert = tls
+            // The x509 authenticator: a presented certificate is verified
+            // against the client CAs here, once per connection.
+            let verified = tls
                 .get_ref()
                 .1
                 .peer_certificates()
                 .and_then(|chain| chain.first())
-                .and_then(|cert| crate::tls::subject(cert));
-            let conn = ConnectionInfo { peer, client_cert };
+                .map(|cert| client_cas.verify(cert));
+            let (client_cert, client_cert_error) = match verified {
+                None => (None, None),
+                Some(Ok(subject)) => (Some(subject), None),
+                Some(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "client certificate refused");
+                    (None, Some(e))
+                }
+            };
+            let conn = ConnectionInfo {
+                peer,
+                client_cert,
+                client_cert_error,
+            };
             let svc = hyper::service::service_fn(
                 move |mut req: hyper::Request<hyper::body::Incoming>| {
                     req.extensions_mut().insert(conn.clone());
@@ -371,15 +387,16 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         (None, None) => (pki.serving_cert_pem.clone(), pki.serving_key_pem.clone()),
         _ => anyhow::bail!("--tls-cert-file and --tls-private-key-file go together"),
     };
-    let mut client_cas = vec![pki.ca_pem.clone()];
+    let mut ca_pems = vec![pki.ca_pem.clone()];
     if let Some(path) = &args.client_ca_file {
-        client_cas.push(std::fs::read_to_string(path)?);
+        ca_pems.push(std::fs::read_to_string(path)?);
     }
+    let client_cas = Arc::new(crate::tls::ClientCas::from_pems(&ca_pems)?);
     let tls = crate::tls::server_config(&cert_pem, &key_pem, &client_cas)?;
 
     write_kubeconfig(&args.data_dir, address, &pki)?;
     tracing::info!(%address, kubeconfig = %args.data_dir.join("admin.kubeconfig").display(), "serving HTTPS");
-    serve_tls(listener, tls, router(state)).await
+    serve_tls(listener, tls, client_cas, router(state)).await
 }
 
 async fn shutdown() {

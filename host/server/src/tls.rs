@@ -117,26 +117,26 @@ fn certs(pem: &str, what: &str) -> anyhow::Result<Vec<CertificateDer<'static>>> 
     Ok(out)
 }
 
-/// The rustls configuration of the secure port: serves `cert_pem`/`key_pem`,
-/// and verifies client certificates against `client_cas` when one is sent.
+/// The rustls configuration of the secure port: serves `cert_pem`/`key_pem`
+/// and asks for (but does not require) a client certificate. As upstream's
+/// TLS layer does, it only checks that the client holds the certificate's
+/// key; whether the certificate is signed by a client CA is the x509
+/// authenticator's question ([`ClientCas::verify`]), so a bad certificate
+/// gets a 401 rather than a failed handshake, and X.509 v1 certificates
+/// (what `openssl x509 -req` makes, as the Kubernetes docs show), which
+/// webpki refuses, are accepted when a client CA signed them.
 pub fn server_config(
     cert_pem: &str,
     key_pem: &str,
-    client_cas: &[String],
+    client_cas: &ClientCas,
 ) -> anyhow::Result<rustls::ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for pem in client_cas {
-        for c in certs(pem, "client CA")? {
-            roots.add(c)?;
-        }
-    }
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
-    )
-    .allow_unauthenticated()
-    .build()?;
+    let verifier = Arc::new(AnyClientCert {
+        hints: client_cas.hints.clone(),
+        schemes: provider
+            .signature_verification_algorithms
+            .supported_schemes(),
+    });
     let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).context("TLS private key")?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
@@ -144,6 +144,151 @@ pub fn server_config(
         .with_single_cert(certs(cert_pem, "TLS certificate")?, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
+}
+
+/// The client CAs (`--client-ca-file`, and the cluster CA).
+#[derive(Clone, Debug, Default)]
+pub struct ClientCas {
+    /// The CA certificates, DER.
+    cas: Vec<Vec<u8>>,
+    /// Their subjects, which the TLS layer sends as hints.
+    hints: Vec<rustls::DistinguishedName>,
+}
+
+impl ClientCas {
+    pub fn from_pems(pems: &[String]) -> anyhow::Result<Self> {
+        let mut out = ClientCas::default();
+        for pem in pems {
+            for c in certs(pem, "client CA")? {
+                let (_, parsed) = x509_parser::parse_x509_certificate(c.as_ref())
+                    .map_err(|e| anyhow::anyhow!("client CA: {e}"))?;
+                out.hints.push(rustls::DistinguishedName::from(
+                    parsed.subject().as_raw().to_vec(),
+                ));
+                out.cas.push(c.as_ref().to_vec());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Verifies a client certificate against the client CAs, as the x509
+    /// authenticator does: signed by one of them (v1 and v3 alike), and
+    /// valid now. Returns the subject's user and groups.
+    pub fn verify(&self, der: &[u8]) -> Result<(String, Vec<String>), String> {
+        let (_, cert) = x509_parser::parse_x509_certificate(der)
+            .map_err(|e| format!("unparseable client certificate: {e}"))?;
+        if !cert.validity().is_valid() {
+            return Err("the client certificate has expired or is not yet valid".into());
+        }
+        let signed = self.cas.iter().any(|ca| {
+            x509_parser::parse_x509_certificate(ca).is_ok_and(|(_, ca)| {
+                ca.subject().as_raw() == cert.issuer().as_raw()
+                    && cert.verify_signature(Some(ca.public_key())).is_ok()
+            })
+        });
+        if !signed {
+            return Err("x509: certificate signed by unknown authority".into());
+        }
+        subject(der).ok_or_else(|| "the client certificate has no common name".into())
+    }
+}
+
+/// Accepts any client certificate whose key signed the handshake.
+#[derive(Debug)]
+struct AnyClientCert {
+    hints: Vec<rustls::DistinguishedName>,
+    schemes: Vec<rustls::SignatureScheme>,
+}
+
+impl AnyClientCert {
+    /// Checks the handshake signature with the certificate's public key,
+    /// which x509-parser reads from v1 certificates too.
+    fn verify(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        use ring::signature as sig;
+        use rustls::SignatureScheme as S;
+        let bad = |m: &str| rustls::Error::General(format!("client certificate: {m}"));
+        let (_, parsed) =
+            x509_parser::parse_x509_certificate(cert.as_ref()).map_err(|_| bad("unparseable"))?;
+        let key = parsed.public_key().subject_public_key.data.as_ref();
+        let alg: &dyn sig::VerificationAlgorithm = match dss.scheme {
+            S::RSA_PKCS1_SHA256 => &sig::RSA_PKCS1_2048_8192_SHA256,
+            S::RSA_PKCS1_SHA384 => &sig::RSA_PKCS1_2048_8192_SHA384,
+            S::RSA_PKCS1_SHA512 => &sig::RSA_PKCS1_2048_8192_SHA512,
+            S::RSA_PSS_SHA256 => &sig::RSA_PSS_2048_8192_SHA256,
+            S::RSA_PSS_SHA384 => &sig::RSA_PSS_2048_8192_SHA384,
+            S::RSA_PSS_SHA512 => &sig::RSA_PSS_2048_8192_SHA512,
+            S::ECDSA_NISTP256_SHA256 => &sig::ECDSA_P256_SHA256_ASN1,
+            S::ECDSA_NISTP384_SHA384 => &sig::ECDSA_P384_SHA384_ASN1,
+            S::ED25519 => &sig::ED25519,
+            _ => return Err(bad("unsupported signature scheme")),
+        };
+        sig::UnparsedPublicKey::new(alg, key)
+            .verify(message, dss.signature())
+            .map_err(|_| bad("bad handshake signature"))?;
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+}
+
+impl rustls::server::danger::ClientCertVerifier for AnyClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &self.hints
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        // The chain is the x509 authenticator's to judge (a 401 when bad).
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.verify(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        // TLS 1.3 allows no PKCS#1 v1.5 signatures in the handshake.
+        if matches!(
+            dss.scheme,
+            rustls::SignatureScheme::RSA_PKCS1_SHA256
+                | rustls::SignatureScheme::RSA_PKCS1_SHA384
+                | rustls::SignatureScheme::RSA_PKCS1_SHA512
+        ) {
+            return Err(rustls::Error::PeerMisbehaved(
+                rustls::PeerMisbehaved::SignedHandshakeWithUnadvertisedSigScheme,
+            ));
+        }
+        self.verify(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.schemes.clone()
+    }
 }
 
 /// The user and groups of a verified client certificate: CN and O, as
@@ -180,12 +325,19 @@ mod tests {
             subject(&admin[0]),
             Some((ADMIN_USER.to_string(), vec![ADMIN_GROUP.to_string()]))
         );
-        server_config(
-            &a.serving_cert_pem,
-            &a.serving_key_pem,
-            std::slice::from_ref(&a.ca_pem),
-        )
-        .unwrap();
+        let cas = ClientCas::from_pems(std::slice::from_ref(&a.ca_pem)).unwrap();
+        server_config(&a.serving_cert_pem, &a.serving_key_pem, &cas).unwrap();
+        assert_eq!(
+            cas.verify(&admin[0]),
+            Ok((ADMIN_USER.to_string(), vec![ADMIN_GROUP.to_string()]))
+        );
+        let other = ensure(tempfile::tempdir().unwrap().path(), &["127.0.0.1".into()]).unwrap();
+        let stranger = certs(&other.admin_cert_pem, "admin").unwrap();
+        assert!(
+            cas.verify(&stranger[0])
+                .unwrap_err()
+                .contains("unknown authority")
+        );
         // A lost leaf is re-issued by the same CA.
         std::fs::remove_file(dir.path().join("pki/admin.crt")).unwrap();
         let c = ensure(dir.path(), &["127.0.0.1".into()]).unwrap();
