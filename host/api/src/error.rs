@@ -29,6 +29,15 @@ impl Cause {
         }
     }
 
+    /// A `FieldValueRequired` cause with upstream's bare `Required value`.
+    pub fn missing(field: &str) -> Self {
+        Cause {
+            reason: "FieldValueRequired".into(),
+            field: field.into(),
+            message: "Required value".into(),
+        }
+    }
+
     /// A `FieldValueRequired` cause for `field`.
     pub fn required(field: &str, detail: &str) -> Self {
         Cause {

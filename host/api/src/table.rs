@@ -144,9 +144,9 @@ fn cell(c: &Column, obj: &Value, now: DateTime<Utc>) -> Value {
                 .filter_map(Value::as_i64)
                 .sum::<i64>()
         ),
-        Render::Selector => match first(c, obj) {
-            Some(sel) => json!(selector_text(sel)),
-            None => c.default.clone().unwrap_or(json!("<none>")),
+        Render::Selector => match first(c, obj).map(crate::selector::selector_text) {
+            Some(text) if !text.is_empty() => json!(text),
+            _ => c.default.clone().unwrap_or(json!("<none>")),
         },
         Render::PodReady => {
             let statuses = all(c, 0, obj);
@@ -215,46 +215,6 @@ fn all<'a>(c: &Column, i: usize, obj: &'a Value) -> Vec<&'a Value> {
         .get(i)
         .map(|p| p.query(obj))
         .unwrap_or_default()
-}
-
-/// A label map (`{app: web}`) or `LabelSelector` as `kubectl` prints it.
-fn selector_text(sel: &Value) -> String {
-    let labels = |m: &Value| -> Vec<String> {
-        m.as_object()
-            .into_iter()
-            .flatten()
-            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-            .collect()
-    };
-    if sel.get("matchLabels").is_none() && sel.get("matchExpressions").is_none() {
-        let parts = labels(sel);
-        return if parts.is_empty() {
-            "<none>".into()
-        } else {
-            parts.join(",")
-        };
-    }
-    let mut parts = labels(&sel["matchLabels"]);
-    for e in sel["matchExpressions"].as_array().into_iter().flatten() {
-        let key = e["key"].as_str().unwrap_or_default();
-        let values: Vec<&str> = e["values"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        parts.push(match e["operator"].as_str().unwrap_or_default() {
-            "In" => format!("{key} in ({})", values.join(",")),
-            "NotIn" => format!("{key} notin ({})", values.join(",")),
-            "Exists" => key.to_string(),
-            _ => format!("!{key}"),
-        });
-    }
-    if parts.is_empty() {
-        "<none>".into()
-    } else {
-        parts.join(",")
-    }
 }
 
 /// The `STATUS` column of `kubectl get pods` (upstream's `printPod`, in short).

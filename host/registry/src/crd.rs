@@ -75,22 +75,6 @@ fn invalid(obj: &Value, causes: Vec<Cause>) -> ApiError {
     )
 }
 
-fn required(field: &str) -> Cause {
-    Cause {
-        reason: "FieldValueRequired".into(),
-        field: field.into(),
-        message: "Required value".into(),
-    }
-}
-
-fn invalid_value(field: &str, value: &str, why: &str) -> Cause {
-    Cause {
-        reason: "FieldValueInvalid".into(),
-        field: field.into(),
-        message: format!("Invalid value: {value:?}: {why}"),
-    }
-}
-
 /// The checks upstream's CRD validation makes that users meet first.
 fn validate_definition(obj: &Value) -> Vec<Cause> {
     let mut out = Vec::new();
@@ -100,29 +84,29 @@ fn validate_definition(obj: &Value) -> Vec<Cause> {
     let plural = names["plural"].as_str().unwrap_or_default();
     let kind = names["kind"].as_str().unwrap_or_default();
     if group.is_empty() {
-        out.push(required("spec.group"));
+        out.push(Cause::missing("spec.group"));
     } else if !group.contains('.') {
-        out.push(invalid_value(
+        out.push(Cause::invalid(
             "spec.group",
             group,
             "should be a domain with at least one dot",
         ));
     }
     if plural.is_empty() {
-        out.push(required("spec.names.plural"));
+        out.push(Cause::missing("spec.names.plural"));
     } else if wasm_apiserver_api::validation::dns1123_label_error(plural).is_some() {
-        out.push(invalid_value(
+        out.push(Cause::invalid(
             "spec.names.plural",
             plural,
             "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'",
         ));
     }
     if kind.is_empty() {
-        out.push(required("spec.names.kind"));
+        out.push(Cause::missing("spec.names.kind"));
     }
     let name = meta::name(obj).unwrap_or_default();
     if !plural.is_empty() && !group.is_empty() && name != format!("{plural}.{group}") {
-        out.push(invalid_value(
+        out.push(Cause::invalid(
             "metadata.name",
             name,
             "must be spec.names.plural+\".\"+spec.group",
@@ -137,11 +121,11 @@ fn validate_definition(obj: &Value) -> Vec<Cause> {
                 "Unsupported value: {other:?}: supported values: \"Cluster\", \"Namespaced\""
             ),
         }),
-        None => out.push(required("spec.scope")),
+        None => out.push(Cause::missing("spec.scope")),
     }
     let versions = spec["versions"].as_array().cloned().unwrap_or_default();
     if versions.is_empty() {
-        out.push(required("spec.versions"));
+        out.push(Cause::missing("spec.versions"));
     }
     let storage = versions.iter().filter(|v| v["storage"] == true).count();
     if !versions.is_empty() && storage != 1 {
@@ -161,7 +145,7 @@ fn validate_definition(obj: &Value) -> Vec<Cause> {
     }
     for (i, v) in versions.iter().enumerate() {
         if v["name"].as_str().unwrap_or_default().is_empty() {
-            out.push(required(&format!("spec.versions[{i}].name")));
+            out.push(Cause::missing(&format!("spec.versions[{i}].name")));
         }
         let schema = &v["schema"]["openAPIV3Schema"];
         let base = format!("spec.versions[{i}].schema.openAPIV3Schema");
@@ -183,7 +167,7 @@ fn validate_definition(obj: &Value) -> Vec<Cause> {
         {
             let path = c["jsonPath"].as_str().unwrap_or_default();
             if let Err(e) = ColumnPath::parse(path) {
-                out.push(invalid_value(
+                out.push(Cause::invalid(
                     &format!("spec.versions[{i}].additionalPrinterColumns[{j}].jsonPath"),
                     path,
                     &e,

@@ -278,14 +278,6 @@ fn default_service(spec: &mut Value) {
     }
 }
 
-fn required(field: &str) -> Cause {
-    Cause {
-        reason: "FieldValueRequired".into(),
-        field: field.into(),
-        message: "Required value".into(),
-    }
-}
-
 fn invalid(field: &str, value: &Value, why: &str) -> Cause {
     Cause {
         reason: "FieldValueInvalid".into(),
@@ -298,14 +290,14 @@ fn invalid(field: &str, value: &Value, why: &str) -> Cause {
 fn validate_pod_spec(spec: &Value, path: &str, out: &mut Vec<Cause>) {
     let containers = spec["containers"].as_array();
     if containers.is_none_or(Vec::is_empty) {
-        out.push(required(&format!("{path}.containers")));
+        out.push(Cause::missing(&format!("{path}.containers")));
     }
     let mut names = std::collections::BTreeSet::new();
     for list in ["containers", "initContainers"] {
         for (i, c) in spec[list].as_array().into_iter().flatten().enumerate() {
             let at = format!("{path}.{list}[{i}]");
             match c["name"].as_str() {
-                None | Some("") => out.push(required(&format!("{at}.name"))),
+                None | Some("") => out.push(Cause::missing(&format!("{at}.name"))),
                 Some(n) => {
                     if let Some(why) = dns1123_label_error(n) {
                         out.push(invalid(&format!("{at}.name"), &c["name"], &why));
@@ -319,7 +311,7 @@ fn validate_pod_spec(spec: &Value, path: &str, out: &mut Vec<Cause>) {
                 }
             }
             if c["image"].as_str().is_none_or(|i| i.trim().is_empty()) {
-                out.push(required(&format!("{at}.image")));
+                out.push(Cause::missing(&format!("{at}.image")));
             }
             for (j, p) in c["ports"].as_array().into_iter().flatten().enumerate() {
                 let port = &p["containerPort"];
@@ -422,7 +414,7 @@ impl Workloads {
             if has_selector {
                 let selector = &obj["spec"]["selector"];
                 if selector_is_empty(selector) {
-                    out.push(required("spec.selector"));
+                    out.push(Cause::missing("spec.selector"));
                 } else if !selects(selector, &template["metadata"]["labels"]) {
                     out.push(invalid(
                         &format!("{dotted}.metadata.labels"),
@@ -462,7 +454,7 @@ fn validate_service(spec: &Value, out: &mut Vec<Cause>) {
     let ports = spec["ports"].as_array();
     let headless = spec["clusterIP"] == "None";
     if ty != "ExternalName" && !headless && ports.is_none_or(Vec::is_empty) {
-        out.push(required("spec.ports"));
+        out.push(Cause::missing("spec.ports"));
     }
     for (i, p) in ports.into_iter().flatten().enumerate() {
         if !p["port"].as_i64().is_some_and(|n| (1..=65535).contains(&n)) {
@@ -473,44 +465,12 @@ fn validate_service(spec: &Value, out: &mut Vec<Cause>) {
             ));
         }
         if ports.is_some_and(|all| all.len() > 1) && p["name"].as_str().is_none_or(str::is_empty) {
-            out.push(required(&format!("spec.ports[{i}].name")));
+            out.push(Cause::missing(&format!("spec.ports[{i}].name")));
         }
     }
     if ty == "ExternalName" && spec["externalName"].as_str().is_none_or(str::is_empty) {
-        out.push(required("spec.externalName"));
+        out.push(Cause::missing("spec.externalName"));
     }
-}
-
-/// A label selector as text (`app=web,tier in (a,b)`), as a `Scale`'s
-/// `status.selector` carries it.
-fn selector_string(selector: &Value) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let map = selector.get("matchLabels").unwrap_or(selector);
-    for (k, v) in map.as_object().into_iter().flatten() {
-        if let Some(v) = v.as_str() {
-            parts.push(format!("{k}={v}"));
-        }
-    }
-    for e in selector["matchExpressions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let key = e["key"].as_str().unwrap_or_default();
-        let values: Vec<&str> = e["values"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        parts.push(match e["operator"].as_str().unwrap_or_default() {
-            "In" => format!("{key} in ({})", values.join(",")),
-            "NotIn" => format!("{key} notin ({})", values.join(",")),
-            "Exists" => key.to_string(),
-            _ => format!("!{key}"),
-        });
-    }
-    parts.join(",")
 }
 
 impl Strategy for Workloads {
@@ -603,7 +563,7 @@ impl Strategy for Workloads {
             "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
             "status": {
                 "replicas": obj["status"]["replicas"].as_i64().unwrap_or(0),
-                "selector": selector_string(&obj["spec"]["selector"]),
+                "selector": wasm_apiserver_api::selector::selector_text(&obj["spec"]["selector"]),
             },
         }))
     }
@@ -783,6 +743,11 @@ impl Strategy for Services {
     }
 }
 
+/// The `Status` a computed create of a pod subresource answers.
+fn created() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
+}
+
 /// `pods/binding`: assigns a pod to a node (what a scheduler does), once.
 pub struct PodBinding(pub crate::store::Objects);
 
@@ -801,7 +766,7 @@ impl crate::strategy::Creater for PodBinding {
         if node.is_empty() {
             return Err(ApiError::Invalid(
                 Target::new("", "Binding", name),
-                vec![required("target.name")],
+                vec![Cause::missing("target.name")],
             ));
         }
         let pods = self.0.resources.builtin("", "v1", "pods");
@@ -819,9 +784,7 @@ impl crate::strategy::Creater for PodBinding {
                 Ok(new)
             })
             .await?;
-        Ok(
-            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-        )
+        Ok(created())
     }
 }
 
@@ -886,9 +849,7 @@ impl crate::strategy::Creater for PodEviction {
         self.0
             .delete(&pods, req.namespace, name, &pre, &opts)
             .await?;
-        Ok(
-            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-        )
+        Ok(created())
     }
 }
 
