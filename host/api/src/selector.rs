@@ -214,6 +214,42 @@ impl FieldSelector {
     }
 }
 
+/// A `LabelSelector` (`matchLabels`, `matchExpressions`) or a plain label
+/// map as selector text, as kubectl prints it and a `Scale`'s
+/// `status.selector` carries it: `app=web,tier in (a,b),!legacy`; empty
+/// when it selects everything.
+pub fn selector_text(sel: &serde_json::Value) -> String {
+    use serde_json::Value;
+    let is_selector = sel.get("matchLabels").is_some() || sel.get("matchExpressions").is_some();
+    let labels = if is_selector {
+        &sel["matchLabels"]
+    } else {
+        sel
+    };
+    let mut parts: Vec<String> = labels
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}")))
+        .collect();
+    for e in sel["matchExpressions"].as_array().into_iter().flatten() {
+        let key = e["key"].as_str().unwrap_or_default();
+        let values: Vec<&str> = e["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        parts.push(match e["operator"].as_str().unwrap_or_default() {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.to_string(),
+            _ => format!("!{key}"),
+        });
+    }
+    parts.join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,40 +323,4 @@ mod tests {
             "field label not supported: spec.foo"
         );
     }
-}
-
-/// A `LabelSelector` (`matchLabels`, `matchExpressions`) or a plain label
-/// map as selector text, as kubectl prints it and a `Scale`'s
-/// `status.selector` carries it: `app=web,tier in (a,b),!legacy`; empty
-/// when it selects everything.
-pub fn selector_text(sel: &serde_json::Value) -> String {
-    use serde_json::Value;
-    let is_selector = sel.get("matchLabels").is_some() || sel.get("matchExpressions").is_some();
-    let labels = if is_selector {
-        &sel["matchLabels"]
-    } else {
-        sel
-    };
-    let mut parts: Vec<String> = labels
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}")))
-        .collect();
-    for e in sel["matchExpressions"].as_array().into_iter().flatten() {
-        let key = e["key"].as_str().unwrap_or_default();
-        let values: Vec<&str> = e["values"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        parts.push(match e["operator"].as_str().unwrap_or_default() {
-            "In" => format!("{key} in ({})", values.join(",")),
-            "NotIn" => format!("{key} notin ({})", values.join(",")),
-            "Exists" => key.to_string(),
-            _ => format!("!{key}"),
-        });
-    }
-    parts.join(",")
 }
