@@ -74,6 +74,16 @@ fn kubectl_generators_create_defaulted_workloads() {
         &["scale", "deployment", "web", "--replicas=5"],
     );
     assert_eq!(get(&server, "deployment", "web")["spec"]["replicas"], 5);
+
+    // Reads that need no controller.
+    let history = kubectl_ok(&server, None, &["rollout", "history", "deployment/web"]);
+    assert!(history.contains("deployment.apps/web"), "{history}");
+    let described = kubectl_ok(&server, None, &["describe", "deployment", "web"]);
+    assert!(
+        described.contains("25% max unavailable, 25% max surge")
+            && described.contains("nginx:1.27"),
+        "{described}"
+    );
     let scale: Value = serde_json::from_str(&kubectl_ok(
         &server,
         None,
