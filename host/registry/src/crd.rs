@@ -421,9 +421,19 @@ impl Strategy for CustomResources {
         self.convert(info, objs, &info.api_version()).await
     }
 
-    async fn to_storage(&self, info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
-        self.convert(info, std::slice::from_mut(obj), &self.storage_api_version)
-            .await
+    async fn to_storage(
+        &self,
+        info: &ResourceInfo,
+        obj: &Value,
+    ) -> Result<Option<Value>, ApiError> {
+        if obj["apiVersion"] == self.storage_api_version.as_str() {
+            return Ok(None);
+        }
+        let mut converted = [obj.clone()];
+        self.convert(info, &mut converted, &self.storage_api_version)
+            .await?;
+        let [converted] = converted;
+        Ok(Some(converted))
     }
 
     async fn plugin_default(
@@ -467,17 +477,7 @@ impl Strategy for CustomResources {
                 handler.name
             ))
         })?;
-        if causes.is_empty() {
-            return Ok(());
-        }
-        Err(ApiError::Invalid(
-            wasm_apiserver_api::error::Target::new(
-                &info.group,
-                &info.plural,
-                meta::name(obj).unwrap_or_default(),
-            ),
-            crate::admission::chain::causes(&causes),
-        ))
+        crate::strategy::invalid_if_any(info, obj, crate::admission::chain::causes(&causes))
     }
 
     fn get_subresource(&self, sub: &str, obj: &Value) -> Option<Value> {
@@ -531,17 +531,7 @@ impl Strategy for CustomResources {
     ) -> Result<(), ApiError> {
         validate_object(info, obj)?;
         let causes = self.schema.validate(obj, old);
-        if causes.is_empty() {
-            return Ok(());
-        }
-        Err(ApiError::Invalid(
-            wasm_apiserver_api::error::Target::new(
-                &info.group,
-                &info.plural,
-                meta::name(obj).unwrap_or_default(),
-            ),
-            causes,
-        ))
+        crate::strategy::invalid_if_any(info, obj, causes)
     }
 }
 

@@ -172,6 +172,34 @@ impl Objects {
         }
     }
 
+    /// Writes `status` to the cluster-scoped object `obj` of `info` through
+    /// its `status` subresource, unless it already has it: how controllers
+    /// that load modules (admission plugins, resource handlers) report. A
+    /// failure is logged; the next reconcile tries again.
+    pub async fn record_status(
+        &self,
+        info: &Resource,
+        obj: &Value,
+        status: Value,
+        component: &str,
+    ) {
+        if obj.get("status") == Some(&status) {
+            return;
+        }
+        let name = meta::name(obj).unwrap_or_default();
+        let ctx = WriteOptions::system(component);
+        let result = self
+            .guaranteed_update(info, None, name, Some("status"), &ctx, |cur| {
+                let mut new = cur.clone();
+                new["status"] = status.clone();
+                Ok(new)
+            })
+            .await;
+        if let Err(e) = result {
+            tracing::debug!(resource = %info.plural, %name, error = %e, "could not record status");
+        }
+    }
+
     /// Lists `info`'s objects and hands them to `on_list`, and each to
     /// `on_change`; then follows the storage watch, handing `on_change`
     /// every changed object and whether it was deleted. Relists after a
@@ -484,13 +512,16 @@ impl Objects {
         }
         let key = info.object_key(ns, &name);
         info.strategy.allocate(info, &mut obj).await?;
-        let mut stored = obj.clone();
-        let written = match info.strategy.to_storage(info, &mut stored).await {
-            Ok(()) => self
-                .storage
-                .create(&key, encode(&mut stored))
-                .await
-                .map_err(|e| map_storage(info, &name, e)),
+        let mut converted = None;
+        let written = match info.strategy.to_storage(info, &obj).await {
+            Ok(c) => {
+                converted = c;
+                let bytes = encode(converted.as_mut().unwrap_or(&mut obj));
+                self.storage
+                    .create(&key, bytes)
+                    .await
+                    .map_err(|e| map_storage(info, &name, e))
+            }
             Err(e) => Err(e),
         };
         let kv = match written {
@@ -500,9 +531,15 @@ impl Objects {
                 return Err(e);
             }
         };
-        meta::set_resource_version(&mut stored, kv.mod_revision);
         meta::set_resource_version(&mut obj, kv.mod_revision);
-        info.strategy.after_write(&stored, false).await;
+        let stored = match &mut converted {
+            Some(c) => {
+                meta::set_resource_version(c, kv.mod_revision);
+                &*c
+            }
+            None => &obj,
+        };
+        info.strategy.after_write(stored, false).await;
         Ok(obj)
     }
 
@@ -583,17 +620,19 @@ impl Objects {
                 meta::set_resource_version(&mut new, cur_kv.mod_revision);
                 return Ok(new);
             }
-            let mut stored = new.clone();
-            info.strategy.to_storage(info, &mut stored).await?;
-            match self
-                .storage
-                .update(&key, encode(&mut stored), cur_kv.mod_revision)
-                .await
-            {
+            let mut converted = info.strategy.to_storage(info, &new).await?;
+            let bytes = encode(converted.as_mut().unwrap_or(&mut new));
+            match self.storage.update(&key, bytes, cur_kv.mod_revision).await {
                 Ok(kv) => {
-                    meta::set_resource_version(&mut stored, kv.mod_revision);
                     meta::set_resource_version(&mut new, kv.mod_revision);
-                    info.strategy.after_write(&stored, false).await;
+                    let stored = match &mut converted {
+                        Some(c) => {
+                            meta::set_resource_version(c, kv.mod_revision);
+                            &*c
+                        }
+                        None => &new,
+                    };
+                    info.strategy.after_write(stored, false).await;
                     return Ok(new);
                 }
                 Err(StorageError::Conflict { .. }) => continue,

@@ -12,7 +12,7 @@
 use async_trait::async_trait;
 use serde_json::Value;
 use wasm_apiserver_api::validation::{prune_unknown_fields, validate_object};
-use wasm_apiserver_api::{ApiError, ResourceInfo, meta};
+use wasm_apiserver_api::{ApiError, Cause, ResourceInfo, meta};
 use wasm_apiserver_plugins::UserInfo;
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
@@ -86,9 +86,10 @@ pub trait Strategy: Send + Sync {
     }
 
     /// The object to store, from the request's version of it: the last
-    /// step of a write, after validation and admission.
-    async fn to_storage(&self, _info: &ResourceInfo, _obj: &mut Value) -> Result<()> {
-        Ok(())
+    /// step of a write, after validation and admission. `None`: store `obj`
+    /// as it is (no copy on the write path of resources that never convert).
+    async fn to_storage(&self, _info: &ResourceInfo, _obj: &Value) -> Result<Option<Value>> {
+        Ok(None)
     }
 
     /// Defaulting by a plugin, beyond [`Strategy::canonicalize`]: runs
@@ -165,6 +166,21 @@ pub trait Strategy: Send + Sync {
     /// Runs after a write is stored (never on dry runs): `deleted` when the
     /// object is gone, else `obj` is what was stored.
     async fn after_write(&self, _obj: &Value, _deleted: bool) {}
+}
+
+/// `Ok` when `causes` is empty, else the 422 `Invalid` of `obj` listing them.
+pub fn invalid_if_any(info: &ResourceInfo, obj: &Value, causes: Vec<Cause>) -> Result<()> {
+    if causes.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::Invalid(
+        wasm_apiserver_api::error::Target::new(
+            &info.group,
+            &info.plural,
+            meta::name(obj).unwrap_or_default(),
+        ),
+        causes,
+    ))
 }
 
 /// The generic store's behaviour, unchanged.

@@ -516,17 +516,7 @@ impl Strategy for Workloads {
         validate_object(info, obj)?;
         let mut causes = Vec::new();
         self.validate_kind(obj, old, &mut causes);
-        if causes.is_empty() {
-            return Ok(());
-        }
-        Err(ApiError::Invalid(
-            Target::new(
-                &info.group,
-                &info.plural,
-                meta::name(obj).unwrap_or_default(),
-            ),
-            causes,
-        ))
+        crate::strategy::invalid_if_any(info, obj, causes)
     }
 
     fn connects(&self, sub: &str) -> bool {

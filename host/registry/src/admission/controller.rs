@@ -5,7 +5,6 @@
 //! `--admission-control-config-file`.
 
 use crate::admission::chain::{Active, Admission, Backend};
-use crate::options::WriteOptions;
 use crate::resources::Resource;
 use crate::store::Objects;
 use crate::webhook::{self, Webhook};
@@ -61,21 +60,9 @@ pub async fn reconcile(objects: &Objects, obj: &Value) {
         status["activeGeneration"] = json!(g);
         status["digest"] = json!(format!("sha256:{d}"));
     }
-    if obj.get("status") == Some(&status) {
-        return;
-    }
-    let ctx = WriteOptions::system("admission-controller");
-    let info = plugin_info(objects);
-    let result = objects
-        .guaranteed_update(&info, None, &name, Some("status"), &ctx, |cur| {
-            let mut new = cur.clone();
-            new["status"] = status.clone();
-            Ok(new)
-        })
+    objects
+        .record_status(&plugin_info(objects), obj, status, "admission-controller")
         .await;
-    if let Err(e) = result {
-        tracing::debug!(plugin = %name, error = %e, "could not record admission plugin status");
-    }
 }
 
 /// Applies one webhook configuration object (or its deletion) to the chain.

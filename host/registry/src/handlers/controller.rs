@@ -3,7 +3,6 @@
 //! object's status.
 
 use crate::handlers::Bound;
-use crate::options::WriteOptions;
 use crate::resources::Resource;
 use crate::store::Objects;
 use serde_json::{Value, json};
@@ -84,21 +83,14 @@ pub async fn reconcile(objects: &Objects, obj: &Value, deleted: bool) {
             }
         }
     }
-    if obj.get("status") == Some(&status) {
-        return;
-    }
-    let ctx = WriteOptions::system("resource-handler-controller");
-    let info = handler_info(objects);
-    let result = objects
-        .guaranteed_update(&info, None, &name, Some("status"), &ctx, |cur| {
-            let mut new = cur.clone();
-            new["status"] = status.clone();
-            Ok(new)
-        })
+    objects
+        .record_status(
+            &handler_info(objects),
+            obj,
+            status,
+            "resource-handler-controller",
+        )
         .await;
-    if let Err(e) = result {
-        tracing::debug!(handler = %name, error = %e, "could not record resource handler status");
-    }
 }
 
 /// Loads every stored handler (at start, before serving, so that no custom
