@@ -55,28 +55,78 @@ kubectl_versions! {
     v1_33 => Some("1.33"),
 }
 
-/// Every kubectl from 1.29 on applies a Deployment with no flags (1.27 and
-/// 1.28 validate against the protobuf OpenAPI v2 document, not served yet).
+/// Every kubectl from 1.27 on applies a Deployment with no flags (1.27 and
+/// 1.28 read the protobuf OpenAPI v2 document), and applies it again with a
+/// changed container list as a strategic merge by container name, from the
+/// served schemas' merge keys: a field set on the server outside the
+/// manifest (an env var added by `kubectl set env`) survives the re-apply,
+/// which a list replacement would drop.
 #[test]
 fn every_kubectl_applies_a_deployment() {
     let server = Server::start();
-    for version in ["1.29", "1.30", "1.31", "1.32", "1.33"] {
+    for version in ["1.27", "1.28", "1.29", "1.30", "1.31", "1.32", "1.33"] {
         let name = format!("web-{}", version.replace('.', "-"));
-        let manifest = format!(
-            r#"{{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {{"name": "{name}"}},
+        let manifest = |second: &str| {
+            format!(
+                r#"{{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {{"name": "{name}"}},
                 "spec": {{"selector": {{"matchLabels": {{"app": "{name}"}}}},
                          "template": {{"metadata": {{"labels": {{"app": "{name}"}}}},
-                                      "spec": {{"containers": [{{"name": "c", "image": "nginx"}}]}}}}}}}}"#
-        );
-        let out = kubectl_stdin(&server, Some(version), &["apply", "-f", "-"], &manifest);
-        assert!(
-            out.status.success(),
-            "kubectl {version}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+                                      "spec": {{"containers": [{{"name": "c", "image": "nginx"}}, {second}]}}}}}}}}"#
+            )
+        };
+        let apply = |body: &str| {
+            let out = kubectl_stdin(&server, Some(version), &["apply", "-f", "-"], body);
+            assert!(out.status.success(), "kubectl {version}: {}", stderr(&out));
+        };
+        apply(&manifest(r#"{"name": "b", "image": "busybox"}"#));
         let got = kubectl_json(&server, Some(version), &["get", "deployment", &name]);
         assert_eq!(got["spec"]["replicas"], 1, "kubectl {version}");
+        kubectl_ok(
+            &server,
+            Some(version),
+            &[
+                "set",
+                "env",
+                &format!("deployment/{name}"),
+                "-c",
+                "c",
+                "MODE=live",
+            ],
+        );
+        apply(&manifest(r#"{"name": "r", "image": "redis"}"#));
+        let got = kubectl_json(&server, Some(version), &["get", "deployment", &name]);
+        let containers = &got["spec"]["template"]["spec"]["containers"];
+        let names: Vec<&str> = containers
+            .as_array()
+            .expect("containers")
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        assert_eq!(names, ["c", "r"], "kubectl {version}: {containers}");
+        assert_eq!(
+            containers[0]["env"],
+            json!([{"name": "MODE", "value": "live"}]),
+            "kubectl {version}: the live env var is kept by a merge on name"
+        );
     }
+}
+
+/// `kubectl explain` reads the built-in kinds' full schemas.
+#[test]
+fn explain_reads_built_in_schemas() {
+    let server = Server::start();
+    let out = kubectl_ok(
+        &server,
+        None,
+        &["explain", "deployment.spec.template.spec.containers"],
+    );
+    assert!(out.contains("KIND:       Deployment"), "{out}");
+    assert!(out.contains("FIELD: containers <[]Container>"), "{out}");
+    assert!(out.contains("imagePullPolicy\t<string>"), "{out}");
+    let out = kubectl_ok(&server, None, &["explain", "pods.spec.volumes.configMap"]);
+    assert!(out.contains("defaultMode\t<integer>"), "{out}");
+    let out = kubectl_ok(&server, None, &["explain", "services", "--recursive"]);
+    assert!(out.contains("clusterIP\t<string>"), "{out}");
 }
 
 fn stderr(output: &std::process::Output) -> String {

@@ -23,9 +23,45 @@ fn review(group: &str, plural: &str, kind: &str, namespaced: bool) -> ResourceIn
     ResourceInfo::new(group, "v1", plural, kind, namespaced).verbs(&["create"])
 }
 
+/// The k8s-openapi type of each classic resource below (its OpenAPI
+/// definition); `kinds` marks its own.
+fn typed(info: ResourceInfo) -> ResourceInfo {
+    use k8s_openapi::api::{
+        admissionregistration::v1 as adm, authentication::v1 as authn, authorization::v1 as authz,
+        coordination::v1 as coordination, core::v1 as core, rbac::v1 as rbac,
+    };
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as reg;
+    match (info.group.as_str(), info.kind.as_str()) {
+        ("", "Namespace") => info.typed::<core::Namespace>(),
+        ("", "ConfigMap") => info.typed::<core::ConfigMap>(),
+        ("", "Secret") => info.typed::<core::Secret>(),
+        ("", "ServiceAccount") => info.typed::<core::ServiceAccount>(),
+        ("", "Event") => info.typed::<core::Event>(),
+        (_, "Lease") => info.typed::<coordination::Lease>(),
+        (_, "Role") => info.typed::<rbac::Role>(),
+        (_, "ClusterRole") => info.typed::<rbac::ClusterRole>(),
+        (_, "RoleBinding") => info.typed::<rbac::RoleBinding>(),
+        (_, "ClusterRoleBinding") => info.typed::<rbac::ClusterRoleBinding>(),
+        (_, "SelfSubjectAccessReview") => info.typed::<authz::SelfSubjectAccessReview>(),
+        (_, "SubjectAccessReview") => info.typed::<authz::SubjectAccessReview>(),
+        (_, "LocalSubjectAccessReview") => info.typed::<authz::LocalSubjectAccessReview>(),
+        (_, "SelfSubjectRulesReview") => info.typed::<authz::SelfSubjectRulesReview>(),
+        (_, "SelfSubjectReview") => info.typed::<authn::SelfSubjectReview>(),
+        (_, "TokenReview") => info.typed::<authn::TokenReview>(),
+        (_, "CustomResourceDefinition") => info.typed::<ext::CustomResourceDefinition>(),
+        (_, "APIService") => info.typed::<reg::APIService>(),
+        (_, "ValidatingWebhookConfiguration") => {
+            info.typed::<adm::ValidatingWebhookConfiguration>()
+        }
+        (_, "MutatingWebhookConfiguration") => info.typed::<adm::MutatingWebhookConfiguration>(),
+        _ => info,
+    }
+}
+
 /// Every built-in resource.
 pub fn resources() -> Vec<ResourceInfo> {
-    let mut all = vec![
+    let all = vec![
         ResourceInfo::new("", "v1", "namespaces", "Namespace", false)
             .short_names(&["ns"])
             .subresources(&["status", "finalize"])
@@ -238,6 +274,7 @@ pub fn resources() -> Vec<ResourceInfo> {
             Column::age(),
         ]),
     ];
+    let mut all: Vec<ResourceInfo> = all.into_iter().map(typed).collect();
     all.extend(crate::kinds::resources());
     all
 }

@@ -16,7 +16,7 @@ use serde_json::json;
 use std::any::TypeId;
 
 /// The description of `T` as k8s-openapi knows it.
-fn info<T: Resource>() -> ResourceInfo
+fn info<T: Resource + k8s_openapi::schemars::JsonSchema>() -> ResourceInfo
 where
     T::Scope: 'static,
 {
@@ -28,6 +28,7 @@ where
         T::KIND,
         namespaced,
     )
+    .typed::<T>()
 }
 
 /// The `scale` subresource (`autoscaling/v1` `Scale`).

@@ -216,6 +216,19 @@ pub struct ResourceInfo {
     /// The `Warning` every request to this version gets (a CRD version
     /// marked `deprecated`).
     pub deprecation_warning: Option<String>,
+    /// The kind's type in k8s-openapi, for a built-in kind: its OpenAPI
+    /// definition comes from there (see `openapi::definitions`).
+    pub type_schema: Option<TypeSchema>,
+}
+
+/// How to write a built-in kind's OpenAPI definition: k8s-openapi's
+/// `JsonSchema` implementation of its type.
+#[derive(Debug, Clone, Copy)]
+pub struct TypeSchema {
+    /// The definition's name, e.g. `io.k8s.api.apps.v1.Deployment`.
+    pub name: fn() -> std::borrow::Cow<'static, str>,
+    /// Adds the definition (and those it refers to) to a generator.
+    pub write: fn(&mut k8s_openapi::schemars::SchemaGenerator) -> k8s_openapi::schemars::Schema,
 }
 
 /// The RBAC API group.
@@ -285,7 +298,17 @@ impl ResourceInfo {
             columns: vec![Column::name(), Column::age()],
             schema: None,
             deprecation_warning: None,
+            type_schema: None,
         }
+    }
+
+    /// Marks the kind as k8s-openapi's type `T` (its OpenAPI definition).
+    pub fn typed<T: k8s_openapi::schemars::JsonSchema>(mut self) -> Self {
+        self.type_schema = Some(TypeSchema {
+            name: T::schema_name,
+            write: |g| g.subschema_for::<T>(),
+        });
+        self
     }
 
     pub fn short_names(mut self, names: &[&str]) -> Self {

@@ -7,8 +7,9 @@
 
 use crate::strategy::{Creater, DefaultStrategy, Strategy};
 use arc_swap::ArcSwap;
+use bytes::Bytes;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Deref;
 use std::sync::{Arc, Mutex, OnceLock};
 use wasm_apiserver_api::{Registry, ResourceInfo};
@@ -70,8 +71,12 @@ fn key(group: &str, version: &str, plural: &str) -> Key {
 pub struct Snapshot {
     entries: BTreeMap<Key, Arc<Resource>>,
     infos: Registry,
-    /// The OpenAPI v2 document and its hash, built on first use.
-    openapi: OnceLock<(Value, String)>,
+    /// The OpenAPI v2 document (JSON) and its hash, built on first use.
+    openapi: OnceLock<(Bytes, String)>,
+    /// Its protobuf form, built when a client first asks for it.
+    openapi_protobuf: OnceLock<Bytes>,
+    /// `/openapi/v3` documents by path (`apis/apps/v1`), built on first use.
+    openapi_v3: Mutex<HashMap<String, Bytes>>,
 }
 
 impl Snapshot {
@@ -88,9 +93,19 @@ impl Snapshot {
         self.entries.values()
     }
 
-    /// The OpenAPI v2 document of this snapshot, built once.
-    pub fn openapi_v2(&self) -> &Value {
-        &self.openapi().0
+    /// The OpenAPI v2 document of this snapshot as JSON, built once.
+    pub fn openapi_v2(&self) -> Bytes {
+        self.openapi().0.clone()
+    }
+
+    /// The same document as gnostic protobuf (kubectl 1.27 and 1.28).
+    pub fn openapi_v2_protobuf(&self) -> Bytes {
+        self.openapi_protobuf
+            .get_or_init(|| {
+                let doc: Value = serde_json::from_slice(&self.openapi().0).expect("own JSON");
+                wasm_apiserver_api::openapi::proto::encode_v2(&doc).into()
+            })
+            .clone()
     }
 
     /// Changes whenever the set of resources does (part of `/openapi/v3` URLs).
@@ -98,16 +113,41 @@ impl Snapshot {
         &self.openapi().1
     }
 
-    fn openapi(&self) -> &(Value, String) {
+    /// The `/openapi/v3/<path>` document (`path` as `api/v1` or
+    /// `apis/<group>/<version>`), built once per snapshot; `None` for a
+    /// group version that is not served.
+    pub fn openapi_v3(&self, path: &str) -> Option<Bytes> {
+        if let Some(doc) = self.openapi_v3.lock().expect("lock").get(path) {
+            return Some(doc.clone());
+        }
+        let (_, group, version) = wasm_apiserver_api::openapi::v3_group_versions(&self.infos)
+            .into_iter()
+            .find(|(p, _, _)| p == path)?;
+        let doc = wasm_apiserver_api::openapi::openapi_v3(
+            &self.infos,
+            &group,
+            &version,
+            wasm_apiserver_api::KUBERNETES_VERSION,
+        );
+        let bytes = Bytes::from(serde_json::to_vec(&doc).expect("JSON"));
+        self.openapi_v3
+            .lock()
+            .expect("lock")
+            .insert(path.to_string(), bytes.clone());
+        Some(bytes)
+    }
+
+    fn openapi(&self) -> &(Bytes, String) {
         self.openapi.get_or_init(|| {
             use std::hash::{Hash, Hasher};
             let doc = wasm_apiserver_api::openapi::openapi_v2(
                 &self.infos,
                 wasm_apiserver_api::KUBERNETES_VERSION,
             );
+            let json = serde_json::to_vec(&doc).expect("JSON");
             let mut h = std::collections::hash_map::DefaultHasher::new();
-            doc.to_string().hash(&mut h);
-            (doc, format!("{:016X}", h.finish()))
+            json.hash(&mut h);
+            (json.into(), format!("{:016X}", h.finish()))
         })
     }
 }
@@ -195,6 +235,8 @@ impl Resources {
             entries,
             infos,
             openapi: OnceLock::new(),
+            openapi_protobuf: OnceLock::new(),
+            openapi_v3: Mutex::new(HashMap::new()),
         }));
     }
 }

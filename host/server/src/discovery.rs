@@ -159,18 +159,25 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-/// `GET /openapi/v2` (JSON only: a protobuf-only Accept gets 406, which
-/// makes client-go retry with JSON).
+/// `GET /openapi/v2`: JSON, or gnostic protobuf for a client that asks
+/// for it (kubectl 1.27 and 1.28 ask for nothing else).
 pub async fn openapi_v2(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if !accept.is_empty() && !accept.contains("json") && !accept.contains("*/*") {
-        // client-go retries with JSON after a 404 (not after a 406).
-        return ErrorResponse(not_found()).into_response();
-    }
-    json_response(StatusCode::OK, state.resources.snapshot().openapi_v2())
+    let snapshot = state.resources.snapshot();
+    use wasm_apiserver_api::openapi::proto;
+    let (content_type, body) =
+        if accept.contains(proto::MEDIA_TYPE) || accept.contains(proto::CONTENT_TYPE) {
+            (proto::CONTENT_TYPE, snapshot.openapi_v2_protobuf())
+        } else if accept.is_empty() || accept.contains("json") || accept.contains("*/*") {
+            ("application/json", snapshot.openapi_v2())
+        } else {
+            // client-go retries with JSON after a 404 (not after a 406).
+            return ErrorResponse(not_found()).into_response();
+        };
+    (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
 /// `GET /openapi/v3`: the index of group-version documents.
@@ -189,15 +196,13 @@ pub async fn openapi_v3_doc(
     State(state): State<Arc<AppState>>,
     axum::extract::Path(rest): axum::extract::Path<String>,
 ) -> Response {
-    let snapshot = state.resources.snapshot();
-    let found = wasm_apiserver_api::openapi::v3_group_versions(snapshot.infos())
-        .into_iter()
-        .find(|(path, _, _)| *path == rest);
-    match found {
-        Some((_, g, v)) => json_response(
+    match state.resources.snapshot().openapi_v3(&rest) {
+        Some(doc) => (
             StatusCode::OK,
-            &wasm_apiserver_api::openapi::openapi_v3(snapshot.infos(), &g, &v, KUBERNETES_VERSION),
-        ),
+            [(header::CONTENT_TYPE, "application/json")],
+            doc,
+        )
+            .into_response(),
         None => ErrorResponse(not_found()).into_response(),
     }
 }

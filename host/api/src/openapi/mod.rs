@@ -1,10 +1,17 @@
-//! The OpenAPI v2 document at `/openapi/v2`, derived from the registry.
+//! The OpenAPI documents (`/openapi/v2`, `/openapi/v3/<group-version>`),
+//! derived from the registry.
 //!
-//! kubectl reads it for two things: whether a resource's PATCH accepts the
-//! `fieldValidation` query parameter (then it validates on the server instead
-//! of the client), and the `x-kubernetes-group-version-kind` of each
-//! definition. Schemas are open (`type: object`) so client-side validation
-//! never rejects a field the server accepts.
+//! kubectl reads them for whether a resource's PATCH accepts the
+//! `fieldValidation` query parameter (then it validates on the server),
+//! for `kubectl explain`, and for the patch strategies and merge keys of
+//! client-side apply, found through each definition's
+//! `x-kubernetes-group-version-kind`. Built-in kinds publish their full
+//! schemas ([`definitions`]); a custom resource publishes its CRD's schema;
+//! the server's own kinds publish an open object (in v2 only, so kubectl
+//! falls back to JSON merge patches for them).
+
+pub mod definitions;
+pub mod proto;
 
 use crate::resource::{Registry, ResourceInfo};
 use serde_json::{Map, Value, json};
@@ -13,6 +20,9 @@ use serde_json::{Map, Value, json};
 /// (a custom resource's is its group reversed, `com.example.v1.Widget`, as
 /// upstream names them).
 pub fn definition_name(info: &ResourceInfo) -> String {
+    if let Some(name) = definitions::builtin_name(info) {
+        return name;
+    }
     if info.schema.is_some() {
         let reversed: Vec<&str> = info.group.split('.').rev().collect();
         return format!("{}.{}.{}", reversed.join("."), info.version, info.kind);
@@ -101,7 +111,7 @@ fn base_path(info: &ResourceInfo, namespaced_path: bool) -> String {
 /// Builds the swagger 2.0 document for every resource in the registry.
 pub fn openapi_v2(registry: &Registry, version: &str) -> Value {
     let mut paths = Map::new();
-    let mut definitions = Map::new();
+    let mut definitions = definitions::builtin().clone();
     for info in registry.all() {
         let collection = base_path(info, info.namespaced);
         paths.insert(
@@ -121,7 +131,9 @@ pub fn openapi_v2(registry: &Registry, version: &str) -> Value {
                 "delete": operation(info, "delete", &[]),
             }),
         );
-        definitions.insert(definition_name(info), kind_schema(info, true));
+        if info.type_schema.is_none() {
+            definitions.insert(definition_name(info), kind_schema(info, true));
+        }
     }
     json!({
         "swagger": "2.0",
@@ -165,13 +177,21 @@ fn v3_operation(info: &ResourceInfo, action: &str, extra: &[&str]) -> Value {
     })
 }
 
-/// The OpenAPI v3 document of one group version. Operations declare the
-/// parameters kubectl probes for (`fieldValidation`); schemas stay open and
-/// carry no GVK extension, so kubectl computes strategic merge patches from
-/// its own compiled-in types, as it does for any server without schemas.
+/// The OpenAPI v3 document of one group version: its kinds' definitions
+/// and every definition they refer to. Operations declare the parameters
+/// kubectl probes for (`fieldValidation`).
 pub fn openapi_v3(registry: &Registry, group: &str, version: &str, server_version: &str) -> Value {
     let mut paths = Map::new();
     let mut schemas = Map::new();
+    let typed: Vec<String> = registry
+        .in_group_version(group, version)
+        .filter_map(definitions::builtin_name)
+        .collect();
+    for name in definitions::closure(typed.iter().map(String::as_str)) {
+        if let Some(def) = definitions::builtin().get(&name) {
+            schemas.insert(name, definitions::v3_schema(def));
+        }
+    }
     for info in registry.in_group_version(group, version) {
         let collection = base_path(info, info.namespaced);
         paths.insert(
@@ -191,7 +211,9 @@ pub fn openapi_v3(registry: &Registry, group: &str, version: &str, server_versio
                 "delete": v3_operation(info, "delete", &[]),
             }),
         );
-        schemas.insert(definition_name(info), kind_schema(info, false));
+        if info.type_schema.is_none() {
+            schemas.insert(definition_name(info), kind_schema(info, false));
+        }
     }
     json!({
         "openapi": "3.0.0",
