@@ -1129,3 +1129,22 @@ fn impersonation_is_checked() {
         "{group}"
     );
 }
+
+/// Even the answers the HTTP layer writes itself are `Status` objects: a
+/// request line over 64 KiB gets 414 with a JSON `Status` body.
+#[test]
+fn a_too_long_request_line_gets_a_status() {
+    let server = Server::start();
+    let path = format!(
+        "/api/v1/namespaces/default/configmaps?labelSelector={}",
+        "a".repeat(70_000)
+    );
+    let (code, body) = server.get(&path).expect("GET with a long URI");
+    assert_eq!(code, 414, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).expect("a JSON body");
+    assert_eq!(status["kind"], "Status");
+    assert_eq!(status["code"], 414);
+    // The server goes on serving.
+    let (code, _) = server.get("/api/v1/namespaces/default/configmaps").unwrap();
+    assert_eq!(code, 200);
+}

@@ -29,6 +29,7 @@ pub mod discovery;
 pub mod error;
 pub mod filters;
 pub mod handlers;
+mod parse_errors;
 pub mod satoken;
 pub mod server;
 pub mod state;

@@ -193,7 +193,10 @@ async fn serve_tls(
             );
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             if let Err(e) = builder
-                .serve_connection_with_upgrades(TokioIo::new(tls), svc)
+                .serve_connection_with_upgrades(
+                    TokioIo::new(crate::parse_errors::StatusOnParseError::new(tls)),
+                    svc,
+                )
                 .await
             {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
