@@ -20,6 +20,7 @@ pub mod discovery;
 pub mod error;
 pub mod handler;
 pub mod kinds;
+pub mod managed;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
