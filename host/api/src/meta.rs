@@ -101,7 +101,8 @@ pub fn generate_name(base: &str) -> String {
     format!("{base}{suffix}")
 }
 
-/// Fields a client may not set on create: the server owns them.
+/// Fields a client may not set on create: the server owns them
+/// (`managedFields` are the field manager's business, `managed`).
 pub fn prepare_for_create(obj: &mut Value, now: chrono::DateTime<chrono::Utc>) {
     let meta = metadata_mut(obj);
     for f in [
@@ -109,7 +110,6 @@ pub fn prepare_for_create(obj: &mut Value, now: chrono::DateTime<chrono::Utc>) {
         "deletionTimestamp",
         "deletionGracePeriodSeconds",
         "selfLink",
-        "managedFields",
     ] {
         meta.remove(f);
     }
@@ -145,7 +145,6 @@ pub fn prepare_for_update(new: &mut Value, old: &Value) {
         .cloned()
         .unwrap_or_default();
     let meta = metadata_mut(new);
-    meta.remove("managedFields");
     meta.remove("selfLink");
     for f in [
         "uid",

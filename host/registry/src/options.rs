@@ -33,6 +33,11 @@ pub struct WriteOptions {
     audit_annotations: Mutex<BTreeMap<String, String>>,
     /// The request's audit annotations, when the audit log records it.
     pub audit: Option<Annotations>,
+    /// Whose write this is in `metadata.managedFields` (`fieldManager`, or
+    /// the client's User-Agent product as upstream); empty records nothing.
+    pub field_manager: String,
+    /// A server-side apply, which records its own managed fields.
+    pub applying: bool,
 }
 
 /// The `fieldValidation` query parameter. Unknown fields of built-in kinds
@@ -57,7 +62,9 @@ impl WriteOptions {
 
     /// A write by one of the server's own controllers.
     pub fn system(component: &str) -> Self {
-        Self::new(false, system_user(component))
+        let mut opts = Self::new(false, system_user(component));
+        opts.field_manager = format!("wasm-apiserver-{component}");
+        opts
     }
 
     /// Adds warnings, each once (a write retried after a conflict repeats

@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio::sync::Notify;
 use wasm_apiserver_api::error::Target;
+use wasm_apiserver_api::managed::{self, typed::Schema};
 use wasm_apiserver_api::{ApiError, ResourceInfo, meta};
 use wasm_apiserver_plugins::Operation;
 use wasm_apiserver_storage::{EventKind, ListOptions, Storage, StorageError, WatchItem};
@@ -507,6 +508,7 @@ impl Objects {
             .await?;
         self.admit_validating(&attrs, Some(&obj), None, opts)
             .await?;
+        track_managed_fields(info, None, None, &mut obj, opts);
         if opts.dry_run {
             return Ok(obj);
         }
@@ -593,6 +595,7 @@ impl Objects {
                 .await?;
             self.admit_validating(&attrs, Some(&new), Some(&cur), opts)
                 .await?;
+            track_managed_fields(info, subresource, Some(&cur), &mut new, opts);
             if ready_to_delete(info, &new) {
                 if opts.dry_run {
                     return Ok(new);
@@ -700,7 +703,19 @@ impl Objects {
                     }
                     scope_to_subresource(info, name, Some(sub), cur, &changed)?
                 }
-                None => scope_to_subresource(info, name, subresource, cur, &apply(cur)?)?,
+                None => {
+                    let changed = apply(cur)?;
+                    let mut scoped = scope_to_subresource(info, name, subresource, cur, &changed)?;
+                    // An apply to `status` records its managed fields in
+                    // metadata, which the status scope otherwise keeps.
+                    if opts.applying
+                        && let Some(fields) = changed["metadata"].get("managedFields")
+                    {
+                        meta::metadata_mut(&mut scoped)
+                            .insert("managedFields".into(), fields.clone());
+                    }
+                    scoped
+                }
             };
             // A resourceVersion in the patch is a precondition.
             let want = meta::str_field(&patched, "resourceVersion");
@@ -897,6 +912,68 @@ fn check_preconditions(
         return Err(ApiError::stale(target(info, name)));
     }
     Ok(())
+}
+
+/// The schema server-side apply and managed fields merge by: a built-in
+/// kind's OpenAPI definition, a custom resource's CRD schema, or none
+/// (types deduced from the values).
+pub fn merge_schema(info: &ResourceInfo) -> Schema<'_> {
+    if let Some(name) = wasm_apiserver_api::openapi::definitions::builtin_name(info)
+        && let Some(def) = wasm_apiserver_api::openapi::definitions::builtin().get(&name)
+    {
+        return Schema::new(def);
+    }
+    match &info.schema {
+        Some(s) => Schema::new(s),
+        None => Schema(None),
+    }
+}
+
+/// The field manager of a write, as `managed::Manager`.
+pub fn manager<'a>(
+    info: &'a ResourceInfo,
+    subresource: Option<&'a str>,
+    opts: &'a WriteOptions,
+    api_version: &'a str,
+    now: &'a str,
+) -> managed::Manager<'a> {
+    managed::Manager {
+        name: &opts.field_manager,
+        subresource,
+        api_version,
+        has_status: info.find_subresource("status").is_some(),
+        now,
+    }
+}
+
+/// Records a create (`old` = `None`) or update in `new`'s managed fields
+/// (an apply has recorded its own).
+fn track_managed_fields(
+    info: &ResourceInfo,
+    subresource: Option<&str>,
+    old: Option<&Value>,
+    new: &mut Value,
+    opts: &WriteOptions,
+) {
+    if opts.applying {
+        return;
+    }
+    if opts.field_manager.is_empty() {
+        // Nobody to record: the stored entries stay as they were.
+        let kept = old
+            .and_then(|o| o["metadata"].get("managedFields"))
+            .cloned();
+        let meta = meta::metadata_mut(new);
+        match kept {
+            Some(k) => meta.insert("managedFields".into(), k),
+            None => meta.remove("managedFields"),
+        };
+        return;
+    }
+    let api_version = info.api_version();
+    let now = now();
+    let m = manager(info, subresource, opts, &api_version, &now);
+    managed::record_update(old, new, merge_schema(info), &m);
 }
 
 #[cfg(test)]

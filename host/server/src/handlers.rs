@@ -69,7 +69,12 @@ impl Query {
     }
 }
 
-fn write_options(q: &Query, user: &UserInfo, audit: &Option<Annotations>) -> Result<WriteOptions> {
+fn write_options(
+    q: &Query,
+    user: &UserInfo,
+    audit: &Option<Annotations>,
+    headers: &HeaderMap,
+) -> Result<WriteOptions> {
     let dry_run = match q.get("dryRun") {
         None => false,
         Some("All") => true,
@@ -92,7 +97,39 @@ fn write_options(q: &Query, user: &UserInfo, audit: &Option<Annotations>) -> Res
     let mut opts = WriteOptions::new(dry_run, user.clone());
     opts.audit = audit.clone();
     opts.field_validation = field_validation;
+    opts.field_manager = field_manager(q, headers)?;
     Ok(opts)
+}
+
+/// `fieldManager`, or upstream's default: the User-Agent up to its first
+/// `/` (`kubectl`), at most 128 characters.
+fn field_manager(q: &Query, headers: &HeaderMap) -> Result<String> {
+    if let Some(m) = q.get("fieldManager") {
+        if m.chars().count() > 128 || m.chars().any(|c| c.is_control()) {
+            return Err(ApiError::Invalid(
+                Target::default(),
+                vec![wasm_apiserver_api::Cause {
+                    reason: "FieldValueInvalid".into(),
+                    field: "fieldManager".into(),
+                    message: format!(
+                        "Invalid value: {m:?}: must be at most 128 printable characters"
+                    ),
+                }],
+            ));
+        }
+        return Ok(m.to_string());
+    }
+    let agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    Ok(agent
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(128)
+        .collect())
 }
 
 /// Adds admission warnings as `Warning: 299 - "..."` headers, as upstream.
@@ -269,7 +306,7 @@ impl Call<'_> {
     }
 
     fn write_options(&self) -> Result<WriteOptions> {
-        write_options(self.q, self.user, self.audit)
+        write_options(self.q, self.user, self.audit, self.headers)
     }
 
     fn name(&self) -> &str {
@@ -510,8 +547,11 @@ async fn patch(call: &Call<'_>, body: Body) -> Result<Response> {
         ))
     })?;
     if ptype == PatchType::Apply {
-        return Err(ApiError::UnsupportedMediaType(
-            "server-side apply (application/apply-patch+yaml) is not supported yet; use client-side kubectl apply".into(),
+        return server_side_apply(call, body, opts).await;
+    }
+    if call.q.get("force").is_some() {
+        return Err(ApiError::BadRequest(
+            "force: Forbidden: may not be specified for non-apply patch".into(),
         ));
     }
     let bytes = call.body(body).await?;
@@ -554,6 +594,131 @@ async fn patch(call: &Call<'_>, body: Body) -> Result<Response> {
     ))
 }
 
+/// `PATCH` with `application/apply-patch+yaml`: server-side apply of the
+/// body (YAML or JSON) by `fieldManager`, creating the object if it does
+/// not exist.
+async fn server_side_apply(
+    call: &Call<'_>,
+    body: Body,
+    mut opts: WriteOptions,
+) -> Result<Response> {
+    let required = |field: &str, message: &str| {
+        ApiError::Invalid(
+            Target::new("meta.k8s.io", "PatchOptions", ""),
+            vec![wasm_apiserver_api::Cause {
+                reason: "FieldValueRequired".into(),
+                field: field.into(),
+                message: message.into(),
+            }],
+        )
+    };
+    if call.q.get("fieldManager").is_none() {
+        return Err(required(
+            "fieldManager",
+            "Required value: is required for apply patch",
+        ));
+    }
+    let force = match call.q.get("force") {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!("invalid force {other:?}")));
+        }
+    };
+    let bytes = call.body(body).await?;
+    let config: Value = serde_yaml::from_slice(&bytes)
+        .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")))?;
+    if !config.is_object() {
+        return Err(ApiError::BadRequest(
+            "the applied configuration must be an object".into(),
+        ));
+    }
+    let (api_version, kind) = (call.res.api_version(), call.res.kind.clone());
+    let sub_kind = call
+        .subresource
+        .and_then(|s| call.res.find_subresource(s))
+        .map(|s| s.kind.clone());
+    for (field, want) in [
+        ("apiVersion", api_version.as_str()),
+        ("kind", sub_kind.as_deref().unwrap_or(&kind)),
+    ] {
+        match config.get(field).and_then(Value::as_str) {
+            None => {
+                return Err(required(
+                    field,
+                    "Required value: must be set in an applied configuration",
+                ));
+            }
+            Some(got) if got != want => {
+                return Err(ApiError::BadRequest(format!(
+                    "{field} {got:?} does not match the resource's {want:?}"
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(n) = meta::name(&config).filter(|n| Some(*n) != call.name) {
+        return Err(ApiError::BadRequest(format!(
+            "the name of the object ({n}) does not match the name on the URL ({})",
+            call.name()
+        )));
+    }
+    opts.applying = true;
+    let info: &wasm_apiserver_api::ResourceInfo = call.res;
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let schema = wasm_apiserver_registry::store::merge_schema(info);
+    let conflict = |c: wasm_apiserver_api::managed::Conflicts| ApiError::Custom {
+        code: 409,
+        reason: "Conflict".into(),
+        message: c.message(),
+        causes: c.0,
+    };
+    let apply = |cur: &Value| -> Result<Value> {
+        let m = wasm_apiserver_registry::store::manager(
+            info,
+            call.subresource,
+            &opts,
+            &api_version,
+            &now,
+        );
+        wasm_apiserver_api::managed::apply(Some(cur), &config, schema, &m, force).map_err(conflict)
+    };
+    let patched = call
+        .state
+        .objects
+        .patch(
+            call.res,
+            call.ns,
+            call.name(),
+            call.subresource,
+            &apply,
+            &opts,
+        )
+        .await;
+    match patched {
+        Ok(obj) => Ok(with_warnings(
+            json_response(StatusCode::OK, &call.view(obj)),
+            &opts,
+        )),
+        Err(ApiError::NotFound(_)) if call.subresource.is_none() => {
+            let m = wasm_apiserver_registry::store::manager(info, None, &opts, &api_version, &now);
+            let mut obj = wasm_apiserver_api::managed::apply(None, &config, schema, &m, force)
+                .map_err(conflict)?;
+            meta::metadata_mut(&mut obj).insert("name".into(), json!(call.name()));
+            let created = call
+                .state
+                .objects
+                .create(call.res, call.ns, obj, &opts)
+                .await?;
+            Ok(with_warnings(
+                json_response(StatusCode::CREATED, &created),
+                &opts,
+            ))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 async fn delete(call: &Call<'_>, body: Body) -> Result<Response> {
     let bytes = call.body(body).await?;
     let (opts, pre) = delete_options(call.q, call.user, call.audit, call.headers, &bytes)?;
@@ -593,7 +758,7 @@ fn delete_options(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<(WriteOptions, Preconditions)> {
-    let mut opts = write_options(q, user, audit)?;
+    let mut opts = write_options(q, user, audit, headers)?;
     let mut pre = Preconditions::default();
     if !body.iter().all(u8::is_ascii_whitespace) {
         let doc = decode_body(headers, body)?;

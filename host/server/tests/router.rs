@@ -176,8 +176,19 @@ async fn errors_are_upstream_status_objects() {
             Some(json!({})),
         )
         .await,
-        415,
-        "UnsupportedMediaType",
+        422,
+        "Invalid",
+    );
+    assert_status(
+        &a.call(
+            "PATCH",
+            &format!("{CMS}/a?force=true"),
+            "application/merge-patch+json",
+            Some(json!({})),
+        )
+        .await,
+        400,
+        "BadRequest",
     );
     assert_status(
         &a.get(&format!("{CMS}?labelSelector=a%20b")).await,

@@ -64,7 +64,12 @@ impl Entry {
     }
 
     fn from_json(v: &Value) -> Result<Entry, String> {
-        let text = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        let text = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
         if v.get("fieldsType").is_some_and(|t| t != "FieldsV1") {
             return Err("fieldsType must be FieldsV1".into());
         }
@@ -236,7 +241,10 @@ impl Conflicts {
             .map(|c| format!("{}: {}", c.message, c.field))
             .collect();
         let plural = if n == 1 { "" } else { "s" };
-        format!("Apply failed with {n} conflict{plural}: {}", list.join("\n"))
+        format!(
+            "Apply failed with {n} conflict{plural}: {}",
+            list.join("\n")
+        )
     }
 }
 
@@ -251,10 +259,7 @@ pub fn apply(
 ) -> Result<Value, Conflicts> {
     let empty = json!({});
     let live_obj = live.unwrap_or(&empty);
-    let mut entries = live
-        .and_then(read)
-        .and_then(Result::ok)
-        .unwrap_or_default();
+    let mut entries = live.and_then(read).and_then(Result::ok).unwrap_or_default();
     let bare_live = without_managed_fields(live_obj);
     let config = without_managed_fields(config);
     let applied = owned_part(typed::to_fieldset(&config, schema), m);
@@ -351,17 +356,31 @@ mod tests {
 
     #[test]
     fn a_second_manager_conflicts_unless_forced() {
-        let a = apply(None, &deployment(1, "nginx"), schema(), &mgr("a"), false).ok().unwrap();
-        assert_eq!(owners(&a), [("a".to_string(), "Apply".to_string())]);
-        // Same values: shared ownership, no conflict.
-        let shared = apply(Some(&a), &deployment(1, "nginx"), schema(), &mgr("b"), false)
+        let a = apply(None, &deployment(1, "nginx"), schema(), &mgr("a"), false)
             .ok()
             .unwrap();
+        assert_eq!(owners(&a), [("a".to_string(), "Apply".to_string())]);
+        // Same values: shared ownership, no conflict.
+        let shared = apply(
+            Some(&a),
+            &deployment(1, "nginx"),
+            schema(),
+            &mgr("b"),
+            false,
+        )
+        .ok()
+        .unwrap();
         assert_eq!(owners(&shared).len(), 2);
         // A different replicas value conflicts with a.
-        let err = apply(Some(&a), &deployment(2, "nginx"), schema(), &mgr("b"), false)
-            .err()
-            .unwrap();
+        let err = apply(
+            Some(&a),
+            &deployment(2, "nginx"),
+            schema(),
+            &mgr("b"),
+            false,
+        )
+        .err()
+        .unwrap();
         assert_eq!(err.0.len(), 1);
         assert_eq!(err.0[0].field, ".spec.replicas");
         assert!(err.message().contains("conflict with \"a\" using apps/v1"));
@@ -379,34 +398,55 @@ mod tests {
         let mut with_paused = deployment(1, "nginx");
         with_paused["spec"]["paused"] = json!(true);
         with_paused["spec"]["minReadySeconds"] = json!(5);
-        let a = apply(None, &with_paused, schema(), &mgr("a"), false).ok().unwrap();
+        let a = apply(None, &with_paused, schema(), &mgr("a"), false)
+            .ok()
+            .unwrap();
         // b shares minReadySeconds.
         let b_config = json!({"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "web"}, "spec": {"minReadySeconds": 5}});
-        let both = apply(Some(&a), &b_config, schema(), &mgr("b"), false).ok().unwrap();
-        let again = apply(Some(&both), &deployment(1, "nginx"), schema(), &mgr("a"), false)
+        let both = apply(Some(&a), &b_config, schema(), &mgr("b"), false)
             .ok()
             .unwrap();
+        let again = apply(
+            Some(&both),
+            &deployment(1, "nginx"),
+            schema(),
+            &mgr("a"),
+            false,
+        )
+        .ok()
+        .unwrap();
         assert!(again["spec"].get("paused").is_none(), "{again}");
         assert_eq!(again["spec"]["minReadySeconds"], 5);
     }
 
     #[test]
     fn updates_take_the_fields_they_change() {
-        let a = apply(None, &deployment(1, "nginx"), schema(), &mgr("a"), false).ok().unwrap();
+        let a = apply(None, &deployment(1, "nginx"), schema(), &mgr("a"), false)
+            .ok()
+            .unwrap();
         let mut edited = a.clone();
         edited["spec"]["replicas"] = json!(4);
         record_update(Some(&a), &mut edited, schema(), &mgr("kubectl-edit"));
         assert_eq!(
             owners(&edited),
-            [("a".into(), "Apply".into()), ("kubectl-edit".into(), "Update".into())]
+            [
+                ("a".into(), "Apply".into()),
+                ("kubectl-edit".into(), "Update".into())
+            ]
         );
         let edit = &edited["metadata"]["managedFields"][1]["fieldsV1"];
         assert_eq!(edit, &json!({"f:spec": {"f:replicas": {}}}));
         // Now a's apply of replicas 1 conflicts with kubectl-edit.
-        let err = apply(Some(&edited), &deployment(1, "nginx"), schema(), &mgr("a"), false)
-            .err()
-            .unwrap();
+        let err = apply(
+            Some(&edited),
+            &deployment(1, "nginx"),
+            schema(),
+            &mgr("a"),
+            false,
+        )
+        .err()
+        .unwrap();
         assert!(err.0[0].message.contains("kubectl-edit"));
         // A create records every field but the server's own.
         let mut created = deployment(1, "nginx");

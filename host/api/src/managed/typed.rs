@@ -25,16 +25,9 @@ use serde_json::{Map, Value};
 pub struct Schema<'a>(pub Option<&'a Value>);
 
 enum Shape<'a> {
-    Struct {
-        atomic: bool,
-    },
-    Map {
-        atomic: bool,
-    },
-    List {
-        ty: ListType,
-        elem: Schema<'a>,
-    },
+    Struct { atomic: bool },
+    Map { atomic: bool },
+    List { ty: ListType, elem: Schema<'a> },
     Scalar,
     Deduced,
 }
@@ -82,7 +75,10 @@ impl<'a> Schema<'a> {
         if v.get("x-kubernetes-int-or-string").is_some() {
             return Shape::Scalar;
         }
-        if v.get("properties").and_then(Value::as_object).is_some_and(|p| !p.is_empty()) {
+        if v.get("properties")
+            .and_then(Value::as_object)
+            .is_some_and(|p| !p.is_empty())
+        {
             return Shape::Struct { atomic };
         }
         if v.get("additionalProperties").is_some_and(Value::is_object) {
@@ -95,7 +91,9 @@ impl<'a> Schema<'a> {
                     .ext("x-kubernetes-patch-strategy")
                     .and_then(Value::as_str)
                     .unwrap_or_default();
-                let merge_key = self.ext("x-kubernetes-patch-merge-key").and_then(Value::as_str);
+                let merge_key = self
+                    .ext("x-kubernetes-patch-merge-key")
+                    .and_then(Value::as_str);
                 let ty = match self.ext("x-kubernetes-list-type").and_then(Value::as_str) {
                     Some("set") => ListType::Set,
                     Some("map") => ListType::Map(
@@ -240,10 +238,7 @@ pub fn merge(live: &Value, config: &Value, schema: Schema<'_>) -> Value {
                 let mut out = l.clone();
                 for (i, item) in c.iter().enumerate() {
                     let key = item_element(&ty, i, item);
-                    match out
-                        .iter()
-                        .position(|o| item_element(&ty, 0, o) == key)
-                    {
+                    match out.iter().position(|o| item_element(&ty, 0, o) == key) {
                         Some(at) => out[at] = merge(&out[at], item, elem),
                         None => out.push(item.clone()),
                     }
@@ -421,7 +416,10 @@ mod tests {
         );
         let mut d = a.clone();
         let mut gone = FieldSet::default();
-        gone.insert(&[Element::Field("spec".into()), Element::Field("paused".into())]);
+        gone.insert(&[
+            Element::Field("spec".into()),
+            Element::Field("paused".into()),
+        ]);
         let item = Element::Key(r#"{"name":"b"}"#.into());
         gone.insert(&[
             Element::Field("spec".into()),
@@ -432,7 +430,13 @@ mod tests {
         ]);
         remove(&mut d, &gone, deployment());
         assert!(d["spec"].get("paused").is_none());
-        assert_eq!(d["spec"]["template"]["spec"]["containers"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            d["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]

@@ -112,7 +112,11 @@ async fn openapi(api: &Api) -> Result<Row, Error> {
     let first = samples[0];
     let mut conn = api.connect().await?;
     let start = Instant::now();
-    let (_, v2) = send(&mut conn, api.request(Method::GET, "/openapi/v2".parse()?, None)).await?;
+    let (_, v2) = send(
+        &mut conn,
+        api.request(Method::GET, "/openapi/v2".parse()?, None),
+    )
+    .await?;
     let v2_took = start.elapsed();
     samples.sort();
     Ok(Row {
