@@ -15,7 +15,8 @@
 //! the storage version, in another version with `conversion: None`, and
 //! through the wasm converter), `workloads` (issue 11: Pod creates vs
 //! ConfigMaps, defaulting + validation per Pod, the OpenAPI v3 core
-//! document), `rbac` (issue 4) and `etcd` (issue 5;
+//! document), `apply` (issue 12: server-side apply vs PUT of a ConfigMap
+//! and a Deployment, managedFields bytes), `rbac` (issue 4) and `etcd` (issue 5;
 //! needs the `etcd` feature and `etcd` on PATH). Each is a function that returns one or more
 //! [`Row`]s; the table at the end is Markdown, so runs can be pasted side by
 //! side, and the targets and ratios of each issue follow it. `BENCH_SECONDS`
@@ -62,6 +63,7 @@ mod harness;
 mod rbac;
 mod watch;
 mod workloads;
+mod apply;
 
 use admission::admission;
 use crud::{LIST_CLIENTS, create, get, list_1k};
@@ -164,6 +166,9 @@ fn main() -> Result<(), Error> {
         if wanted("workloads") {
             rows.extend(workloads::workloads(&api, clients, window).await?);
         }
+        if wanted("apply") {
+            rows.extend(apply::apply(&api, clients, window).await?);
+        }
         if wanted("conversion") {
             rows.extend(conversion::conversion(&srv, dir.path()).await?);
         }
@@ -196,6 +201,7 @@ fn print_targets(rows: &[Row]) {
     crd::print_targets(rows);
     conversion::print_targets(rows);
     workloads::print_targets(rows);
+    apply::print_targets(rows);
     rbac::print_targets(rows);
     #[cfg(feature = "etcd")]
     etcd::print_targets(rows);
