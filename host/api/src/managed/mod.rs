@@ -289,29 +289,34 @@ pub fn apply(
     }
     // What this manager applied before and applies no more goes, unless
     // another manager still owns it.
-    let previous = entries
-        .iter()
-        .find(|e| e.is(m, "Apply"))
-        .map(|e| e.set.clone())
-        .unwrap_or_default();
+    let previous_entry = entries.iter().find(|e| e.is(m, "Apply"));
+    // An apply that owns what it owned keeps the entry's time, so applying
+    // an unchanged configuration changes nothing and is not written.
+    let time = previous_entry
+        .filter(|e| e.set == applied && e.api_version == m.api_version)
+        .map_or_else(|| m.now.to_string(), |e| e.time.clone());
+    let previous = previous_entry.map(|e| e.set.clone()).unwrap_or_default();
     let mut dropped = previous.difference(&applied);
     for e in entries.iter().filter(|e| !e.is(m, "Apply")) {
         dropped = dropped.difference(&e.set);
     }
     typed::remove(&mut merged, &dropped, schema);
+    let at = entries
+        .iter()
+        .position(|e| e.is(m, "Apply"))
+        .unwrap_or(entries.len());
     entries.retain(|e| !e.is(m, "Apply"));
-    entries.push(Entry {
-        manager: m.name.to_string(),
-        operation: "Apply".into(),
-        api_version: m.api_version.to_string(),
-        time: m.now.to_string(),
-        subresource: m.subresource.map(String::from),
-        set: applied,
-    });
-    if live.is_none() {
-        // Sorted as upstream lists them: the applier's entry first.
-        entries.rotate_right(1);
-    }
+    entries.insert(
+        at.min(entries.len()),
+        Entry {
+            manager: m.name.to_string(),
+            operation: "Apply".into(),
+            api_version: m.api_version.to_string(),
+            time,
+            subresource: m.subresource.map(String::from),
+            set: applied,
+        },
+    );
     write(&mut merged, &entries);
     Ok(merged)
 }

@@ -113,24 +113,7 @@ pub fn openapi_v2(registry: &Registry, version: &str) -> Value {
     let mut paths = Map::new();
     let mut definitions = definitions::builtin().clone();
     for info in registry.all() {
-        let collection = base_path(info, info.namespaced);
-        paths.insert(
-            collection.clone(),
-            json!({
-                "get": operation(info, "list", &[]),
-                "post": operation(info, "post", &["fieldValidation"]),
-                "delete": operation(info, "deletecollection", &[]),
-            }),
-        );
-        paths.insert(
-            format!("{collection}/{{name}}"),
-            json!({
-                "get": operation(info, "get", &[]),
-                "put": operation(info, "put", &["fieldValidation"]),
-                "patch": operation(info, "patch", &["fieldValidation", "force"]),
-                "delete": operation(info, "delete", &[]),
-            }),
-        );
+        insert_paths(&mut paths, info, operation);
         if info.type_schema.is_none() {
             definitions.insert(definition_name(info), kind_schema(info, true));
         }
@@ -159,15 +142,42 @@ pub fn v3_group_versions(registry: &Registry) -> Vec<(String, String, String)> {
     out
 }
 
+/// The collection's and the item's paths of `info`, with `op`'s
+/// operation for each verb (the query parameters kubectl probes for).
+fn insert_paths(
+    paths: &mut Map<String, Value>,
+    info: &ResourceInfo,
+    op: fn(&ResourceInfo, &str, &[&str]) -> Value,
+) {
+    let collection = base_path(info, info.namespaced);
+    paths.insert(
+        collection.clone(),
+        json!({
+            "get": op(info, "list", &[]),
+            "post": op(info, "post", &["fieldValidation"]),
+            "delete": op(info, "deletecollection", &[]),
+        }),
+    );
+    paths.insert(
+        format!("{collection}/{{name}}"),
+        json!({
+            "get": op(info, "get", &[]),
+            "put": op(info, "put", &["fieldValidation"]),
+            "patch": op(info, "patch", &["fieldValidation", "force"]),
+            "delete": op(info, "delete", &[]),
+        }),
+    );
+}
+
 fn v3_operation(info: &ResourceInfo, action: &str, extra: &[&str]) -> Value {
-    let mut params: Vec<Value> = ["dryRun", "fieldManager"]
+    let params: Vec<Value> = ["dryRun", "fieldManager"]
         .iter()
         .chain(extra)
-        .map(|p| json!({"name": p, "in": "query", "schema": {"type": "string", "uniqueItems": true}}))
+        .map(|p| {
+            let ty = if *p == "force" { "boolean" } else { "string" };
+            json!({"name": p, "in": "query", "schema": {"type": ty, "uniqueItems": true}})
+        })
         .collect();
-    if action == "patch" {
-        params.push(json!({"name": "force", "in": "query", "schema": {"type": "boolean", "uniqueItems": true}}));
-    }
     json!({
         "operationId": format!("{action}{}", info.kind),
         "parameters": params,
@@ -193,24 +203,7 @@ pub fn openapi_v3(registry: &Registry, group: &str, version: &str, server_versio
         }
     }
     for info in registry.in_group_version(group, version) {
-        let collection = base_path(info, info.namespaced);
-        paths.insert(
-            collection.clone(),
-            json!({
-                "get": v3_operation(info, "list", &[]),
-                "post": v3_operation(info, "post", &["fieldValidation"]),
-                "delete": v3_operation(info, "deletecollection", &[]),
-            }),
-        );
-        paths.insert(
-            format!("{collection}/{{name}}"),
-            json!({
-                "get": v3_operation(info, "get", &[]),
-                "put": v3_operation(info, "put", &["fieldValidation"]),
-                "patch": v3_operation(info, "patch", &["fieldValidation"]),
-                "delete": v3_operation(info, "delete", &[]),
-            }),
-        );
+        insert_paths(&mut paths, info, v3_operation);
         if info.type_schema.is_none() {
             schemas.insert(definition_name(info), kind_schema(info, false));
         }

@@ -61,17 +61,33 @@ async fn run(
     let base = path(kind);
     let make: MakeRequest = Arc::new(move |api, w, i| {
         let name = format!("a-{w}");
-        let uri: Uri = format!("{base}/{name}?fieldManager=bench")
-            .parse()
-            .expect("uri");
+        // The PUTs' manager takes the fields it changes; the applier, as a
+        // controller does, forces them back.
+        let query = match op {
+            Op::Put => "fieldManager=bench-put",
+            _ => "fieldManager=bench&force=true",
+        };
+        let uri: Uri = format!("{base}/{name}?{query}").parse().expect("uri");
         let n = if op == Op::ApplySame { 0 } else { i + 1 };
         let body = Bytes::from(object(kind, &name, n).to_string());
         match op {
             Op::Put => api.request(Method::PUT, uri, Some(("application/json", body))),
-            _ => api.request(Method::PATCH, uri, Some(("application/apply-patch+yaml", body))),
+            _ => api.request(
+                Method::PATCH,
+                uri,
+                Some(("application/apply-patch+yaml", body)),
+            ),
         }
     });
-    closed_loop(api, &scenario(kind, op), clients, window, StatusCode::OK, make).await
+    closed_loop(
+        api,
+        &scenario(kind, op),
+        clients,
+        window,
+        StatusCode::OK,
+        make,
+    )
+    .await
 }
 
 /// Bytes of `managedFields` on an applied object.
@@ -92,10 +108,18 @@ pub(crate) async fn apply(api: &Api, clients: usize, window: Duration) -> Result
             let name = format!("a-{w}");
             let uri: Uri = format!("{}/{name}?fieldManager=bench", path(kind)).parse()?;
             let body = Bytes::from(object(kind, &name, 0).to_string());
-            let req = api.request(Method::PATCH, uri, Some(("application/apply-patch+yaml", body)));
+            let req = api.request(
+                Method::PATCH,
+                uri,
+                Some(("application/apply-patch+yaml", body)),
+            );
             let (status, body) = send(&mut api.connect().await?, req).await?;
             if !status.is_success() {
-                return Err(format!("apply {kind} {name}: {status} {}", String::from_utf8_lossy(&body)).into());
+                return Err(format!(
+                    "apply {kind} {name}: {status} {}",
+                    String::from_utf8_lossy(&body)
+                )
+                .into());
             }
         }
     }
@@ -115,7 +139,10 @@ pub(crate) async fn apply(api: &Api, clients: usize, window: Duration) -> Result
     for kind in ["ConfigMap", "Deployment"] {
         // The PUTs made their own Update entry; measure after one more apply.
         let bytes = managed_bytes(api, kind).await?;
-        if let Some(row) = merged.iter_mut().find(|r| r.scenario == scenario(kind, Op::Apply)) {
+        if let Some(row) = merged
+            .iter_mut()
+            .find(|r| r.scenario == scenario(kind, Op::Apply))
+        {
             row.note = format!("managedFields {bytes} bytes per object (Apply + Update entries)");
         }
     }
@@ -123,7 +150,11 @@ pub(crate) async fn apply(api: &Api, clients: usize, window: Duration) -> Result
 }
 
 pub(crate) fn print_targets(rows: &[Row]) {
-    let rate = |kind: &str, op| rows.iter().find(|r| r.scenario == scenario(kind, op)).map(Row::rate);
+    let rate = |kind: &str, op| {
+        rows.iter()
+            .find(|r| r.scenario == scenario(kind, op))
+            .map(Row::rate)
+    };
     if let (Some(put), Some(ssa)) = (rate("Deployment", Op::Put), rate("Deployment", Op::Apply)) {
         let ratio = ssa / put;
         println!(
@@ -132,9 +163,15 @@ pub(crate) fn print_targets(rows: &[Row]) {
         );
     }
     if let (Some(put), Some(ssa)) = (rate("ConfigMap", Op::Put), rate("ConfigMap", Op::Apply)) {
-        println!("apply: ConfigMap SSA / PUT: {:.2}x ({ssa:.0}/s vs {put:.0}/s)", ssa / put);
+        println!(
+            "apply: ConfigMap SSA / PUT: {:.2}x ({ssa:.0}/s vs {put:.0}/s)",
+            ssa / put
+        );
     }
-    for r in rows.iter().filter(|r| r.scenario.starts_with("apply:") && !r.note.is_empty()) {
+    for r in rows
+        .iter()
+        .filter(|r| r.scenario.starts_with("apply:") && !r.note.is_empty())
+    {
         println!("{}: {}", r.scenario, r.note);
     }
 }

@@ -55,6 +55,7 @@
 //! [`ETCD_ARGS`]: etcd::ETCD_ARGS
 
 mod admission;
+mod apply;
 mod conversion;
 mod crd;
 mod crud;
@@ -63,7 +64,6 @@ mod harness;
 mod rbac;
 mod watch;
 mod workloads;
-mod apply;
 
 use admission::admission;
 use crud::{LIST_CLIENTS, create, get, list_1k};
