@@ -282,6 +282,17 @@ fn kube_rs_applies_built_in_custom_and_status() {
         assert_eq!(status_entry.subresource.as_deref(), Some("status"));
         assert_eq!(after.spec.replicas, Some(2), "a status apply keeps spec");
 
+        // The scale subresource applies in its own kind.
+        let scale = json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": "kr"}, "spec": {"replicas": 4}});
+        let scaled = deployments
+            .patch_scale("kr", &PatchParams::apply("autoscaler").force(), &Patch::Apply(&scale))
+            .await
+            .expect("scale apply");
+        assert_eq!(scaled.spec.unwrap().replicas, Some(4));
+        let d = deployments.get("kr").await.unwrap();
+        assert_eq!(d.spec.replicas, Some(4));
+
         // Without fieldManager an apply is refused.
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}});

@@ -38,6 +38,10 @@ pub struct WriteOptions {
     pub field_manager: String,
     /// A server-side apply, which records its own managed fields.
     pub applying: bool,
+    /// An apply with `force=true`.
+    pub forcing: bool,
+    /// A PATCH (admission sees `PatchOptions`).
+    pub patching: bool,
 }
 
 /// The `fieldValidation` query parameter. Unknown fields of built-in kinds

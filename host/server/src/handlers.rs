@@ -21,6 +21,7 @@ use std::time::Duration;
 use wasm_apiserver_api::audit::Annotations;
 use wasm_apiserver_api::builtin::APIREGISTRATION;
 use wasm_apiserver_api::error::{Target, success_status};
+use wasm_apiserver_api::managed::typed::Schema;
 use wasm_apiserver_api::patch::{self, PatchType};
 use wasm_apiserver_api::request::query_pairs;
 use wasm_apiserver_api::selector::{FieldSelector, LabelSelector};
@@ -535,7 +536,8 @@ async fn update(call: &Call<'_>, body: Body) -> Result<Response> {
 }
 
 async fn patch(call: &Call<'_>, body: Body) -> Result<Response> {
-    let opts = call.write_options()?;
+    let mut opts = call.write_options()?;
+    opts.patching = true;
     let ct = call
         .headers
         .get(header::CONTENT_TYPE)
@@ -634,14 +636,18 @@ async fn server_side_apply(
         ));
     }
     let (api_version, kind) = (call.res.api_version(), call.res.kind.clone());
-    let sub_kind = call
+    // A subresource with its own kind (`scale`: autoscaling/v1 Scale) is
+    // applied in that kind, with its schema.
+    let own_kind = call
         .subresource
         .and_then(|s| call.res.find_subresource(s))
-        .map(|s| s.kind.clone());
-    for (field, want) in [
-        ("apiVersion", api_version.as_str()),
-        ("kind", sub_kind.as_deref().unwrap_or(&kind)),
-    ] {
+        .filter(|s| s.kind != kind);
+    let (want_version, want_kind) = match own_kind {
+        Some(s) if s.group.is_empty() => (s.version.clone(), s.kind.clone()),
+        Some(s) => (format!("{}/{}", s.group, s.version), s.kind.clone()),
+        None => (api_version.clone(), kind.clone()),
+    };
+    for (field, want) in [("apiVersion", want_version.as_str()), ("kind", &want_kind)] {
         match config.get(field).and_then(Value::as_str) {
             None => {
                 return Err(required(
@@ -664,9 +670,21 @@ async fn server_side_apply(
         )));
     }
     opts.applying = true;
+    opts.forcing = force;
     let info: &wasm_apiserver_api::ResourceInfo = call.res;
     let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
-    let schema = wasm_apiserver_registry::store::merge_schema(info);
+    let schema = match own_kind {
+        Some(s) => {
+            let group = if s.group.is_empty() {
+                "core"
+            } else {
+                s.group.as_str()
+            };
+            let name = format!("io.k8s.api.{group}.{}.{}", s.version, s.kind);
+            Schema(wasm_apiserver_api::openapi::definitions::builtin().get(&name)).resolved()
+        }
+        None => wasm_apiserver_registry::store::merge_schema(info),
+    };
     let conflict = |c: wasm_apiserver_api::managed::Conflicts| ApiError::Custom {
         code: 409,
         reason: "Conflict".into(),
@@ -701,6 +719,7 @@ async fn server_side_apply(
             &opts,
         )),
         Err(ApiError::NotFound(_)) if call.subresource.is_none() => {
+            opts.patching = false;
             let m = wasm_apiserver_registry::store::manager(info, None, &opts, &api_version, &now);
             let mut obj = wasm_apiserver_api::managed::apply(None, &config, schema, &m, force)
                 .map_err(conflict)?;

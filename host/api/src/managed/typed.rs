@@ -44,6 +44,11 @@ impl<'a> Schema<'a> {
         Schema(Some(v)).resolve()
     }
 
+    /// This node with its `$ref`s followed.
+    pub fn resolved(self) -> Self {
+        self.resolve()
+    }
+
     fn resolve(self) -> Self {
         let mut cur = self.0;
         for _ in 0..8 {
@@ -444,5 +449,71 @@ mod tests {
         // Keys of a deduced map are map entries, so members themselves.
         let v = json!({"a": {"b": 1}, "l": [1, 2]});
         assert_eq!(paths(&to_fieldset(&v, Schema(None))), [".a", ".a.b", ".l"]);
+    }
+
+    #[test]
+    fn set_lists_join_by_value() {
+        // metadata.finalizers is `+listType=set`.
+        let live = json!({"metadata": {"finalizers": ["a", "b"]}});
+        let config = json!({"metadata": {"finalizers": ["c", "a"]}});
+        let out = merge(&live, &config, deployment());
+        assert_eq!(out["metadata"]["finalizers"], json!(["a", "b", "c"]));
+        assert_eq!(
+            paths(&to_fieldset(&config, deployment())),
+            [
+                r#".metadata.finalizers[="a"]"#,
+                r#".metadata.finalizers[="c"]"#
+            ]
+        );
+    }
+
+    #[test]
+    fn map_lists_with_two_keys() {
+        // Container.ports: `+listType=map`, keys containerPort and protocol.
+        let c = |ports: Value| json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "ports": ports}]}}}});
+        let live = c(
+            json!([{"containerPort": 80, "protocol": "TCP", "name": "http"},
+                            {"containerPort": 80, "protocol": "UDP"}]),
+        );
+        let config = c(json!([{"containerPort": 80, "protocol": "TCP", "hostPort": 8080}]));
+        let out = merge(&live, &config, deployment());
+        let ports = &out["spec"]["template"]["spec"]["containers"][0]["ports"];
+        assert_eq!(ports.as_array().unwrap().len(), 2);
+        assert_eq!(ports[0]["name"], "http");
+        assert_eq!(ports[0]["hostPort"], 8080);
+        let got = paths(&to_fieldset(&config, deployment()));
+        assert!(
+            got.contains(&r#".spec.template.spec.containers[name="a"].ports[containerPort=80,protocol="TCP"].hostPort"#.to_string()),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn atomic_structs_are_owned_and_replaced_whole() {
+        // LabelSelector is `+structType=atomic`.
+        let live =
+            json!({"spec": {"selector": {"matchLabels": {"a": "1"}, "matchExpressions": []}}});
+        let config = json!({"spec": {"selector": {"matchLabels": {"b": "2"}}}});
+        let out = merge(&live, &config, deployment());
+        assert_eq!(out["spec"]["selector"], json!({"matchLabels": {"b": "2"}}));
+        assert_eq!(
+            paths(&to_fieldset(&config, deployment())),
+            [".spec.selector"]
+        );
+        // A list without a list type (container args) is atomic.
+        let args = |a: Value| json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "args": a}]}}}});
+        let out = merge(&args(json!(["x", "y"])), &args(json!(["z"])), deployment());
+        assert_eq!(
+            out["spec"]["template"]["spec"]["containers"][0]["args"],
+            json!(["z"])
+        );
+    }
+
+    #[test]
+    fn a_null_in_the_config_removes_the_field() {
+        let live = json!({"metadata": {"labels": {"a": "1", "b": "2"}}});
+        let config = json!({"metadata": {"labels": {"b": null}}});
+        let out = merge(&live, &config, deployment());
+        assert_eq!(out["metadata"]["labels"], json!({"a": "1"}));
     }
 }

@@ -404,12 +404,19 @@ impl Admission {
         };
         let options_kind = match a.operation {
             Operation::Create => "CreateOptions",
+            Operation::Update if ctx.patching => "PatchOptions",
             Operation::Update => "UpdateOptions",
             _ => "DeleteOptions",
         };
         let mut options = json!({"kind": options_kind, "apiVersion": "meta.k8s.io/v1"});
         if ctx.dry_run {
             options["dryRun"] = json!(["All"]);
+        }
+        if !ctx.field_manager.is_empty() && a.operation != Operation::Delete {
+            options["fieldManager"] = json!(ctx.field_manager);
+        }
+        if ctx.applying && a.operation == Operation::Update && ctx.forcing {
+            options["force"] = json!(true);
         }
         AdmissionRequest {
             uid: uuid_v4(),
