@@ -9,7 +9,8 @@ field's JSON name, whether it is a pointer (a zero value on the wire is then
 kept) or `omitempty` (then dropped), and which struct fields are inlined into
 their parent's JSON. The `+patchMergeKey`, `+patchStrategy`, `+listType`,
 `+listMapKey`, `+mapType` and `+structType` markers in the same comments are
-what upstream's openapi-gen turns into `x-kubernetes-*` OpenAPI extensions.
+what upstream's openapi-gen turns into `x-kubernetes-*` OpenAPI extensions,
+and `+default=` into a property's `default`.
 
 Writes (deterministically, sorted):
   host/api/src/generated/protobuf.json   message -> {tag: [json, type, flags]}
@@ -84,6 +85,14 @@ def git_ls(repo, path):
 def markers(comments):
     out = {}
     for c in comments:
+        d = re.match(r"\+default=(.+)$", c)
+        if d:
+            # `+default="TCP"` is a JSON value; `ref(...)` constants are not.
+            try:
+                out["default"] = json.loads(d.group(1))
+            except ValueError:
+                pass
+            continue
         m = re.match(r"\+(\w+)=(\S+)", c)
         if not m or m.group(1) not in MARKERS:
             continue

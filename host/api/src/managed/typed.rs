@@ -145,14 +145,19 @@ impl<'a> Schema<'a> {
     }
 }
 
-/// The path element of list item `item` in a list of type `ty`.
-fn item_element(ty: &ListType, index: usize, item: &Value) -> Element {
+/// The path element of list item `item` in a list of type `ty` whose items
+/// have schema `elem`. A key field the item leaves out takes its schema
+/// default (`protocol: TCP` of container ports), as the stored item has it
+/// after defaulting; otherwise an applied port without a protocol would
+/// never match its own stored item.
+fn item_element(ty: &ListType, elem: Schema<'_>, index: usize, item: &Value) -> Element {
     match ty {
         ListType::Set => Element::Value(item.to_string()),
         ListType::Map(keys) => {
             let mut k = Map::new();
             for key in keys {
-                if let Some(v) = item.get(key) {
+                let default = || elem.field(key).0.and_then(|s| s.get("default"));
+                if let Some(v) = item.get(key).or_else(default) {
                     k.insert(key.clone(), v.clone());
                 }
             }
@@ -193,7 +198,7 @@ fn fill(v: &Value, schema: Schema<'_>, set: &mut FieldSet) {
             Value::Array(items),
         ) => {
             for (i, item) in items.iter().enumerate() {
-                let child = set.child(item_element(&ty, i, item));
+                let child = set.child(item_element(&ty, elem, i, item));
                 if matches!(ty, ListType::Map(_)) {
                     fill(item, elem, child);
                 }
@@ -242,8 +247,11 @@ pub fn merge(live: &Value, config: &Value, schema: Schema<'_>) -> Value {
             ListType::Map(_) => {
                 let mut out = l.clone();
                 for (i, item) in c.iter().enumerate() {
-                    let key = item_element(&ty, i, item);
-                    match out.iter().position(|o| item_element(&ty, 0, o) == key) {
+                    let key = item_element(&ty, elem, i, item);
+                    match out
+                        .iter()
+                        .position(|o| item_element(&ty, elem, 0, o) == key)
+                    {
                         Some(at) => out[at] = merge(&out[at], item, elem),
                         None => out.push(item.clone()),
                     }
@@ -298,7 +306,7 @@ fn diff(a: &Value, b: &Value, schema: Schema<'_>, set: &mut FieldSet) {
                 items
                     .iter()
                     .enumerate()
-                    .map(|(i, v)| (item_element(&ty, i, v), v.clone()))
+                    .map(|(i, v)| (item_element(&ty, elem, i, v), v.clone()))
                     .collect()
             };
             let (x, y) = (keyed(x), keyed(y));
@@ -338,12 +346,12 @@ pub fn remove(v: &mut Value, paths: &FieldSet, schema: Schema<'_>) {
         (Shape::List { ty, elem }, Value::Array(items)) => {
             let mut i = 0;
             items.retain(|item| {
-                let e = item_element(&ty, i, item);
+                let e = item_element(&ty, elem, i, item);
                 i += 1;
                 !paths.children.get(&e).is_some_and(|s| s.member)
             });
             for (i, item) in items.iter_mut().enumerate() {
-                let e = item_element(&ty, i, item);
+                let e = item_element(&ty, elem, i, item);
                 if let Some(sub) = paths.children.get(&e) {
                     remove(item, sub, elem);
                 }
@@ -515,5 +523,25 @@ mod tests {
         let config = json!({"metadata": {"labels": {"b": null}}});
         let out = merge(&live, &config, deployment());
         assert_eq!(out["metadata"]["labels"], json!({"a": "1"}));
+    }
+
+    #[test]
+    fn key_fields_left_out_take_their_defaults() {
+        let c = |ports: Value| json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "ports": ports}]}}}});
+        let stored = c(json!([{"containerPort": 8080, "protocol": "TCP"}]));
+        let applied = c(json!([{"containerPort": 8080, "name": "http"}]));
+        let out = merge(&stored, &applied, deployment());
+        let ports = &out["spec"]["template"]["spec"]["containers"][0]["ports"];
+        assert_eq!(
+            ports,
+            &json!([{"containerPort": 8080, "protocol": "TCP", "name": "http"}])
+        );
+        // Only the name changed: the item itself is the same item.
+        assert_eq!(
+            paths(&changed(&stored, &out, deployment())),
+            [
+                r#".spec.template.spec.containers[name="a"].ports[containerPort=8080,protocol="TCP"].name"#
+            ]
+        );
     }
 }
