@@ -68,6 +68,7 @@ mod authn;
 mod authz;
 mod error;
 mod handler;
+mod inspect;
 mod kind;
 mod metrics;
 mod runtime;
@@ -79,6 +80,7 @@ pub use authn::{AuthenticatorPlugin, AuthnOutcome, AuthnRequest, ClientCertifica
 pub use authz::{AuthorizerPlugin, AuthzAttributes, AuthzDecision, AuthzRequest};
 pub use error::PluginError;
 pub use handler::{ObjectRequest, ResourceHandlerPlugin};
+pub use inspect::Inspection;
 pub use runtime::{Limits, Runtime, RuntimeConfig};
 pub use types::{
     AdmissionRequest, AdmissionResponse, CacheStats, DenyStatus, FieldCause, Gvk, Gvr, Operation,

@@ -201,6 +201,10 @@ impl Runtime {
 
     /// A linker with WASI (granting nothing, see [`crate::sandbox`]); the
     /// plugin kind adds its world's imports.
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
     pub(crate) fn linker(&self) -> Result<Linker<StoreState>, PluginError> {
         let mut linker = Linker::new(&self.inner.engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)

@@ -1,4 +1,5 @@
-//! The command line: `wasm-apiserver serve [flags]`. Lives in the library so
+//! The command line: `wasm-apiserver serve [flags]` and `wasm-apiserver
+//! plugin inspect|test`. Lives in the library so
 //! that the end-to-end tests can build the same entry point in their own
 //! package (and with their own feature set) as `wasm-apiserver-e2e`; the
 //! assembly's `main` runs it.
@@ -18,4 +19,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the API server.
     Serve(Box<ServeArgs>),
+    /// Inspect and test plugin components offline, in the server's runtime.
+    #[command(subcommand)]
+    Plugin(crate::plugin_cli::PluginCommand),
 }

@@ -30,6 +30,7 @@ pub mod error;
 pub mod filters;
 pub mod handlers;
 mod parse_errors;
+pub mod plugin_cli;
 pub mod satoken;
 pub mod server;
 pub mod state;

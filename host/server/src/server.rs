@@ -250,11 +250,15 @@ pub fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
     match cli.command {
-        Command::Serve(args) => runtime.block_on(run(*args)),
+        Command::Serve(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+            .block_on(run(*args)),
+        Command::Plugin(cmd) => {
+            let code = crate::plugin_cli::run(cmd)?;
+            std::process::exit(code)
+        }
     }
 }
 

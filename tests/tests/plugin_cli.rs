@@ -1,0 +1,125 @@
+//! End-to-end: `wasm-apiserver plugin inspect|test` on real compiled
+//! components, through the real binary.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use wasm_apiserver_e2e::{plugin_dir, server_binary};
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/plugin-cases")
+}
+
+fn plugin(args: &[&str]) -> (i32, String) {
+    let out: Output = Command::new(server_binary())
+        .arg("plugin")
+        .args(args)
+        .output()
+        .expect("run wasm-apiserver plugin");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn component(name: &str) -> String {
+    plugin_dir().join(name).display().to_string()
+}
+
+#[test]
+fn a_case_table_passes_and_a_wrong_expectation_fails_by_name() {
+    let table = fixtures().join("require-labels.yaml");
+    let (code, out) = plugin(&[
+        "test",
+        &component("require_labels.wasm"),
+        "--cases",
+        table.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("4 passed, 0 failed"), "{out}");
+    assert!(
+        out.contains("PASS a captured AdmissionReview replays"),
+        "{out}"
+    );
+
+    // The same table with a configuration that requires nothing: the
+    // denials it expected are named, and the exit code says so.
+    let lax = std::env::temp_dir().join(format!("plugin-cli-lax-{}.json", std::process::id()));
+    std::fs::write(&lax, r#"{"labels": []}"#).unwrap();
+    let (code, out) = plugin(&[
+        "test",
+        &component("require_labels.wasm"),
+        "--cases",
+        table.to_str().unwrap(),
+        "--config",
+        lax.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAIL a configmap without the team label is denied: expected Deny, got allow"),
+        "{out}"
+    );
+    assert!(out.contains("2 passed, 2 failed"), "{out}");
+    let _ = std::fs::remove_file(lax);
+
+    // One captured AdmissionReview with an expectation.
+    let config = std::env::temp_dir().join(format!("plugin-cli-{}.json", std::process::id()));
+    std::fs::write(&config, r#"{"labels": ["team"]}"#).unwrap();
+    let review = fixtures().join("review-unlabelled.json");
+    let args = |expect: &'static str| {
+        vec![
+            "test".to_string(),
+            component("require_labels.wasm"),
+            "--request".into(),
+            review.display().to_string(),
+            "--config".into(),
+            config.display().to_string(),
+            "--expect".into(),
+            expect.into(),
+        ]
+    };
+    let run = |a: Vec<String>| plugin(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let (code, out) = run(args("deny"));
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("missing required label(s): team"), "{out}");
+    let (code, out) = run(args("allow"));
+    assert_eq!(code, 1, "{out}");
+    let _ = std::fs::remove_file(config);
+}
+
+#[test]
+fn inspect_names_the_world_and_what_is_not_granted() {
+    let (code, out) = plugin(&["inspect", &component("require_labels.wasm")]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("admission-plugin (wasm-apiserver:plugin@0.2.0"),
+        "{out}"
+    );
+    assert!(
+        out.contains("wasm-apiserver:plugin/admission@0.2.0"),
+        "{out}"
+    );
+    assert!(out.contains("loads:     yes"), "{out}");
+
+    let (code, out) = plugin(&["inspect", &component("frozen_deny_names.wasm")]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("wasm-apiserver:plugin@0.1.0"), "{out}");
+
+    // The hostile fixture imports sockets: linked, nothing granted.
+    let (code, out) = plugin(&["inspect", &component("hostile_io.wasm")]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("wasi:sockets/tcp") && out.contains("(linked, nothing granted)"),
+        "{out}"
+    );
+
+    let (code, out) = plugin(&["inspect", &component("namespace_authorizer.wasm")]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("authorizer-plugin"), "{out}");
+
+    // Not a component at all.
+    let (code, out) = plugin(&[
+        "inspect",
+        fixtures().join("review-delete.json").to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0, "{out}");
+}
