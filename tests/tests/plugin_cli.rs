@@ -123,3 +123,38 @@ fn inspect_names_the_world_and_what_is_not_granted() {
     ]);
     assert_ne!(code, 0, "{out}");
 }
+
+#[test]
+fn bench_prints_a_row_of_timings() {
+    let review = fixtures().join("review-unlabelled.json");
+    let (code, out) = plugin(&[
+        "bench",
+        &component("require_labels.wasm"),
+        "--request",
+        review.to_str().unwrap(),
+        "--calls",
+        "20",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("| require_labels.wasm"))
+        .unwrap_or_else(|| panic!("no row in {out}"));
+    // size, compile, load, then four latencies: all numbers.
+    let cells: Vec<&str> = row
+        .split('|')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(cells.len(), 8, "{row}");
+    for cell in &cells[1..] {
+        let number: String = cell
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        assert!(
+            number.parse::<f64>().is_ok_and(|n| n > 0.0),
+            "{cell} in {row}"
+        );
+    }
+}

@@ -20,6 +20,24 @@ pub enum PluginCommand {
     /// Run an admission plugin on AdmissionReview requests (what webhooks
     /// receive) and compare its answers with the expected ones.
     Test(TestArgs),
+    /// Measure an admission plugin: cold compile, cached load, and the
+    /// latency of calls (each on a fresh instance, as the server runs them).
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// The admission plugin component (`.wasm`).
+    pub component: PathBuf,
+    /// The request to call it with: an AdmissionReview (or its `request`).
+    #[arg(long)]
+    pub request: PathBuf,
+    /// The plugin's configuration.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// How many calls of each phase to time.
+    #[arg(long, default_value_t = 2000)]
+    pub calls: usize,
 }
 
 #[derive(Args)]
@@ -101,6 +119,7 @@ pub fn run(cmd: PluginCommand) -> anyhow::Result<i32> {
         match cmd {
             PluginCommand::Inspect { component } => inspect(&runtime, &component).await,
             PluginCommand::Test(args) => test(&runtime, args).await,
+            PluginCommand::Bench(args) => bench(args).await,
         }
     })
 }
@@ -331,4 +350,88 @@ async fn test(runtime: &Runtime, args: TestArgs) -> anyhow::Result<i32> {
     }
     println!("{passed} passed, {failed} failed");
     Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// The `p`-th percentile of sorted durations, in µs.
+fn percentile(sorted: &[std::time::Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e6
+}
+
+async fn bench(args: BenchArgs) -> anyhow::Result<i32> {
+    use std::time::{Duration, Instant};
+    let wasm = std::fs::read(&args.component)?;
+    let config = match &args.config {
+        Some(p) => std::fs::read_to_string(p)?,
+        None => String::new(),
+    };
+    let req = parse_request(&serde_json::from_slice(&std::fs::read(&args.request)?)?)?;
+    let cache = std::env::temp_dir().join(format!(
+        "wasm-apiserver-plugin-bench-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&cache);
+    let runtime_with_cache = || {
+        Runtime::new(RuntimeConfig {
+            cache_dir: Some(cache.clone()),
+            ..RuntimeConfig::default()
+        })
+    };
+    // Cold: an empty cache, so the load compiles.
+    let cold = runtime_with_cache()?;
+    let start = Instant::now();
+    cold.load_admission("bench", &wasm, &config, Limits::default())
+        .await?;
+    let compile = start.elapsed();
+    drop(cold);
+    // Cached: a new runtime (as after a restart) finds the compiled artifact.
+    let warm = runtime_with_cache()?;
+    let start = Instant::now();
+    let plugin = warm
+        .load_admission("bench", &wasm, &config, Limits::default())
+        .await?;
+    let cached = start.elapsed();
+    let mut rows = Vec::new();
+    for phase in ["validate", "mutate"] {
+        let mut samples: Vec<Duration> = Vec::with_capacity(args.calls);
+        for _ in 0..args.calls {
+            let start = Instant::now();
+            let r = if phase == "validate" {
+                plugin.validate(&req).await
+            } else {
+                plugin.mutate(&req).await
+            };
+            samples.push(start.elapsed());
+            r?;
+        }
+        samples.sort();
+        rows.push((phase, percentile(&samples, 0.5), percentile(&samples, 0.99)));
+    }
+    let _ = std::fs::remove_dir_all(&cache);
+    println!(
+        "| component | size | cold compile | cached load | validate p50 | validate p99 | mutate p50 | mutate p99 |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    println!(
+        "| {} | {} KB | {:.1} ms | {:.2} ms | {:.1} µs | {:.1} µs | {:.1} µs | {:.1} µs |",
+        args.component
+            .file_name()
+            .map(|f| f.to_string_lossy())
+            .unwrap_or_default(),
+        wasm.len() / 1024,
+        compile.as_secs_f64() * 1e3,
+        cached.as_secs_f64() * 1e3,
+        rows[0].1,
+        rows[0].2,
+        rows[1].1,
+        rows[1].2,
+    );
+    println!(
+        "(each call instantiates a fresh sandbox: the latencies include instantiation; {} calls per phase)",
+        args.calls
+    );
+    Ok(0)
 }
