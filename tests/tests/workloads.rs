@@ -613,3 +613,94 @@ fn pods_are_bound_and_evicted_as_upstream() {
         "evicted"
     );
 }
+
+/// An HPA is one object in both versions: written through autoscaling/v2
+/// (`kubectl autoscale`), read through v1 with v2's CPU metric as
+/// `targetCPUUtilizationPercentage`, and a v1 write keeps the metrics v1
+/// cannot express.
+#[test]
+fn hpas_convert_between_autoscaling_v1_and_v2() {
+    let server = Server::start();
+    kubectl_ok(
+        &server,
+        None,
+        &["create", "deployment", "web", "--image=nginx"],
+    );
+    let hpa = r#"{"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "minReplicas": 1, "maxReplicas": 5,
+            "metrics": [
+                {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 60}}},
+                {"type": "Resource", "resource": {"name": "memory", "target": {"type": "AverageValue", "averageValue": "1Gi"}}}]}}"#;
+    let out = kubectl_stdin(&server, None, &["create", "-f", "-"], hpa);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v1 = kubectl_json(
+        &server,
+        None,
+        &["get", "horizontalpodautoscalers.v1.autoscaling", "web"],
+    );
+    assert_eq!(v1["apiVersion"], "autoscaling/v1");
+    assert_eq!(v1["spec"]["targetCPUUtilizationPercentage"], 60, "{v1}");
+    assert!(v1["spec"].get("metrics").is_none());
+    // A v1 write (maxReplicas) through the v1 API keeps the memory metric.
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "patch",
+            "horizontalpodautoscalers.v1.autoscaling",
+            "web",
+            "--type=merge",
+            "-p",
+            r#"{"spec": {"maxReplicas": 7}}"#,
+        ],
+    );
+    let v2 = kubectl_json(
+        &server,
+        None,
+        &["get", "horizontalpodautoscalers.v2.autoscaling", "web"],
+    );
+    assert_eq!(v2["spec"]["maxReplicas"], 7);
+    let metrics = v2["spec"]["metrics"].as_array().expect("metrics");
+    assert_eq!(metrics.len(), 2, "{v2}");
+    assert_eq!(metrics[1]["resource"]["name"], "memory");
+    assert!(
+        v2["metadata"]["annotations"]
+            .get("autoscaling.alpha.kubernetes.io/metrics")
+            .is_none(),
+        "{v2}"
+    );
+    // `kubectl autoscale` (v2 since kubectl 1.23) makes one v1 shows.
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "autoscale",
+            "deployment",
+            "web",
+            "--name=auto",
+            "--max=3",
+            "--cpu-percent=50",
+        ],
+    );
+    let auto = kubectl_json(
+        &server,
+        None,
+        &["get", "horizontalpodautoscalers.v1.autoscaling", "auto"],
+    );
+    assert_eq!(auto["spec"]["targetCPUUtilizationPercentage"], 50, "{auto}");
+}
+
+/// Discovery prefers a group's highest version, as upstream: `kubectl get
+/// hpa` reads autoscaling/v2.
+#[test]
+fn discovery_prefers_autoscaling_v2() {
+    let server = Server::start();
+    let group: Value = serde_json::from_str(&server.get("/apis/autoscaling").unwrap().1).unwrap();
+    assert_eq!(group["preferredVersion"]["version"], "v2", "{group}");
+}

@@ -461,6 +461,10 @@ impl Registry {
                 versions.push(r.version.clone());
             }
         }
+        // Preferred first, as upstream lists them (autoscaling: v2, v1).
+        for versions in out.values_mut() {
+            versions.sort_by(|a, b| compare_versions(a, b));
+        }
         out
     }
 }

@@ -338,6 +338,9 @@ pub fn install(objects: &Objects, deps: Dependencies) -> Installed {
                         objects: objects.clone(),
                         plural: webhook::MUTATING,
                     })),
+                    ("autoscaling", "horizontalpodautoscalers") => {
+                        Some(Arc::new(crate::autoscaling::Hpa))
+                    }
                     ("", "services") => Some(Arc::new(workloads::Services {
                         allocator: crate::allocator::Allocator::new(
                             objects.storage.clone(),

@@ -27,6 +27,7 @@
 
 pub mod admission;
 pub mod allocator;
+pub mod autoscaling;
 pub mod builtin;
 pub mod codec;
 pub mod crd;
