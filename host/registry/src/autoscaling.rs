@@ -75,6 +75,21 @@ fn tidy_annotations(obj: &mut Value) {
     }
 }
 
+/// The fields `keys` of `v` that it has, as a new object.
+fn pick(v: &Value, keys: &[&str]) -> Map<String, Value> {
+    keys.iter()
+        .filter_map(|k| Some((k.to_string(), v.get(*k)?.clone())))
+        .collect()
+}
+
+const SPEC_KEYS: &[&str] = &["scaleTargetRef", "minReplicas", "maxReplicas"];
+const STATUS_KEYS: &[&str] = &[
+    "observedGeneration",
+    "lastScaleTime",
+    "currentReplicas",
+    "desiredReplicas",
+];
+
 /// The v1 form of a v2 HPA.
 pub fn to_v1(v2: &Value) -> Value {
     let mut out = v2.clone();
@@ -82,12 +97,7 @@ pub fn to_v1(v2: &Value) -> Value {
     let spec = v2["spec"].clone();
     let metrics: Vec<Value> = spec["metrics"].as_array().cloned().unwrap_or_default();
     let (cpu, others): (Vec<Value>, Vec<Value>) = metrics.into_iter().partition(is_cpu_utilization);
-    let mut s = Map::new();
-    for k in ["scaleTargetRef", "minReplicas", "maxReplicas"] {
-        if let Some(v) = spec.get(k) {
-            s.insert(k.into(), v.clone());
-        }
-    }
+    let mut s = pick(&spec, SPEC_KEYS);
     if let Some(u) = cpu
         .first()
         .map(|m| m["resource"]["target"]["averageUtilization"].clone())
@@ -105,17 +115,7 @@ pub fn to_v1(v2: &Value) -> Value {
         let (cpu, others): (Vec<Value>, Vec<Value>) = current
             .into_iter()
             .partition(|m| m["type"] == "Resource" && m["resource"]["name"] == "cpu");
-        let mut st = Map::new();
-        for k in [
-            "observedGeneration",
-            "lastScaleTime",
-            "currentReplicas",
-            "desiredReplicas",
-        ] {
-            if let Some(v) = status.get(k) {
-                st.insert(k.into(), v.clone());
-            }
-        }
+        let mut st = pick(status, STATUS_KEYS);
         if let Some(u) = cpu
             .first()
             .map(|m| m["resource"]["current"]["averageUtilization"].clone())
@@ -136,12 +136,7 @@ pub fn to_v2(v1: &Value) -> Value {
     let mut out = v1.clone();
     out["apiVersion"] = json!("autoscaling/v2");
     let spec = v1["spec"].clone();
-    let mut s = Map::new();
-    for k in ["scaleTargetRef", "minReplicas", "maxReplicas"] {
-        if let Some(v) = spec.get(k) {
-            s.insert(k.into(), v.clone());
-        }
-    }
+    let mut s = pick(&spec, SPEC_KEYS);
     let mut metrics = Vec::new();
     if let Some(u) = spec
         .get("targetCPUUtilizationPercentage")
@@ -163,17 +158,7 @@ pub fn to_v2(v1: &Value) -> Value {
     let current_more = unstash(&mut out, CURRENT_METRICS);
     let conditions = unstash(&mut out, CONDITIONS);
     if let Some(status) = v1.get("status").filter(|s| s.is_object()) {
-        let mut st = Map::new();
-        for k in [
-            "observedGeneration",
-            "lastScaleTime",
-            "currentReplicas",
-            "desiredReplicas",
-        ] {
-            if let Some(v) = status.get(k) {
-                st.insert(k.into(), v.clone());
-            }
-        }
+        let mut st = pick(status, STATUS_KEYS);
         let mut current = Vec::new();
         if let Some(u) = status
             .get("currentCPUUtilizationPercentage")
