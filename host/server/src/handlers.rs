@@ -314,6 +314,25 @@ impl Call<'_> {
         self.name.unwrap_or_default()
     }
 
+    /// Patches the named object (or its subresource) with `apply`.
+    async fn patch_object(
+        &self,
+        apply: &(dyn Fn(&Value) -> Result<Value> + Send + Sync),
+        opts: &WriteOptions,
+    ) -> Result<Value> {
+        self.state
+            .objects
+            .patch(
+                self.res,
+                self.ns,
+                self.name(),
+                self.subresource,
+                apply,
+                opts,
+            )
+            .await
+    }
+
     /// The answer for the request's subresource: its own view of the
     /// object where it has one (`scale`), else the object.
     fn view(&self, obj: Value) -> Value {
@@ -578,18 +597,7 @@ async fn patch(call: &Call<'_>, body: Body) -> Result<Response> {
             ),
         })
     };
-    let patched = call
-        .state
-        .objects
-        .patch(
-            call.res,
-            call.ns,
-            call.name(),
-            call.subresource,
-            &apply,
-            &opts,
-        )
-        .await?;
+    let patched = call.patch_object(&apply, &opts).await?;
     Ok(with_warnings(
         json_response(StatusCode::OK, &call.view(patched)),
         &opts,
@@ -701,18 +709,7 @@ async fn server_side_apply(
         );
         wasm_apiserver_api::managed::apply(Some(cur), &config, schema, &m, force).map_err(conflict)
     };
-    let patched = call
-        .state
-        .objects
-        .patch(
-            call.res,
-            call.ns,
-            call.name(),
-            call.subresource,
-            &apply,
-            &opts,
-        )
-        .await;
+    let patched = call.patch_object(&apply, &opts).await;
     match patched {
         Ok(obj) => Ok(with_warnings(
             json_response(StatusCode::OK, &call.view(obj)),
