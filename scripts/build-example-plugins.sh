@@ -3,6 +3,9 @@
 #
 #   examples/python-policy/app.py -> examples/target/python-policy.wasm  (componentize-py)
 #   examples/js-policy/app.js     -> examples/target/js-policy.wasm      (componentize-js)
+#   examples/labels-policy/{rust,python,js} (one policy, three languages, on
+#   the SDKs in plugins/sdk, plugins/sdk-python, plugins/sdk-js)
+#                                 -> examples/target/labels-policy-{rust,python,js}.wasm
 #
 # Idempotent and fast on reruns:
 # * installs componentize-py 0.25.1 (pip) only when that version is not
@@ -91,6 +94,18 @@ py_hash="$(echo "componentize-py $PY_VERSION -w admission-plugin componentize ap
     inputs_hash "$root/examples/python-policy/app.py" "${wit_files[@]}")"
 build python-policy "$py_hash" py_build
 
+# labels-policy in Python: the SDK module is found through -p (a policy
+# repository would keep a copy next to app.py instead).
+py_sdk="$root/plugins/sdk-python"
+labels_py_build() {
+    (cd "$root/examples/labels-policy/python" &&
+        componentize_py -d "$root/wit" -w admission-plugin componentize -p . -p "$py_sdk" app \
+            -o "$tmp" >/dev/null)
+}
+labels_py_hash="$(echo "componentize-py $PY_VERSION -w admission-plugin componentize -p . -p sdk app" |
+    inputs_hash "$root/examples/labels-policy/python/app.py" "$py_sdk/wasm_apiserver_sdk.py" "${wit_files[@]}")"
+build labels-policy-python "$labels_py_hash" labels_py_build
+
 # --- JavaScript -------------------------------------------------------------
 need node
 need npm
@@ -119,3 +134,33 @@ js_build() {
 js_hash="$(echo "componentize-js -n admission-plugin -d http -d fetch-event" |
     inputs_hash "$js_dir/app.js" "$js_dir/package-lock.json" "${wit_files[@]}")"
 build js-policy "$js_hash" js_build
+
+# labels-policy in JavaScript: componentize-js resolves `./wasm-apiserver-sdk.js`
+# from the source's folder, so the policy and the SDK are staged together.
+js_sdk="$root/plugins/sdk-js/wasm-apiserver-sdk.js"
+labels_js_build() {
+    local stage="$out/.labels-policy-js"
+    rm -rf "$stage" && mkdir -p "$stage"
+    cp "$root/examples/labels-policy/js/app.js" "$js_sdk" "$stage/"
+    (cd "$stage" &&
+        "$js_dir/node_modules/.bin/componentize-js" --wit "$root/wit" -n admission-plugin \
+            -d http -d fetch-event -o "$tmp" app.js >/dev/null)
+    rm -rf "$stage"
+}
+labels_js_hash="$(echo "componentize-js -n admission-plugin -d http -d fetch-event (staged with the sdk)" |
+    inputs_hash "$root/examples/labels-policy/js/app.js" "$js_sdk" "$js_dir/package-lock.json" "${wit_files[@]}")"
+build labels-policy-js "$labels_js_hash" labels_js_build
+
+# --- Rust ---------------------------------------------------------------------
+# labels-policy in Rust: a standalone crate (its own workspace, lock file
+# and target dir, as a policy repository has). cargo decides what is up to
+# date.
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
+    rustup target add wasm32-wasip2
+fi
+start="$(now)"
+(cd "$root/examples/labels-policy/rust" &&
+    cargo build --target wasm32-wasip2 --release --quiet --locked --target-dir "$out/cargo")
+cp -f "$out/cargo/wasm32-wasip2/release/labels_policy.wasm" "$out/labels-policy-rust.wasm"
+printf '%10d  %s (cargo, %s)\n' "$(stat -c %s "$out/labels-policy-rust.wasm")" \
+    "examples/target/labels-policy-rust.wasm" "$(since "$start")"

@@ -614,26 +614,40 @@ impl Drop for KubectlWatch {
     }
 }
 
+/// Runs a build script of `scripts/` (they are idempotent), panicking with
+/// its stderr when it fails.
+fn run_build_script(repo: &Path, script: &str) {
+    let out = Command::new("bash")
+        .arg(repo.join("scripts").join(script))
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .output()
+        .unwrap_or_else(|e| panic!("run scripts/{script}: {e}"));
+    assert!(
+        out.status.success(),
+        "scripts/{script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The first-party guest components' directory (the servers' `--plugin-dir`),
 /// built once per test process by `scripts/build-plugins.sh` (a no-op when
 /// they are fresh).
 pub fn plugin_dir() -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    BUILT.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(repo.join("scripts/build-plugins.sh"))
-            .env_remove("CARGO_TARGET_DIR")
-            .env_remove("RUSTFLAGS")
-            .output()
-            .expect("run scripts/build-plugins.sh");
-        assert!(
-            out.status.success(),
-            "scripts/build-plugins.sh failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    });
+    BUILT.get_or_init(|| run_build_script(&repo, "build-plugins.sh"));
     repo.join("plugins/target/wasm32-wasip2/release")
+}
+
+/// The example policies' directory (`examples/target`: the Python and
+/// JavaScript examples, and labels-policy in Rust, Python and JavaScript),
+/// built once per test process by `scripts/build-example-plugins.sh`.
+pub fn example_plugin_dir() -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    BUILT.get_or_init(|| run_build_script(&repo, "build-example-plugins.sh"));
+    repo.join("examples/target")
 }
 
 /// A kube-rs client from the server's admin kubeconfig (HTTPS, cluster CA,

@@ -16,6 +16,10 @@ pub enum PluginCommand {
     Inspect {
         /// The component (`.wasm`).
         component: PathBuf,
+        /// Keep compiled components here across runs (as the server's
+        /// data directory does); without it every run compiles.
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
     },
     /// Run an admission plugin on AdmissionReview requests (what webhooks
     /// receive) and compare its answers with the expected ones.
@@ -56,6 +60,10 @@ pub struct TestArgs {
     /// With `--request`: the outcome the request must have.
     #[arg(long)]
     pub expect: Option<Outcome>,
+    /// Keep compiled components here across runs (a CI cache); without it
+    /// every run compiles (seconds for Python and JavaScript components).
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -111,13 +119,19 @@ pub fn run(cmd: PluginCommand) -> anyhow::Result<i32> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    let cache_dir = match &cmd {
+        PluginCommand::Inspect { cache_dir, .. } => cache_dir.clone(),
+        PluginCommand::Test(args) => args.cache_dir.clone(),
+        PluginCommand::Bench(_) => None,
+    };
     rt.block_on(async {
         let runtime = Runtime::new(RuntimeConfig {
             pooling: false,
+            cache_dir,
             ..RuntimeConfig::default()
         })?;
         match cmd {
-            PluginCommand::Inspect { component } => inspect(&runtime, &component).await,
+            PluginCommand::Inspect { component, .. } => inspect(&runtime, &component).await,
             PluginCommand::Test(args) => test(&runtime, args).await,
             PluginCommand::Bench(args) => bench(args).await,
         }

@@ -1,19 +1,47 @@
-//! Guest-side SDK for wasm-apiserver plugins written in Rust.
+//! The Rust SDK for wasm-apiserver admission policies.
 //!
-//! It generates the bindings of the `wasm-apiserver:plugin@0.2.0` package
-//! (`wit/` at the repository root) once, so that each plugin crate only
-//! implements [`admission::Guest`] and calls [`export_admission!`]:
+//! It binds the `wasm-apiserver:plugin@0.2.0` package (`wit/` at the
+//! repository root) once and hides the boilerplate around it: a policy is a
+//! type implementing [`Policy`], exported with [`export_policy!`].
 //!
 //! ```ignore
-//! use wasm_apiserver_plugin_sdk::admission::{AdmissionRequest, AdmissionResponse, Guest};
-//! struct Plugin;
-//! impl Guest for Plugin { /* check_config, validate, mutate */ }
-//! wasm_apiserver_plugin_sdk::export_admission!(Plugin);
+//! use wasm_apiserver_plugin_sdk::{export_policy, Policy, Request, Response};
+//!
+//! #[derive(serde::Deserialize, Default)]
+//! struct Config { labels: Vec<String> }
+//!
+//! struct RequireLabels;
+//! impl Policy for RequireLabels {
+//!     type Config = Config;
+//!     fn validate(config: &Config, req: &Request) -> Response {
+//!         let missing: Vec<_> = config.labels.iter().filter(|k| req.label(k).is_none()).collect();
+//!         if missing.is_empty() { Response::allow() } else { Response::deny(format!("missing {missing:?}")) }
+//!     }
+//! }
+//! export_policy!(RequireLabels);
 //! ```
 //!
-//! Besides the bindings it offers small helpers for building responses
-//! ([`allow`], [`deny`]), reading the request object ([`object`]) and
-//! logging ([`log`]).
+//! What the SDK gives a policy:
+//! - [`Request`]: the admission request with its object parsed once, the
+//!   object's name, labels and annotations, and [`Request::object_as`] to
+//!   read it as a typed value (e.g. a `k8s_openapi` `Pod`);
+//! - [`Response`]: builders for allow, deny (code, reason, field causes),
+//!   warnings, audit annotations and a patch;
+//! - [`Patch`]: a JSON Patch (RFC 6902) builder with label and annotation
+//!   helpers that create missing parents;
+//! - configuration parsed into the author's `Deserialize` type, with a
+//!   clear `check-config` error ([`parse_config`], [`Pattern`]);
+//! - [`testing`] (native targets only): run the policy without wasm on an
+//!   AdmissionReview, or on a YAML case table of `wasm-apiserver plugin
+//!   test --cases`.
+//!
+//! The raw bindings stay available ([`admission::Guest`],
+//! [`export_admission!`]) for plugins that want them.
+//!
+//! Versioning: the SDK's version follows the WIT package it binds
+//! (`0.2.x` binds `wasm-apiserver:plugin@0.2.0`). A server keeps loading
+//! every frozen package version, so a policy built with this SDK keeps
+//! loading in later servers without a rebuild.
 
 wit_bindgen::generate!({
     path: "../../wit",
@@ -23,44 +51,40 @@ wit_bindgen::generate!({
     default_bindings_module: "wasm_apiserver_plugin_sdk",
 });
 
+mod config;
+mod patch;
+pub mod policy;
+mod request;
+mod response;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod testing;
+
 /// The admission interface a plugin exports: its `Guest` trait and request
 /// and response records.
 pub mod admission {
     pub use crate::exports::wasm_apiserver::plugin::admission::*;
 }
 
+pub use config::{Pattern, parse_config};
+pub use patch::{Patch, pointer};
+pub use policy::Policy;
+pub use request::Request;
+pub use response::{Response, Violations};
+pub use serde_json::{self, Value, json};
 pub use wasm_apiserver::plugin::types::{
     FieldCause, GroupVersionKind, GroupVersionResource, Operation, Status, UserInfo,
 };
 
 use admission::{AdmissionRequest, AdmissionResponse};
-use wasm_apiserver::plugin::log::Level;
 
 /// An allowing response with no patch, warnings or annotations.
 pub fn allow() -> AdmissionResponse {
-    AdmissionResponse {
-        allowed: true,
-        status: None,
-        patch: None,
-        warnings: Vec::new(),
-        audit_annotations: Vec::new(),
-    }
+    Response::allow().into_wit()
 }
 
 /// A denying response with the given HTTP code, reason and message.
 pub fn deny(code: u16, reason: &str, message: impl Into<String>) -> AdmissionResponse {
-    AdmissionResponse {
-        allowed: false,
-        status: Some(Status {
-            code,
-            reason: reason.to_owned(),
-            message: message.into(),
-            causes: Vec::new(),
-        }),
-        patch: None,
-        warnings: Vec::new(),
-        audit_annotations: Vec::new(),
-    }
+    Response::deny(message).code(code).reason(reason).into_wit()
 }
 
 /// Parses the request's `object` (or `None` when there is none).
@@ -71,9 +95,10 @@ pub fn object(req: &AdmissionRequest) -> Result<Option<serde_json::Value>, Strin
         .transpose()
 }
 
-/// Logging through the host's `log` import.
+/// Logging through the host's `log` import (natively, into
+/// [`testing::logs`]).
 pub mod log {
-    use super::Level;
+    pub use crate::wasm_apiserver::plugin::log::Level;
 
     /// Emits a record at `level` with structured `fields`.
     pub fn log(level: Level, message: &str, fields: &[(&str, &str)]) {
@@ -81,7 +106,10 @@ pub mod log {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
+        #[cfg(target_arch = "wasm32")]
         crate::wasm_apiserver::plugin::log::log(level, message, &fields);
+        #[cfg(not(target_arch = "wasm32"))]
+        crate::testing::record_log(level, message, fields);
     }
 
     /// Emits an info record.
@@ -92,5 +120,10 @@ pub mod log {
     /// Emits a debug record.
     pub fn debug(message: &str, fields: &[(&str, &str)]) {
         log(Level::Debug, message, fields);
+    }
+
+    /// Emits a warning record.
+    pub fn warn(message: &str, fields: &[(&str, &str)]) {
+        log(Level::Warn, message, fields);
     }
 }

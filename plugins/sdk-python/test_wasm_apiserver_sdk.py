@@ -1,0 +1,114 @@
+"""Unit tests of the Python SDK's builders (plain CPython, no bindings):
+python3 -m unittest discover -s plugins/sdk-python"""
+
+import unittest
+
+import wasm_apiserver_sdk as sdk
+
+
+class PatchTest(unittest.TestCase):
+    def test_pointers_escape_tilde_and_slash(self):
+        self.assertEqual(sdk.pointer(["metadata", "labels", "a/b~c"]), "/metadata/labels/a~1b~0c")
+
+    def test_set_creates_missing_parents_once(self):
+        p = sdk.Patch.on({"metadata": {"name": "x"}}).set_label("a", "1").set_label("b", "2")
+        self.assertEqual(p.ops, [
+            {"op": "add", "path": "/metadata/labels", "value": {"a": "1"}},
+            {"op": "add", "path": "/metadata/labels/b", "value": "2"},
+        ])
+        p = sdk.Patch.on({}).set_annotation("k", "v")
+        self.assertEqual(p.ops, [{"op": "add", "path": "/metadata", "value": {"annotations": {"k": "v"}}}])
+
+    def test_set_replaces_a_non_object_parent_and_skips_unchanged(self):
+        obj = {"metadata": {"labels": None, "annotations": {"k": "v"}}}
+        p = sdk.Patch.on(obj).set_label("a", "1").set_annotation("k", "v")
+        self.assertEqual(p.ops, [{"op": "replace", "path": "/metadata/labels", "value": {"a": "1"}}])
+        self.assertIsNone(obj["metadata"]["labels"], "the caller's object is not modified")
+
+    def test_defaults_keep_what_is_there_in_key_order(self):
+        obj = {"metadata": {"labels": {"b": "old"}}}
+        p = sdk.Patch.on(obj).default_labels({"c": "3", "a": "1", "b": "2"}).default_annotations({"y": "2", "x": "1"})
+        self.assertEqual(p.ops, [
+            {"op": "add", "path": "/metadata/labels/a", "value": "1"},
+            {"op": "add", "path": "/metadata/labels/c", "value": "3"},
+            {"op": "add", "path": "/metadata/annotations", "value": {"x": "1"}},
+            {"op": "add", "path": "/metadata/annotations/y", "value": "2"},
+        ])
+
+    def test_remove_only_what_exists(self):
+        p = sdk.Patch.on({"metadata": {"labels": {"a": "1"}}}).remove_label("a").remove_label("a").remove_annotation("x")
+        self.assertEqual(p.ops, [{"op": "remove", "path": "/metadata/labels/a"}])
+
+    def test_raw_operations_and_text(self):
+        p = sdk.Patch().test("/spec/replicas", 3).replace("/spec/replicas", 5).remove_pointer("/status")
+        self.assertEqual(p.to_json(), '[{"op":"test","path":"/spec/replicas","value":3},'
+                         '{"op":"replace","path":"/spec/replicas","value":5},{"op":"remove","path":"/status"}]')
+
+
+class ResponseTest(unittest.TestCase):
+    def test_deny_defaults_to_forbidden_and_takes_code_reason_causes(self):
+        r = sdk.Response.deny("no")
+        self.assertEqual((r.status["code"], r.status["reason"], r.message), (403, "Forbidden", "no"))
+        r = sdk.Response.invalid("bad").cause("spec.replicas", "FieldValueInvalid", "too many")
+        self.assertEqual((r.status["code"], r.status["reason"]), (422, "Invalid"))
+        self.assertEqual(r.status["causes"], [{"field": "spec.replicas", "reason": "FieldValueInvalid", "message": "too many"}])
+
+    def test_allow_ignores_denial_builders_and_when_falls_back_to_allow(self):
+        r = sdk.Response.allow().code(500).cause("a", "b", "c").warn("w").annotate("k", "v")
+        self.assertTrue(r.allowed)
+        self.assertIsNone(r.status)
+        self.assertEqual((r.warnings, r.audit_annotations), (["w"], [("k", "v")]))
+        self.assertTrue(sdk.Response.deny("x").when(False).allowed)
+        self.assertFalse(sdk.Response.deny("x").when(True).allowed)
+
+    def test_violations(self):
+        self.assertTrue(sdk.Violations().into_response("x").allowed)
+        v = sdk.Violations()
+        v.required("metadata.labels", "missing team")
+        v.forbidden("metadata.name", "reserved")
+        r = v.into_response('ConfigMap "a" denied')
+        self.assertEqual(r.message, 'ConfigMap "a" denied: missing team; reserved')
+        self.assertEqual([c["reason"] for c in r.status["causes"]], ["FieldValueRequired", "FieldValueForbidden"])
+
+
+class ConfigTest(unittest.TestCase):
+    SCHEMA = {"labels": [], "namePattern": sdk.pattern(), "mode": "warn"}
+
+    def test_defaults_and_fields(self):
+        c = sdk.parse_config("  ", self.SCHEMA)
+        self.assertEqual((c.labels, c.namePattern, c.mode), ([], None, "warn"))
+        c = sdk.parse_config('{"labels": ["team"], "namePattern": "^tmp-"}', self.SCHEMA)
+        self.assertTrue(c.namePattern.is_match("tmp-1") and not c.namePattern.is_match("a-tmp"))
+        self.assertEqual(str(c.namePattern), "^tmp-")
+
+    def test_errors_name_the_problem(self):
+        for text, want in [('{"lables": []}', "unknown field(s): lables"),
+                           ('{"namePattern": "("}', 'invalid pattern "("'),
+                           ('{"labels": "team"}', "labels must be a list"),
+                           ("[1]", "expected a JSON object"),
+                           ("{", "not JSON")]:
+            with self.assertRaises(ValueError) as e:
+                sdk.parse_config(text, self.SCHEMA)
+            self.assertIn(want, str(e.exception))
+            self.assertTrue(str(e.exception).startswith("invalid configuration: "))
+
+
+class RequestTest(unittest.TestCase):
+    def test_reads_the_object_and_falls_back_to_the_old_one(self):
+        review = {"request": {"operation": "DELETE", "kind": {"kind": "ConfigMap"},
+                              "oldObject": {"metadata": {"name": "a", "labels": {"team": "x"}}}}}
+        r = sdk.Request.from_review(review)
+        self.assertTrue(r.is_delete)
+        self.assertEqual((r.name, r.label("team"), r.kind), ("a", "x", "ConfigMap"))
+        self.assertEqual(r.missing_labels(["team", "env"]), ["env"])
+
+    def test_a_policy_turns_bad_config_into_a_500(self):
+        class P(sdk.Policy):
+            config = {"x": 1}
+        r = P().run("validate", '{"y": 2}', sdk.Request({}))
+        self.assertEqual((r.allowed, r.status["code"]), (False, 500))
+        self.assertTrue(P().run("validate", "", sdk.Request({})).allowed)
+
+
+if __name__ == "__main__":
+    unittest.main()
