@@ -116,7 +116,10 @@ patch: [{"op":"add","path":"/metadata/annotations","value":{"example.com/owner":
         );
         let (code, out) = plugin(&[&args[..], &["--expect", "deny"]].concat());
         assert_eq!(code, 1, "{lang}: {out}");
-        assert!(out.contains("FAIL: expected Deny, got Allow"), "{lang}: {out}");
+        assert!(
+            out.contains("FAIL: expected Deny, got Allow"),
+            "{lang}: {out}"
+        );
     }
 }
 
