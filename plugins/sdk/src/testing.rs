@@ -400,6 +400,33 @@ mod tests {
     }
 
     #[test]
+    fn the_object_reads_as_a_typed_value() {
+        #[derive(serde::Deserialize)]
+        struct Deployment {
+            spec: Spec,
+        }
+        #[derive(serde::Deserialize)]
+        struct Spec {
+            replicas: i32,
+        }
+        let obj = json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 7}});
+        let req =
+            Request::new(request_from_review(&review("CREATE", Some(&obj), None, None)).unwrap())
+                .unwrap();
+        let d: Deployment = req.object_as().unwrap().unwrap();
+        assert_eq!(d.spec.replicas, 7);
+        let bad = json!({"kind": "Deployment", "spec": {"replicas": "seven"}});
+        let req =
+            Request::new(request_from_review(&review("CREATE", Some(&bad), None, None)).unwrap())
+                .unwrap();
+        let e = req.object_as::<Deployment>().err().unwrap();
+        assert!(
+            e.starts_with("object is not a Deployment: invalid type"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn bad_object_json_is_a_400_denial_not_a_panic() {
         struct P;
         impl Policy for P {
