@@ -288,6 +288,13 @@ impl AdmissionPlugin {
         &self.inner.plugin.core().limits
     }
 
+    /// How many calls so far found an instance prepared ahead of need, and
+    /// how many instantiated on demand
+    /// ([`RuntimeConfig::prepared_instances`](crate::RuntimeConfig::prepared_instances)).
+    pub fn prepared_calls(&self) -> (u64, u64) {
+        self.inner.plugin.prepared_stats()
+    }
+
     /// Runs the validating phase. The response never carries a patch.
     pub async fn validate(
         &self,

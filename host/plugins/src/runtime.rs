@@ -34,8 +34,9 @@ use sha2::{Digest, Sha256};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{
     Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store,
@@ -60,6 +61,13 @@ pub struct RuntimeConfig {
     /// How often the epoch advances: the granularity of timeouts and of
     /// yielding to other tasks.
     pub epoch_tick: Duration,
+    /// Instances of each plugin instantiated ahead of need, off the request
+    /// path (refilled in the background), so that a call pays only for
+    /// the call. Each is used for exactly one call and then dropped, like
+    /// an instance made on demand; 0 instantiates on demand only. Across
+    /// all plugins at most a quarter of [`RuntimeConfig::max_instances`] are
+    /// held prepared, so calls never starve for slots.
+    pub prepared_instances: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -70,6 +78,7 @@ impl Default for RuntimeConfig {
             max_memory_bytes: 512 << 20,
             pooling: true,
             epoch_tick: Duration::from_millis(5),
+            prepared_instances: 2,
         }
     }
 }
@@ -77,7 +86,9 @@ impl Default for RuntimeConfig {
 /// Per-plugin limits, enforced on every call.
 #[derive(Clone, Debug)]
 pub struct Limits {
-    /// Wall-time limit of one call (instantiation included, queueing excluded).
+    /// Wall-time limit of one call (instantiation included when the call
+    /// instantiates; a prepared instance had the same limit for its own
+    /// instantiation; queueing excluded).
     pub timeout: Duration,
     /// Most linear memory the plugin may use, in bytes.
     pub max_memory_bytes: u64,
@@ -114,6 +125,36 @@ struct RuntimeInner {
     cache: Option<Cache>,
     metrics: Registry,
     config: RuntimeConfig,
+    /// Instances held prepared right now, across all plugins.
+    prepared: Arc<PreparedCount>,
+}
+
+/// How many instances are held prepared across a runtime's plugins, and
+/// how many may be.
+#[derive(Debug, Default)]
+pub(crate) struct PreparedCount {
+    held: AtomicUsize,
+    limit: usize,
+    /// Calls of any plugin that found a prepared instance, and calls that
+    /// instantiated on demand.
+    pub(crate) hits: AtomicU64,
+    pub(crate) misses: AtomicU64,
+}
+
+impl PreparedCount {
+    /// Takes one of the budget; false when it is spent.
+    pub(crate) fn reserve(&self) -> bool {
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives one back (its instance was used or dropped).
+    pub(crate) fn release(&self) {
+        self.held.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Runtime {
@@ -173,14 +214,44 @@ impl Runtime {
         }
         let engine = Engine::new(&wasm).map_err(|e| engine_err("engine", e))?;
         spawn_epoch_ticker(&engine, config.epoch_tick);
+        let prepared = Arc::new(PreparedCount {
+            held: AtomicUsize::new(0),
+            limit: (config.max_instances as usize / 4).max(1),
+            ..PreparedCount::default()
+        });
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {
                 engine,
                 cache,
                 metrics: Registry::default(),
                 config,
+                prepared,
             }),
         })
+    }
+
+    /// How many plugin instances are held prepared right now, across all
+    /// plugins (each waits for exactly one call).
+    pub fn prepared_instances(&self) -> usize {
+        self.inner.prepared.held.load(Ordering::Acquire)
+    }
+
+    /// Calls of any plugin so far that found a prepared instance, and calls
+    /// that instantiated on demand.
+    pub fn prepared_calls(&self) -> (u64, u64) {
+        let p = &self.inner.prepared;
+        (
+            p.hits.load(Ordering::Relaxed),
+            p.misses.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The budget of prepared instances and how many each plugin keeps.
+    pub(crate) fn prepared(&self) -> (Arc<PreparedCount>, usize) {
+        (
+            self.inner.prepared.clone(),
+            self.inner.config.prepared_instances,
+        )
     }
 
     /// The metrics of every plugin loaded so far, in the Prometheus text
@@ -260,13 +331,19 @@ impl Runtime {
             )));
         }
         let grace = (self.inner.config.epoch_tick * 4).max(Duration::from_millis(20));
+        let name: Arc<str> = name.into();
         Ok(PluginCore {
-            name: name.into(),
+            sandboxes: Sandboxes {
+                engine: self.inner.engine.clone(),
+                name: name.clone(),
+                max_memory_bytes: limits.max_memory_bytes,
+                timeout: limits.timeout,
+            },
+            name,
             digest,
             permits: Arc::new(Semaphore::new(limits.max_concurrency.max(1))),
             limits,
             grace,
-            engine: self.inner.engine.clone(),
         })
     }
 }
@@ -328,56 +405,108 @@ pub(crate) struct PluginCore {
     pub(crate) limits: Limits,
     permits: Arc<Semaphore>,
     grace: Duration,
+    sandboxes: Sandboxes,
+}
+
+/// Makes the fresh stores of one plugin's calls. Cheap to clone (the
+/// background refill of prepared instances holds one).
+#[derive(Clone)]
+pub(crate) struct Sandboxes {
     engine: Engine,
+    name: Arc<str>,
+    max_memory_bytes: u64,
+    timeout: Duration,
+}
+
+/// A fresh store for one call and the capture of its stdout/stderr.
+pub(crate) struct Sandbox {
+    pub(crate) store: Store<StoreState>,
+    output: Capture,
+}
+
+impl Sandboxes {
+    /// A new store with the plugin's memory limit, its deadline armed
+    /// [`Limits::timeout`] from now (instantiation runs guest code too).
+    pub(crate) fn make(&self, uid: &str) -> Sandbox {
+        let output = Capture::default();
+        let state = StoreState::new(
+            self.name.clone(),
+            uid.to_owned(),
+            self.max_memory_bytes,
+            &output,
+        );
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        arm(&mut store, self.timeout);
+        Sandbox { store, output }
+    }
+}
+
+/// Arms `store`'s epoch deadline `timeout` from now: each epoch tick
+/// yields to tokio, and the first tick past the deadline traps the guest.
+fn arm(store: &mut Store<StoreState>, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        if Instant::now() >= deadline {
+            Err(Trap::Interrupt.into())
+        } else {
+            Ok(UpdateDeadline::Yield(1))
+        }
+    });
 }
 
 impl PluginCore {
-    /// Runs `call` in a fresh store, within the plugin's limits.
-    ///
-    /// `call` receives the store, instantiates the plugin in it, calls an
-    /// export and hands the store back with the result, so that a trap can
-    /// be told apart from a memory-limit death and explained by the guest's
-    /// stderr.
-    pub(crate) async fn run<R, F, Fut>(&self, uid: &str, call: F) -> Result<R, PluginError>
-    where
-        F: FnOnce(Store<StoreState>) -> Fut,
-        Fut: Future<Output = (Store<StoreState>, wasmtime::Result<R>)>,
-    {
-        let plugin = || self.name.to_string();
+    /// What makes this plugin's stores.
+    pub(crate) fn sandboxes(&self) -> &Sandboxes {
+        &self.sandboxes
+    }
+
+    /// One of the plugin's [`Limits::max_concurrency`] slots, waiting at
+    /// most [`Limits::queue_timeout`].
+    pub(crate) async fn permit(&self) -> Result<OwnedSemaphorePermit, PluginError> {
+        let busy = || PluginError::Busy {
+            plugin: self.name.to_string(),
+        };
         // A free slot needs no timer (registering one can wake tokio's
         // parked timer driver on another thread).
-        let _permit = match self.permits.clone().try_acquire_owned() {
-            Ok(permit) => permit,
+        match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => Ok(permit),
             Err(_) => tokio::time::timeout(
                 self.limits.queue_timeout,
                 self.permits.clone().acquire_owned(),
             )
             .await
-            .map_err(|_| PluginError::Busy { plugin: plugin() })?
-            .map_err(|_| PluginError::Busy { plugin: plugin() })?,
-        };
+            .map_err(|_| busy())?
+            .map_err(|_| busy()),
+        }
+    }
 
-        let output = Capture::default();
-        let state = StoreState::new(
-            self.name.clone(),
-            uid.to_owned(),
-            self.limits.max_memory_bytes,
-            &output,
-        );
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limiter);
-        let deadline = Instant::now() + self.limits.timeout;
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            if Instant::now() >= deadline {
-                Err(Trap::Interrupt.into())
-            } else {
-                Ok(UpdateDeadline::Yield(1))
-            }
-        });
-
+    /// Runs `call` in `sandbox` (fresh, or prepared for exactly this call),
+    /// within the plugin's limits; the deadline is re-armed from now.
+    ///
+    /// `call` receives the store, calls an export (instantiating first when
+    /// the sandbox has no instance yet) and hands the store back with the
+    /// result, so that a trap can be told apart from a memory-limit death
+    /// and explained by the guest's stderr. The used store goes to
+    /// `retire` (never to another call): dropping it resets its memory
+    /// slot, which the caller may do off the request's path.
+    pub(crate) async fn run<R, F, Fut>(
+        &self,
+        uid: &str,
+        sandbox: Sandbox,
+        call: F,
+        retire: impl FnOnce(Store<StoreState>),
+    ) -> Result<R, PluginError>
+    where
+        F: FnOnce(Store<StoreState>) -> Fut,
+        Fut: Future<Output = (Store<StoreState>, wasmtime::Result<R>)>,
+    {
+        let Sandbox { mut store, output } = sandbox;
+        store.data_mut().set_uid(uid);
+        arm(&mut store, self.limits.timeout);
         let timeout = PluginError::Timeout {
-            plugin: plugin(),
+            plugin: self.name.to_string(),
             limit: self.limits.timeout,
         };
         let (store, result) = tokio::time::timeout(self.limits.timeout + self.grace, call(store))
@@ -388,7 +517,9 @@ impl PluginCore {
         if !captured.is_empty() {
             tracing::debug!(plugin = &*self.name, uid, output = %captured, "plugin stdout/stderr");
         }
-        result.map_err(|e| self.classify(e, store.data().limiter.hit_limit, &captured))
+        let hit_limit = store.data().limiter.hit_limit;
+        retire(store);
+        result.map_err(|e| self.classify(e, hit_limit, &captured))
     }
 
     /// Turns a guest failure into a [`PluginError`].

@@ -90,6 +90,12 @@ impl StoreState {
         }
     }
 
+    /// Tags this store's log records with the call's `uid` (a prepared
+    /// instance learns it when its call comes).
+    pub(crate) fn set_uid(&mut self, uid: &str) {
+        uid.clone_into(&mut self.uid);
+    }
+
     /// Implements the WIT `log.log` import for every world.
     pub(crate) fn log(&mut self, level: LogLevel, message: String, fields: Vec<(String, String)>) {
         if self.log_budget == 0 {

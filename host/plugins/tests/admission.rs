@@ -28,6 +28,7 @@ const FIXTURES: &[&str] = &[
     "hostile_output",
     "hostile_io",
     "echo_request",
+    "global_counter",
     // Other plugin kinds, exercised by tests/access.rs.
     "token_authenticator",
     "namespace_authorizer",
@@ -807,4 +808,94 @@ fn every_fixture_is_known_and_built() {
     let mut known: Vec<String> = FIXTURES.iter().map(|s| (*s).to_owned()).collect();
     known.sort();
     assert_eq!(built, known, "plugins/ and FIXTURES disagree");
+}
+
+/// Every call gets an instance of its own, prepared ahead or not: a plugin
+/// counting its calls in a global sees 1 on every call, from 16 tasks at
+/// once, and most of those calls did run on prepared instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_instances_are_single_use_under_concurrency() {
+    let runtime = runtime();
+    let plugin = runtime
+        .load_admission("counter", &wasm("global_counter"), "", Limits::default())
+        .await
+        .expect("load");
+    let req = std::sync::Arc::new(request(Operation::Create, Some(configmap("c", None))));
+    // (Loading ran check-config on an instance of its own.)
+    let (hits_before, misses_before) = plugin.prepared_calls();
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (plugin, req) = (plugin.clone(), req.clone());
+            tokio::spawn(async move {
+                let mut counts = Vec::new();
+                for i in 0..40 {
+                    let phase = if i % 2 == 0 {
+                        plugin.validate(&req).await
+                    } else {
+                        plugin.mutate(&req).await
+                    };
+                    let r = phase.expect("call");
+                    counts.push(r.warnings.join(","));
+                    // Sometimes leave time for the refill, sometimes not.
+                    if i % 3 == 0 {
+                        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                    }
+                }
+                counts
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("task"));
+    }
+    assert_eq!(all.len(), 16 * 40);
+    assert!(
+        all.iter().all(|c| c == "calls=1"),
+        "a call saw another call's state: {all:?}"
+    );
+    let (hits, misses) = plugin.prepared_calls();
+    let (hits, misses) = (hits - hits_before, misses - misses_before);
+    assert_eq!(hits + misses, 16 * 40);
+    assert!(
+        hits > 0,
+        "no call ran on a prepared instance ({misses} instantiated)"
+    );
+}
+
+/// Prepared instances belong to the plugin they were made for: once a
+/// plugin is replaced (its handle dropped) they are dropped too, never
+/// handed to its successor, which prepares its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swapped_plugins_prepared_instances_are_dropped_not_reused() {
+    let runtime = runtime();
+    let wait_for = |want: usize| {
+        let runtime = runtime.clone();
+        async move {
+            for _ in 0..500 {
+                if runtime.prepared_instances() == want {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+            panic!("{} prepared, not {want}", runtime.prepared_instances());
+        }
+    };
+    let old = runtime
+        .load_admission("swapped", &wasm("global_counter"), "", Limits::default())
+        .await
+        .expect("load");
+    let target = RuntimeConfig::default().prepared_instances;
+    wait_for(target).await;
+    drop(old);
+    wait_for(0).await;
+
+    // The successor (another module under the same name) answers as
+    // itself from its first call, on its own instances.
+    let new = require_labels(&runtime).await;
+    let unlabelled = request(Operation::Create, Some(configmap("c", None)));
+    let r = new.validate(&unlabelled).await.expect("call");
+    assert!(!r.allowed, "the new version must answer");
+    assert!(r.warnings.is_empty(), "an old instance answered: {r:?}");
+    wait_for(target).await;
 }

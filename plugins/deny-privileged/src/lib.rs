@@ -46,7 +46,9 @@ impl Guest for Plugin {
     fn check_config(config: String) -> Result<(), String> {
         match config.trim() {
             "" | "{}" | "null" => Ok(()),
-            other => Err(format!("deny-privileged takes no configuration, got {other}")),
+            other => Err(format!(
+                "deny-privileged takes no configuration, got {other}"
+            )),
         }
     }
 
@@ -61,7 +63,10 @@ impl Guest for Plugin {
         let mut response = deny(
             403,
             "Forbidden",
-            format!("privileged containers are not allowed ({})", fields.join(", ")),
+            format!(
+                "privileged containers are not allowed ({})",
+                fields.join(", ")
+            ),
         );
         if let Some(status) = response.status.as_mut() {
             status.causes = fields

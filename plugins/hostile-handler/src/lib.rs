@@ -8,9 +8,7 @@ wit_bindgen::generate!({
     world: "resource-handler-plugin",
 });
 
-use exports::wasm_apiserver::plugin::resource_handler::{
-    ConversionRequest, Guest, ObjectRequest,
-};
+use exports::wasm_apiserver::plugin::resource_handler::{ConversionRequest, Guest, ObjectRequest};
 use wasm_apiserver::plugin::types::FieldCause;
 
 struct Plugin;

@@ -25,9 +25,7 @@ wit_bindgen::generate!({
     world: "resource-handler-plugin",
 });
 
-use exports::wasm_apiserver::plugin::resource_handler::{
-    ConversionRequest, Guest, ObjectRequest,
-};
+use exports::wasm_apiserver::plugin::resource_handler::{ConversionRequest, Guest, ObjectRequest};
 use wasm_apiserver::plugin::types::FieldCause;
 
 #[derive(Deserialize, Default)]
@@ -125,7 +123,11 @@ fn to_v1alpha1(mut obj: Value, group: &str) -> Value {
     let spec = obj.get("spec").cloned().unwrap_or_default();
     let mut flat = Map::new();
     put(&mut flat, "size", spec.pointer("/dimensions/size").cloned());
-    put(&mut flat, "color", spec.pointer("/appearance/color").cloned());
+    put(
+        &mut flat,
+        "color",
+        spec.pointer("/appearance/color").cloned(),
+    );
     put(
         &mut flat,
         "legacyId",
@@ -156,7 +158,10 @@ fn convert_one(text: &str, desired: &str) -> Result<String, String> {
 /// The size field and its path, in the object's version.
 fn size(obj: &Value) -> (Option<u64>, &'static str) {
     match split(obj["apiVersion"].as_str().unwrap_or_default()).1 {
-        "v1alpha1" => (obj.pointer("/spec/size").and_then(Value::as_u64), "spec.size"),
+        "v1alpha1" => (
+            obj.pointer("/spec/size").and_then(Value::as_u64),
+            "spec.size",
+        ),
         _ => (
             obj.pointer("/spec/dimensions/size").and_then(Value::as_u64),
             "spec.dimensions.size",
@@ -231,15 +236,24 @@ mod tests {
             "metadata": {"name": "w", "labels": {"a": "b"}},
             "spec": {"size": 4, "color": "red", "legacyId": "L-1"}, "status": {"ready": true}});
         let v1 = convert(&alpha, "example.com/v1");
-        assert_eq!(v1["spec"], json!({"dimensions": {"size": 4}, "appearance": {"color": "red"}}));
-        assert_eq!(v1["metadata"]["annotations"]["example.com/v1alpha1-legacy-id"], "L-1");
+        assert_eq!(
+            v1["spec"],
+            json!({"dimensions": {"size": 4}, "appearance": {"color": "red"}})
+        );
+        assert_eq!(
+            v1["metadata"]["annotations"]["example.com/v1alpha1-legacy-id"],
+            "L-1"
+        );
         assert_eq!(convert(&v1, "example.com/v1alpha1"), alpha);
 
         let one = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
             "spec": {"dimensions": {"size": 2}, "appearance": {"color": "blue", "finish": "matte"}}});
         let flat = convert(&one, "example.com/v1alpha1");
         assert_eq!(flat["spec"], json!({"size": 2, "color": "blue"}));
-        assert_eq!(flat["metadata"]["annotations"]["example.com/v1-finish"], "matte");
+        assert_eq!(
+            flat["metadata"]["annotations"]["example.com/v1-finish"],
+            "matte"
+        );
         assert_eq!(convert(&flat, "example.com/v1"), one);
     }
 }

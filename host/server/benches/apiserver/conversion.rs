@@ -97,7 +97,8 @@ pub(crate) async fn conversion(srv: &Handle, dir: &Path) -> Result<Vec<Row>, Err
             dir.join("conversion-cache"),
             plugin_dir(),
         ))
-        .await??;
+        .await??
+        .0;
     let api = Api::new(server.addr);
     api.create_namespaces(&[NS]).await?;
     for (plural, kind) in [("converted", "Converted"), ("plain", "Plain")] {

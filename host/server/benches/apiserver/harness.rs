@@ -80,21 +80,22 @@ pub(crate) async fn serve(
 }
 
 /// A fresh server (embedded store at `store`) with the admission chain on:
-/// AdmissionPlugin modules are read from `plugins` and compiled into `cache`.
-/// Call it on the server runtime.
+/// AdmissionPlugin modules are read from `plugins` and compiled into `cache`;
+/// with its plugin runtime (for the prepared-instance counters). Call it on
+/// the server runtime.
 pub(crate) async fn serve_admission(
     store: PathBuf,
     cache: PathBuf,
     plugins: PathBuf,
-) -> Result<Served, Error> {
+) -> Result<(Served, Runtime), Error> {
     let storage: Arc<dyn Storage> =
         Arc::new(EmbeddedStore::open(&store, EmbeddedOptions::default())?);
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: Some(cache),
         ..Default::default()
     })?;
-    let admission = Admission::new(runtime, Some(plugins), storage.clone());
-    serve(storage, Some(Arc::new(admission))).await
+    let admission = Admission::new(runtime.clone(), Some(plugins), storage.clone());
+    Ok((serve(storage, Some(Arc::new(admission))).await?, runtime))
 }
 
 /// A fresh server (embedded store) authenticating the token-file lines
