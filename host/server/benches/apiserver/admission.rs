@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 use tokio::time::timeout;
 use wasm_apiserver_plugins::{
-    AdmissionRequest, Gvk, Gvr, Limits, Operation, Runtime, RuntimeConfig, UserInfo,
+    AdmissionPlugin, AdmissionRequest, Gvk, Gvr, Limits, Operation, Runtime, RuntimeConfig,
+    UserInfo,
 };
 
 #[path = "../../tests/support/webhook.rs"]
@@ -397,47 +398,20 @@ async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf) -> Result<Vec<Row>, Error> {
     for _ in 0..PLUGIN_WARMUP_CALLS {
         plugin.validate(&request).await?;
     }
-    let mut nanos = Vec::with_capacity(PLUGIN_CALLS);
-    let mut errors = 0;
     let (hits_before, misses_before) = plugin.prepared_calls();
-    let cpu = cpu_sample();
-    let started = Instant::now();
-    for _ in 0..PLUGIN_CALLS {
-        let t = Instant::now();
-        match plugin.validate(&request).await {
-            Ok(r) if r.allowed => nanos.push(t.elapsed().as_nanos() as u64),
-            _ => errors += 1,
-        }
-        // Untimed: let the background refill run, as it does between one
-        // client's requests.
-        tokio::time::sleep(Duration::from_micros(50)).await;
-    }
+    // Untimed between calls: let the background refill run, as it does
+    // between one client's requests.
+    let gap = Some(Duration::from_micros(50));
+    let mut per_call = timed_validates(&plugin, &request, PLUGIN_CALLS, gap, |_| {}).await;
     let (hits, misses) = plugin.prepared_calls();
-    let prepared_note = format!(
-        "; on prepared instances {} of {}",
+    per_call.scenario = PLUGIN_CALL_SCENARIO.into();
+    per_call.note = format!(
+        "sequential, 50 µs apart (untimed), a fresh Store each (prepared ahead, used once); {}; \
+         on prepared instances {} of {}",
+        per_call.note,
         hits - hits_before,
         hits + misses - hits_before - misses_before
     );
-    let seconds = started.elapsed().as_secs_f64();
-    let cpu = cpu_since(&cpu);
-    nanos.sort_unstable();
-    let at = |q: f64| percentile_us(&nanos, q);
-    let mean = nanos.iter().sum::<u64>() as f64 / nanos.len().max(1) as f64 / 1e3;
-    let per_call = Row {
-        scenario: PLUGIN_CALL_SCENARIO.into(),
-        clients: 1,
-        ops: nanos.len() as u64,
-        errors,
-        seconds,
-        latencies: nanos.iter().map(|n| (n / 1000) as u32).collect(),
-        cpu,
-        note: format!(
-            "sequential, 50 µs apart (untimed), a fresh Store each (prepared ahead, used \
-             once); mean {mean:.1} µs, p50 {:.1} µs, p99 {:.1} µs{prepared_note}",
-            at(0.5),
-            at(0.99)
-        ),
-    };
 
     // The same sequential calls on a runtime that prepares no instances:
     // each call instantiates, as every call did before prepared instances.
@@ -452,33 +426,12 @@ async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf) -> Result<Vec<Row>, Error> {
     for _ in 0..PLUGIN_WARMUP_CALLS {
         on_demand.validate(&request).await?;
     }
-    let mut od_nanos = Vec::with_capacity(PLUGIN_CALLS);
-    let cpu = cpu_sample();
-    let started = Instant::now();
-    for _ in 0..PLUGIN_CALLS {
-        let t = Instant::now();
-        if on_demand.validate(&request).await.is_ok_and(|r| r.allowed) {
-            od_nanos.push(t.elapsed().as_nanos() as u64);
-        }
-    }
-    let od_seconds = started.elapsed().as_secs_f64();
-    let od_cpu = cpu_since(&cpu);
-    od_nanos.sort_unstable();
-    let od_at = |q: f64| percentile_us(&od_nanos, q);
-    let on_demand_row = Row {
-        scenario: PLUGIN_ON_DEMAND_SCENARIO.into(),
-        clients: 1,
-        ops: od_nanos.len() as u64,
-        errors: (PLUGIN_CALLS - od_nanos.len()) as u64,
-        seconds: od_seconds,
-        latencies: od_nanos.iter().map(|n| (n / 1000) as u32).collect(),
-        cpu: od_cpu,
-        note: format!(
-            "prepared_instances: 0, each call instantiates; p50 {:.1} µs, p99 {:.1} µs",
-            od_at(0.5),
-            od_at(0.99)
-        ),
-    };
+    let mut on_demand_row = timed_validates(&on_demand, &request, PLUGIN_CALLS, None, |_| {}).await;
+    on_demand_row.scenario = PLUGIN_ON_DEMAND_SCENARIO.into();
+    on_demand_row.note = format!(
+        "prepared_instances: 0, each call instantiates; {}",
+        on_demand_row.note
+    );
     drop(on_demand);
 
     // The memory prepared instances cost: RSS with TEN_PLUGINS loaded,
@@ -526,34 +479,19 @@ async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf) -> Result<Vec<Row>, Error> {
     // memory (as the rest of a request does): the call with cold caches,
     // which is what one client's create pays.
     let mut other = vec![0u8; COLD_BYTES];
-    let mut cold_nanos = Vec::with_capacity(PLUGIN_CALLS / 4);
-    for i in 0..PLUGIN_CALLS / 4 {
+    let mut cold_calls = timed_validates(&plugin, &request, PLUGIN_CALLS / 4, None, |i| {
         for b in other.iter_mut().step_by(64) {
             *b = b.wrapping_add(i as u8);
         }
         std::hint::black_box(&other);
-        let t = Instant::now();
-        if plugin.validate(&request).await.is_ok_and(|r| r.allowed) {
-            cold_nanos.push(t.elapsed().as_nanos() as u64);
-        }
-    }
-    cold_nanos.sort_unstable();
-    let cold_at = |q: f64| percentile_us(&cold_nanos, q);
-    let cold_calls = Row {
-        scenario: PLUGIN_COLD_SCENARIO.into(),
-        clients: 1,
-        ops: cold_nanos.len() as u64,
-        errors: (PLUGIN_CALLS / 4 - cold_nanos.len()) as u64,
-        seconds: 0.0,
-        latencies: cold_nanos.iter().map(|n| (n / 1000) as u32).collect(),
-        cpu: None,
-        note: format!(
-            "{} MiB of other memory written before each call; p50 {:.1} µs, p99 {:.1} µs",
-            COLD_BYTES >> 20,
-            cold_at(0.5),
-            cold_at(0.99)
-        ),
-    };
+    })
+    .await;
+    cold_calls.scenario = PLUGIN_COLD_SCENARIO.into();
+    cold_calls.note = format!(
+        "{} MiB of other memory written before each call; {}",
+        COLD_BYTES >> 20,
+        cold_calls.note
+    );
 
     // The same calls from ADMISSION_CLIENTS tasks at once: throughput and
     // CPU per call when instances run side by side (as under load).
@@ -612,6 +550,49 @@ async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf) -> Result<Vec<Row>, Error> {
         concurrent,
         rss_row,
     ])
+}
+
+/// `n` sequential `validate` calls of `plugin`, each after an untimed
+/// sleep of `gap` (if any) and `before(i)`: a row of the allowed calls'
+/// latencies, with the mean, p50 and p99 in µs as its note.
+async fn timed_validates(
+    plugin: &AdmissionPlugin,
+    request: &AdmissionRequest,
+    n: usize,
+    gap: Option<Duration>,
+    mut before: impl FnMut(usize),
+) -> Row {
+    let mut nanos = Vec::with_capacity(n);
+    let cpu = cpu_sample();
+    let started = Instant::now();
+    for i in 0..n {
+        if let Some(gap) = gap {
+            tokio::time::sleep(gap).await;
+        }
+        before(i);
+        let t = Instant::now();
+        if plugin.validate(request).await.is_ok_and(|r| r.allowed) {
+            nanos.push(t.elapsed().as_nanos() as u64);
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = cpu_since(&cpu);
+    nanos.sort_unstable();
+    let mean = nanos.iter().sum::<u64>() as f64 / nanos.len().max(1) as f64 / 1e3;
+    Row {
+        scenario: String::new(),
+        clients: 1,
+        ops: nanos.len() as u64,
+        errors: (n - nanos.len()) as u64,
+        seconds,
+        latencies: nanos.iter().map(|n| (n / 1000) as u32).collect(),
+        cpu,
+        note: format!(
+            "mean {mean:.1} µs, p50 {:.1} µs, p99 {:.1} µs",
+            percentile_us(&nanos, 0.5),
+            percentile_us(&nanos, 0.99)
+        ),
+    }
 }
 
 /// This process's resident set, in KiB (0 where /proc is missing).
