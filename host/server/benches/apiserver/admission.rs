@@ -679,6 +679,20 @@ pub(crate) fn print_targets(rows: &[Row]) {
                 h - n,
                 (h - n) / (o - n).max(1.0)
             );
+            // How much of each is the store's writer thread (it commits
+            // fewer creates per fsync as the rate drops).
+            let store_us = |r: &Row| r.cpu.map(|c| c.store * 1e6 / r.rate().max(1.0));
+            if let (Some(sn), Some(so), Some(sf), Some(sh)) = (
+                store_us(none),
+                store_us(one),
+                store_us(five),
+                store_us(hook),
+            ) {
+                println!(
+                    "  of which the store's writer thread: none {sn:.0} µs; 1 wasm plugin \
+                     {so:.0} µs; {MANY_PLUGINS} wasm plugins {sf:.0} µs; HTTPS webhook {sh:.0} µs"
+                );
+            }
             let cpu_ratio = (h - n) / (o - n).max(1.0);
             println!(
                 "target wasm's added server CPU per create <= 1/{TARGET_WEBHOOK_CPU_RATIO:.0} of \

@@ -283,6 +283,7 @@ pub(crate) fn merge(into: &mut Row, more: Row) {
     into.cpu = match (into.cpu, more.cpu) {
         (Some(x), Some(y)) => Some(Cpu {
             server: avg(x.server, y.server),
+            store: avg(x.store, y.store),
             client: avg(x.client, y.client),
             etcd: x.etcd.zip(y.etcd).map(|(x, y)| avg(x, y)),
             others: avg(x.others, y.others),
@@ -302,6 +303,8 @@ pub(crate) fn merge(into: &mut Row, more: Row) {
 pub(crate) struct CpuSample {
     at: Instant,
     server: u64,
+    /// The embedded store's writer thread (part of `server`).
+    store: u64,
     total: u64,
     /// The `etcd` process, when one runs.
     etcd: Option<u64>,
@@ -325,7 +328,7 @@ pub(crate) fn cpu_sample() -> Option<CpuSample> {
     }
     let at = Instant::now();
     let total = parse(&std::fs::read_to_string("/proc/self/stat").ok()?)?.1;
-    let mut server = 0;
+    let (mut server, mut store) = (0, 0);
     for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
         let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
             continue;
@@ -336,6 +339,9 @@ pub(crate) fn cpu_sample() -> Option<CpuSample> {
                 || comm.starts_with("embedded-store"))
         {
             server += ticks;
+            if comm.starts_with("embedded-store") {
+                store += ticks;
+            }
         }
     }
     // The `cpu` line of /proc/stat: user nice system idle iowait irq softirq steal ...
@@ -363,6 +369,7 @@ pub(crate) fn cpu_sample() -> Option<CpuSample> {
     Some(CpuSample {
         at,
         server,
+        store,
         total,
         etcd,
         machine,
@@ -373,6 +380,8 @@ pub(crate) fn cpu_sample() -> Option<CpuSample> {
 #[derive(Clone, Copy)]
 pub(crate) struct Cpu {
     pub(crate) server: f64,
+    /// The embedded store's writer thread, of `server`.
+    pub(crate) store: f64,
     pub(crate) client: f64,
     /// The `etcd` process, when one ran.
     pub(crate) etcd: Option<f64>,
@@ -393,6 +402,7 @@ pub(crate) fn cpu_since(before: &Option<CpuSample>) -> Option<Cpu> {
     };
     Some(Cpu {
         server,
+        store: cores(now.store, before.store),
         client: (total - server).max(0.0),
         etcd,
         others: (machine - total - etcd.unwrap_or(0.0)).max(0.0),
