@@ -183,16 +183,14 @@ impl<P: WorldPre> Ready<P> {
         drop(entry);
     }
 
-    /// Drops the used stores queued so far; false when there were none.
-    fn drain_retired(&self) -> bool {
+    /// Drops the used stores queued so far (outside the lock).
+    fn drain_retired(&self) {
         let dead = self
             .retired
             .lock()
             .map(|mut q| std::mem::take(&mut *q))
             .unwrap_or_default();
-        let any = !dead.is_empty();
         drop(dead);
-        any
     }
 
     /// Starts a background task that instantiates until `target` instances
