@@ -128,6 +128,9 @@ pub fn run(cmd: PluginCommand) -> anyhow::Result<i32> {
         let runtime = Runtime::new(RuntimeConfig {
             pooling: false,
             cache_dir,
+            // One-shot calls: instances prepared in the background would
+            // only be made and thrown away.
+            prepared_instances: 0,
             ..RuntimeConfig::default()
         })?;
         match cmd {
