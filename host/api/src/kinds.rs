@@ -562,8 +562,43 @@ pub fn resources() -> Vec<ResourceInfo> {
             .short_names(&["csr"])
             .subresources(&["status"]),
         info::<events::v1::Event>().short_names(&["ev"]),
-        info::<admissionregistration::v1::ValidatingAdmissionPolicy>().subresources(&["status"]),
-        info::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>(),
+        info::<admissionregistration::v1::ValidatingAdmissionPolicy>()
+            .subresources(&["status"])
+            .columns(vec![
+                Column::name(),
+                Column::new(
+                    "Validations",
+                    "integer",
+                    "The number of validations.",
+                    ".spec.validations",
+                )
+                .render(Render::Count),
+                Column::new(
+                    "ParamKind",
+                    "string",
+                    "The kind of the policy's params.",
+                    ".spec.paramKind",
+                )
+                .render(Render::Param),
+                Column::age(),
+            ]),
+        info::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>().columns(vec![
+            Column::name(),
+            Column::new(
+                "PolicyName",
+                "string",
+                "The policy the binding binds.",
+                ".spec.policyName",
+            ),
+            Column::new(
+                "ParamRef",
+                "string",
+                "The params the binding selects.",
+                ".spec.paramRef",
+            )
+            .render(Render::Param),
+            Column::age(),
+        ]),
         info::<flowcontrol::v1::FlowSchema>().subresources(&["status"]),
         info::<flowcontrol::v1::PriorityLevelConfiguration>().subresources(&["status"]),
     ]

@@ -12,6 +12,7 @@
 //! events ([`audit`]).
 
 pub mod admission;
+pub mod admission_policy;
 pub mod audit;
 pub mod authn;
 pub mod builtin;

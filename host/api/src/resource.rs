@@ -74,6 +74,9 @@ pub enum Render {
     Sum,
     /// A label map or `LabelSelector` as selector text (`app=web,tier in (a,b)`).
     Selector,
+    /// An admission policy's `paramKind` (`v1/ConfigMap`) or a binding's
+    /// `paramRef` (`ns/name`, `*/name`, the selector), `<unset>` without one.
+    Param,
     /// A pod's ready containers of all (`1/2`): container statuses, containers.
     PodReady,
     /// A pod's status as `kubectl get pods` shows it (phase, or the reason a

@@ -129,6 +129,23 @@ fn cell(c: &Column, obj: &Value, now: DateTime<Utc>) -> Value {
                 r["name"].as_str().unwrap_or_default()
             ))
         }
+        Render::Param => json!(match first(c, obj) {
+            None => "<unset>".to_string(),
+            Some(p) if p.get("kind").is_some() => format!(
+                "{}/{}",
+                p["apiVersion"].as_str().unwrap_or_default(),
+                p["kind"].as_str().unwrap_or_default()
+            ),
+            Some(p) => match (p["name"].as_str(), p["namespace"].as_str()) {
+                (Some(name), Some(ns)) if !ns.is_empty() => format!("{ns}/{name}"),
+                (Some(name), _) => format!("*/{name}"),
+                (None, ns) => format!(
+                    "{}/{}",
+                    ns.filter(|n| !n.is_empty()).unwrap_or("*"),
+                    crate::selector::selector_text(&p["selector"])
+                ),
+            },
+        }),
         Render::Ratio => {
             let n = |i: usize| {
                 c.json_paths

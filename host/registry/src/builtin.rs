@@ -16,6 +16,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio::sync::Notify;
+use wasm_apiserver_api::admission_policy as vap;
 use wasm_apiserver_api::resource::RBAC;
 use wasm_apiserver_api::validation::validate_object;
 use wasm_apiserver_api::{ApiError, ResourceInfo, meta};
@@ -169,6 +170,43 @@ struct WebhookConfigurations {
 impl Strategy for WebhookConfigurations {
     async fn after_write(&self, obj: &Value, deleted: bool) {
         controller::reconcile_webhooks(&self.objects, self.plural, obj, deleted);
+    }
+}
+
+/// ValidatingAdmissionPolicies and their bindings: checked (and their
+/// expressions compiled) on write, applied to this replica's admission
+/// policies before the response (other replicas follow through the
+/// controller's watch).
+struct AdmissionPolicies {
+    objects: Objects,
+    bindings: bool,
+}
+
+#[async_trait]
+impl Strategy for AdmissionPolicies {
+    fn validate(
+        &self,
+        info: &ResourceInfo,
+        _namespace: Option<&str>,
+        obj: &Value,
+        _old: Option<&Value>,
+        _user: &UserInfo,
+    ) -> Result<(), ApiError> {
+        validate_object(info, obj)?;
+        let causes = if self.bindings {
+            wasm_apiserver_api::admission_policy::Binding::parse(obj).err()
+        } else {
+            wasm_apiserver_api::admission_policy::Policy::compile(obj).err()
+        };
+        crate::strategy::invalid_if_any(info, obj, causes.unwrap_or_default())
+    }
+
+    async fn after_write(&self, obj: &Value, deleted: bool) {
+        if self.bindings {
+            controller::reconcile_binding(&self.objects, obj, deleted);
+        } else {
+            controller::reconcile_policy(&self.objects, obj, deleted).await;
+        }
     }
 }
 
@@ -332,6 +370,12 @@ pub fn install(objects: &Objects, deps: Dependencies) -> Installed {
                         Some(Arc::new(WebhookConfigurations {
                             objects: objects.clone(),
                             plural: webhook::VALIDATING,
+                        }))
+                    }
+                    (vap::GROUP, vap::POLICIES | vap::BINDINGS) => {
+                        Some(Arc::new(AdmissionPolicies {
+                            objects: objects.clone(),
+                            bindings: info.plural == vap::BINDINGS,
                         }))
                     }
                     (webhook::GROUP, webhook::MUTATING) => Some(Arc::new(WebhookConfigurations {

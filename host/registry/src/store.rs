@@ -267,10 +267,20 @@ impl Objects {
         old: Option<&Value>,
         opts: &WriteOptions,
     ) -> Result<()> {
-        match &self.admission {
-            Some(adm) => adm.validate(a, obj, old, opts).await,
-            None => Ok(()),
-        }
+        let Some(adm) = &self.admission else {
+            return Ok(());
+        };
+        crate::admission::policy::validate(
+            self,
+            &adm.policies,
+            a,
+            || Admission::request_json(a, opts),
+            obj,
+            old,
+            opts,
+        )
+        .await?;
+        adm.validate(a, obj, old, opts).await
     }
 
     /// Reads one object.

@@ -133,6 +133,16 @@ impl Authorizer {
     }
 }
 
+/// Admission-policy expressions' `authorizer` checks: the built-in modes
+/// (RBAC, AlwaysAllow, AlwaysDeny), decided synchronously inside an
+/// expression; wasm authorizers are asynchronous sandbox calls and are not
+/// consulted there.
+impl wasm_apiserver_api::cel::authz::Authorize for Authorizer {
+    fn authorize(&self, attrs: &Attributes) -> Decision {
+        Authorizer::authorize(self, attrs)
+    }
+}
+
 /// The authorization attributes of a request.
 pub fn attributes(info: &RequestInfo, user: &UserInfo) -> Attributes {
     Attributes {

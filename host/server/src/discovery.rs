@@ -213,7 +213,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         .objects
         .admission
         .as_ref()
-        .map(|a| a.runtime().metrics_text())
+        .map(|a| a.metrics_text())
         .unwrap_or_default();
     (
         StatusCode::OK,

@@ -43,6 +43,9 @@ impl AppState {
             },
         );
         authz::install_reviews(&resources, &authz);
+        if let Some(admission) = &objects.admission {
+            admission.policies.set_authorizer(authz.clone());
+        }
         let authn = authn::Authenticator::default();
         authn::install_token_reviews(&objects, &authn);
         AppState {

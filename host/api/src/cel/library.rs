@@ -22,15 +22,13 @@
 //! values are, as upstream.
 
 use cel::common::types::{
-    CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelString, DYN_TYPE, LIST_TYPE, Type,
+    CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelString, DYN_TYPE, LIST_TYPE,
 };
-use cel::common::value::{CowVal, StaticVal, Val};
+use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
-use std::any::Any;
 use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::LazyLock;
 
 /// Registers the libraries on `env`.
 pub fn extension(env: &mut Env) -> Result<(), DeclarationError> {
@@ -91,39 +89,6 @@ pub fn extension(env: &mut Env) -> Result<(), DeclarationError> {
 
 fn error(function: &str, message: impl ToString) -> ExecutionError {
     ExecutionError::function_error(function, message)
-}
-
-/// Implements `Val` for an opaque value type named `$name`.
-macro_rules! opaque {
-    ($ty:ident, $name:literal) => {
-        impl Val for $ty {
-            fn get_type(&self) -> &Type {
-                <Self as Val>::cel_type()
-            }
-
-            fn cel_type() -> &'static Type {
-                static TYPE: LazyLock<Type> = LazyLock::new(|| Type::new_opaque_type($name));
-                &TYPE
-            }
-
-            fn equals(&self, other: &dyn Val) -> bool {
-                other.downcast_ref::<Self>().is_some_and(|o| o == self)
-            }
-
-            fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
-            where
-                Self: 'v,
-            {
-                Box::new(self.clone())
-            }
-
-            fn as_any(&self) -> Option<&dyn Any> {
-                Some(self)
-            }
-        }
-
-        impl StaticVal for $ty {}
-    };
 }
 
 // ---- lists ------------------------------------------------------------

@@ -8,6 +8,41 @@
 //! a 422 naming it. At validation each rule's cost is computed from the
 //! object before it runs, so a runaway rule never runs.
 
+/// Implements `Val` for an opaque value type named `$name`.
+macro_rules! opaque {
+    ($ty:ident, $name:literal) => {
+        impl cel::common::value::Val for $ty {
+            fn get_type(&self) -> &cel::common::types::Type {
+                <Self as cel::common::value::Val>::cel_type()
+            }
+
+            fn cel_type() -> &'static cel::common::types::Type {
+                static TYPE: std::sync::LazyLock<cel::common::types::Type> =
+                    std::sync::LazyLock::new(|| cel::common::types::Type::new_opaque_type($name));
+                &TYPE
+            }
+
+            fn equals(&self, other: &dyn cel::common::value::Val) -> bool {
+                other.downcast_ref::<Self>().is_some_and(|o| o == self)
+            }
+
+            fn clone_as_boxed<'v>(&self) -> Box<dyn cel::common::value::Val + 'v>
+            where
+                Self: 'v,
+            {
+                Box::new(self.clone())
+            }
+
+            fn as_any(&self) -> Option<&dyn std::any::Any> {
+                Some(self)
+            }
+        }
+
+        impl cel::common::value::StaticVal for $ty {}
+    };
+}
+
+pub mod authz;
 pub mod cost;
 mod library;
 
@@ -29,6 +64,8 @@ fn env() -> Arc<Env> {
             .expect("the lists extension loads");
         env.add_extension(library::extension)
             .expect("the Kubernetes libraries load");
+        env.add_extension(authz::extension)
+            .expect("the authorizer library loads");
         Arc::new(env)
     })
     .clone()
@@ -49,6 +86,11 @@ impl std::ops::Deref for Rule {
 }
 
 impl Rule {
+    /// The expression's cost with variables bound to shapes.
+    pub(crate) fn cost_with(&self, vars: Vec<(String, cost::Shape<'_>)>) -> u64 {
+        cost::Estimator::new(vars).cost(&self.ast).0
+    }
+
     /// The rule's cost with `self` (and `oldSelf`) of shape `this`.
     fn cost(&self, this: cost::Shape<'_>, old: Option<cost::Shape<'_>>) -> u64 {
         let mut vars = vec![("self".to_owned(), this)];
@@ -59,6 +101,17 @@ impl Rule {
 
 /// A compiled rule; `Err` holds the compiler's message.
 type Compiled = Result<Arc<Rule>, String>;
+
+/// Compiles an expression (cached by source); `Err` holds the
+/// compiler's message.
+pub(crate) fn compile_rule(source: &str) -> Compiled {
+    compile(source)
+}
+
+/// An empty evaluation context with the Kubernetes libraries.
+pub(crate) fn new_context() -> Context<'static, 'static> {
+    Context::with_env(env())
+}
 
 fn compile(source: &str) -> Compiled {
     static CACHE: OnceLock<Mutex<HashMap<String, Compiled>>> = OnceLock::new();

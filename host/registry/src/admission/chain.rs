@@ -149,7 +149,7 @@ pub struct Attributes<'a> {
 }
 
 impl Attributes<'_> {
-    fn op_str(&self) -> &'static str {
+    pub(crate) fn op_str(&self) -> &'static str {
         match self.operation {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",
@@ -165,6 +165,8 @@ pub struct Admission {
     plugin_dir: Option<PathBuf>,
     chain: RwLock<Arc<Chain>>,
     storage: Arc<dyn Storage>,
+    /// The active ValidatingAdmissionPolicies and bindings.
+    pub policies: super::policy::Policies,
 }
 
 /// A plugin's field causes as API causes (`FieldValueInvalid` when it gave no reason).
@@ -206,7 +208,13 @@ impl Admission {
             plugin_dir,
             chain: RwLock::new(Arc::new(Chain::default())),
             storage,
+            policies: Default::default(),
         }
+    }
+
+    /// Prometheus text of the plugins' and the admission policies' metrics.
+    pub fn metrics_text(&self) -> String {
+        self.runtime.metrics_text() + &self.policies.metrics_text()
     }
 
     pub fn runtime(&self) -> &Runtime {
@@ -389,6 +397,13 @@ impl Admission {
             out.push(p);
         }
         out
+    }
+
+    /// The `request` of admission-policy expressions: upstream's
+    /// `AdmissionRequest` without the objects (they are variables of
+    /// their own).
+    pub(crate) fn request_json(a: &Attributes<'_>, ctx: &WriteOptions) -> Value {
+        serde_json::to_value(Self::request(a, None, None, ctx)).unwrap_or_default()
     }
 
     fn request(

@@ -5,6 +5,7 @@
 //! `--admission-control-config-file`.
 
 use crate::admission::chain::{Active, Admission, Backend};
+use crate::admission::policy;
 use crate::resources::Resource;
 use crate::store::Objects;
 use crate::webhook::{self, Webhook};
@@ -12,6 +13,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use wasm_apiserver_api::admission::{FailurePolicy, Mode, Phase, PluginSpec, Rule, Selector};
+use wasm_apiserver_api::admission_policy as vap;
 use wasm_apiserver_api::meta;
 
 fn plugin_info(objects: &Objects) -> Arc<Resource> {
@@ -88,6 +90,43 @@ pub fn reconcile_webhooks(objects: &Objects, resource: &str, obj: &Value, delete
     }
 }
 
+/// Brings the admission policies in line with one
+/// `ValidatingAdmissionPolicy` object and records its status.
+pub async fn reconcile_policy(objects: &Objects, obj: &Value, deleted: bool) {
+    let Some(admission) = &objects.admission else {
+        return;
+    };
+    let name = meta::name(obj).unwrap_or_default();
+    if deleted || meta::str_field(obj, "deletionTimestamp").is_some() {
+        admission.policies.remove_policy(name);
+        return;
+    }
+    let compiled = admission.policies.apply_policy(obj);
+    let info = objects.resources.builtin(vap::GROUP, "v1", vap::POLICIES);
+    objects
+        .record_status(
+            &info,
+            obj,
+            policy::policy_status(&compiled, obj),
+            "admission-policy-controller",
+        )
+        .await;
+}
+
+/// Applies one `ValidatingAdmissionPolicyBinding` (or its deletion).
+pub fn reconcile_binding(objects: &Objects, obj: &Value, deleted: bool) {
+    let Some(admission) = &objects.admission else {
+        return;
+    };
+    if deleted || meta::str_field(obj, "deletionTimestamp").is_some() {
+        admission
+            .policies
+            .remove_binding(meta::name(obj).unwrap_or_default());
+    } else {
+        admission.policies.apply_binding(obj);
+    }
+}
+
 /// Follows `AdmissionPlugin` objects and webhook configurations through
 /// storage watches, so every replica runs the same chain.
 pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
@@ -103,6 +142,8 @@ pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
             objects
                 .resources
                 .builtin(webhook::GROUP, "v1", webhook::MUTATING),
+            objects.resources.builtin(vap::GROUP, "v1", vap::POLICIES),
+            objects.resources.builtin(vap::GROUP, "v1", vap::BINDINGS),
         ];
         let loops = kinds.into_iter().map(|info| {
             let objects = objects.clone();
@@ -113,10 +154,15 @@ pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
                     .follow(
                         &info,
                         |listed| {
+                            let names: Vec<&str> = listed.iter().filter_map(meta::name).collect();
+                            if info.group == vap::GROUP {
+                                let policies = info.plural == vap::POLICIES;
+                                admission.policies.retain(policies, &names);
+                                return;
+                            }
                             if !plugins {
                                 return;
                             }
-                            let names: Vec<&str> = listed.iter().filter_map(meta::name).collect();
                             let stale: Vec<String> = admission
                                 .snapshot()
                                 .dynamic
@@ -144,7 +190,11 @@ async fn apply(objects: &Objects, info: &Resource, obj: &Value, deleted: bool) {
     let Some(admission) = &objects.admission else {
         return;
     };
-    if info.group == webhook::GROUP {
+    if info.group == vap::GROUP && info.plural == vap::POLICIES {
+        reconcile_policy(objects, obj, deleted).await;
+    } else if info.group == vap::GROUP && info.plural == vap::BINDINGS {
+        reconcile_binding(objects, obj, deleted);
+    } else if info.group == webhook::GROUP {
         reconcile_webhooks(objects, &info.plural, obj, deleted);
     } else if deleted {
         admission.remove(meta::name(obj).unwrap_or_default());

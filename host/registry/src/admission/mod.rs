@@ -22,5 +22,6 @@
 
 pub mod chain;
 pub mod controller;
+pub mod policy;
 
 pub use chain::{Active, Admission, Attributes, Backend, limits};

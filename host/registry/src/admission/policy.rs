@@ -1,0 +1,568 @@
+//! ValidatingAdmissionPolicies in the request path: the active policies and
+//! bindings (an immutable snapshot swapped on every change, as the chain
+//! is), params read from storage, and what a failed validation does per
+//! the binding's `validationActions` (Deny, Warn, Audit) and the policy's
+//! `failurePolicy`. Compilation and evaluation are the API layer's
+//! ([`wasm_apiserver_api::admission_policy`]).
+//!
+//! They run where upstream's `ValidatingAdmissionPolicy` plugin does: after
+//! mutating admission, before the validating plugins and webhooks.
+
+use crate::admission::chain::Attributes;
+use crate::options::{ListParams, WriteOptions};
+use crate::resources::Resource;
+use crate::store::Objects;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Instant;
+use wasm_apiserver_api::admission::{FailurePolicy, RequestAttributes};
+use wasm_apiserver_api::admission_policy::{
+    self as vap, Binding, Evaluation, Failure, Input, MatchInput, Policy,
+};
+use wasm_apiserver_api::cel::authz::{Authorize, Authorizer};
+use wasm_apiserver_api::error::Target;
+use wasm_apiserver_api::{ApiError, Cause, meta};
+
+/// A policy as the set holds it: compiled, or why it is not.
+enum Entry {
+    Ready(Arc<Policy>),
+    Broken {
+        generation: i64,
+        message: String,
+        failure_policy: FailurePolicy,
+    },
+}
+
+impl Entry {
+    fn generation(&self) -> i64 {
+        match self {
+            Entry::Ready(p) => p.generation,
+            Entry::Broken { generation, .. } => *generation,
+        }
+    }
+}
+
+#[derive(Default, Clone)]
+struct Set {
+    policies: BTreeMap<String, Arc<Entry>>,
+    bindings: BTreeMap<String, Arc<Binding>>,
+}
+
+/// Counters for `apiserver_validating_admission_policy_check_total` and
+/// the duration histogram's sum and count.
+#[derive(Default)]
+struct Metrics {
+    checks: BTreeMap<(String, String, &'static str, &'static str), u64>,
+    duration: BTreeMap<(String, String), (f64, u64)>,
+}
+
+/// The active ValidatingAdmissionPolicies and their bindings.
+#[derive(Default)]
+pub struct Policies {
+    set: RwLock<Arc<Set>>,
+    authorizer: OnceLock<Arc<dyn Authorize>>,
+    metrics: Mutex<Metrics>,
+}
+
+/// What a policy object's status says after it was (re)compiled.
+pub struct Compiled {
+    pub generation: i64,
+    /// The error that keeps it from running (requests then follow its
+    /// `failurePolicy`).
+    pub error: Option<String>,
+}
+
+fn causes_text(causes: &[Cause]) -> String {
+    causes
+        .iter()
+        .map(|c| format!("{}: {}", c.field, c.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl Policies {
+    fn snapshot(&self) -> Arc<Set> {
+        self.set.read().expect("policy set lock").clone()
+    }
+
+    fn swap(&self, f: impl FnOnce(&mut Set)) {
+        let mut guard = self.set.write().expect("policy set lock");
+        let mut next = Set::clone(&guard);
+        f(&mut next);
+        *guard = Arc::new(next);
+    }
+
+    /// What `authorizer` checks in expressions go through (set once by the
+    /// assembly; without it expressions that use `authorizer` fail).
+    pub fn set_authorizer(&self, a: Arc<dyn Authorize>) {
+        let _ = self.authorizer.set(a);
+    }
+
+    /// Installs (or replaces) a policy object, compiling it unless this
+    /// generation is active already.
+    pub fn apply_policy(&self, obj: &Value) -> Compiled {
+        let name = meta::name(obj).unwrap_or_default().to_string();
+        let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
+        if let Some(e) = self.snapshot().policies.get(&name)
+            && e.generation() == generation
+        {
+            let error = match &**e {
+                Entry::Ready(_) => None,
+                Entry::Broken { message, .. } => Some(message.clone()),
+            };
+            return Compiled { generation, error };
+        }
+        let (entry, error) = match Policy::compile(obj) {
+            Ok(p) => (Entry::Ready(Arc::new(p)), None),
+            Err(causes) => {
+                let message = causes_text(&causes);
+                let failure_policy = match obj["spec"]["failurePolicy"].as_str() {
+                    Some("Ignore") => FailurePolicy::Ignore,
+                    _ => FailurePolicy::Fail,
+                };
+                tracing::warn!(policy = %name, error = %message, "admission policy does not compile");
+                (
+                    Entry::Broken {
+                        generation,
+                        message: message.clone(),
+                        failure_policy,
+                    },
+                    Some(message),
+                )
+            }
+        };
+        self.swap(|s| {
+            s.policies.insert(name, Arc::new(entry));
+        });
+        Compiled { generation, error }
+    }
+
+    pub fn remove_policy(&self, name: &str) {
+        self.swap(|s| {
+            s.policies.remove(name);
+        });
+    }
+
+    /// Installs (or replaces) a binding object; a binding that does not
+    /// parse is left out (the API refuses such objects on write).
+    pub fn apply_binding(&self, obj: &Value) {
+        let name = meta::name(obj).unwrap_or_default().to_string();
+        match Binding::parse(obj) {
+            Ok(b) => self.swap(|s| {
+                s.bindings.insert(name, Arc::new(b));
+            }),
+            Err(causes) => {
+                tracing::warn!(binding = %name, error = %causes_text(&causes), "admission policy binding rejected");
+                self.remove_binding(&name);
+            }
+        }
+    }
+
+    pub fn remove_binding(&self, name: &str) {
+        self.swap(|s| {
+            s.bindings.remove(name);
+        });
+    }
+
+    /// Keeps only the named policies or bindings (after a relist).
+    pub fn retain(&self, policies: bool, names: &[&str]) {
+        self.swap(|s| {
+            if policies {
+                s.policies.retain(|n, _| names.contains(&n.as_str()));
+            } else {
+                s.bindings.retain(|n, _| names.contains(&n.as_str()));
+            }
+        });
+    }
+
+    fn count(&self, policy: &str, binding: &str, action: &'static str, error: &'static str) {
+        let mut m = self.metrics.lock().expect("policy metrics lock");
+        *m.checks
+            .entry((policy.into(), binding.into(), action, error))
+            .or_default() += 1;
+    }
+
+    fn time(&self, policy: &str, binding: &str, seconds: f64) {
+        let mut m = self.metrics.lock().expect("policy metrics lock");
+        let e = m
+            .duration
+            .entry((policy.into(), binding.into()))
+            .or_default();
+        e.0 += seconds;
+        e.1 += 1;
+    }
+
+    /// Prometheus text of upstream's policy metrics.
+    pub fn metrics_text(&self) -> String {
+        let m = self.metrics.lock().expect("policy metrics lock");
+        if m.checks.is_empty() && m.duration.is_empty() {
+            return String::new();
+        }
+        let mut out = String::from(
+            "# HELP apiserver_validating_admission_policy_check_total Validation admission policy check total, labeled by policy and further identified by binding and enforcement action taken.\n# TYPE apiserver_validating_admission_policy_check_total counter\n",
+        );
+        for ((p, b, action, error), n) in &m.checks {
+            out.push_str(&format!(
+                "apiserver_validating_admission_policy_check_total{{enforcement_action=\"{action}\",error_type=\"{error}\",policy=\"{p}\",policy_binding=\"{b}\"}} {n}\n"
+            ));
+        }
+        out.push_str("# HELP apiserver_validating_admission_policy_check_duration_seconds Validation admission latency for individual validation expressions in seconds, labeled by policy and binding.\n# TYPE apiserver_validating_admission_policy_check_duration_seconds summary\n");
+        for ((p, b), (sum, count)) in &m.duration {
+            let labels = format!("policy=\"{p}\",policy_binding=\"{b}\"");
+            out.push_str(&format!(
+                "apiserver_validating_admission_policy_check_duration_seconds_sum{{{labels}}} {sum}\napiserver_validating_admission_policy_check_duration_seconds_count{{{labels}}} {count}\n"
+            ));
+        }
+        out
+    }
+}
+
+/// One matched binding with its policy.
+struct Matched {
+    entry: Arc<Entry>,
+    binding: Arc<Binding>,
+}
+
+/// What one policy/binding pair decided.
+enum Verdict {
+    /// Failures to act on (errors already filtered by `failurePolicy`).
+    Failures(Vec<Failure>, Vec<(String, String)>),
+    Skip,
+}
+
+fn deny_error(a: &Attributes<'_>, message: String, reason: &str) -> ApiError {
+    if reason == "Invalid" {
+        return ApiError::Invalid(
+            Target::new(&a.info.group, &a.info.plural, a.name),
+            vec![Cause {
+                reason: String::new(),
+                field: String::new(),
+                message,
+            }],
+        );
+    }
+    ApiError::Custom {
+        code: vap::reason_code(reason),
+        reason: reason.to_string(),
+        message,
+        causes: Vec::new(),
+    }
+}
+
+/// Finds the resource of a `paramKind`.
+fn param_resource(objects: &Objects, kind: &vap::ParamKind) -> Option<Arc<Resource>> {
+    let (group, version) = kind
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", &kind.api_version));
+    objects
+        .resources
+        .snapshot()
+        .all()
+        .find(|r| r.info.group == group && r.info.version == version && r.info.kind == kind.kind)
+        .cloned()
+}
+
+/// The params a binding selects; `Err` is a configuration error.
+async fn params(
+    objects: &Objects,
+    policy: &Policy,
+    binding: &Binding,
+    namespace: Option<&str>,
+) -> Result<Option<Vec<Value>>, String> {
+    let Some(kind) = &policy.param_kind else {
+        return Ok(None);
+    };
+    let Some(pref) = &binding.param_ref else {
+        return Err(format!(
+            "policy '{}' with binding '{}' is misconfigured: paramRef is required when the policy has a paramKind",
+            policy.name, binding.name
+        ));
+    };
+    let res = param_resource(objects, kind).ok_or_else(|| {
+        format!(
+            "failed to find resource referenced by paramKind: '{}, Kind={}'",
+            kind.api_version, kind.kind
+        )
+    })?;
+    let ns = if res.info.namespaced {
+        match pref.namespace.as_deref().or(namespace) {
+            Some(ns) => Some(ns),
+            None => {
+                return Err("paramRef.namespace must be set when the param resource is namespaced and the request is cluster-scoped".into());
+            }
+        }
+    } else {
+        None
+    };
+    let found = if let Some(name) = &pref.name {
+        match objects.get(&res, ns, name).await {
+            Ok(obj) => vec![obj],
+            Err(ApiError::NotFound(_)) => Vec::new(),
+            Err(e) => return Err(format!("failed to read params: {e}")),
+        }
+    } else {
+        let p = ListParams {
+            labels: pref.selector.clone().unwrap_or_default(),
+            ..Default::default()
+        };
+        objects
+            .list(&res, ns, &p)
+            .await
+            .map_err(|e| format!("failed to list params: {e}"))?
+            .items
+    };
+    Ok(Some(found))
+}
+
+/// Runs the matching admission policies on the object to be stored.
+pub async fn validate(
+    objects: &Objects,
+    policies: &Policies,
+    a: &Attributes<'_>,
+    request: impl FnOnce() -> Value,
+    obj: Option<&Value>,
+    old: Option<&Value>,
+    ctx: &WriteOptions,
+) -> Result<(), ApiError> {
+    let set = policies.snapshot();
+    if set.bindings.is_empty() || vap::is_exempt(&a.info.group, &a.info.plural) {
+        return Ok(());
+    }
+    let candidates: Vec<Matched> = set
+        .bindings
+        .values()
+        .filter_map(|b| {
+            let entry = set.policies.get(&b.policy_name)?;
+            match &**entry {
+                Entry::Ready(p) if !p.matcher.mentions_group(&a.info.group) => None,
+                _ => Some(Matched {
+                    entry: entry.clone(),
+                    binding: b.clone(),
+                }),
+            }
+        })
+        .collect();
+    if candidates.is_empty() {
+        return Ok(());
+    }
+    let namespace_object = match a.namespace.filter(|_| a.info.namespaced) {
+        Some(ns) => objects
+            .storage
+            .get(&format!("/registry/core/namespaces/{ns}"))
+            .await
+            .ok()
+            .flatten()
+            .and_then(|kv| crate::codec::decode(&kv).ok()),
+        None => None,
+    };
+    let ns_labels = namespace_object.as_ref().map(meta::labels);
+    let match_input = MatchInput {
+        attrs: RequestAttributes {
+            operation: a.op_str(),
+            group: &a.info.group,
+            version: &a.info.version,
+            resource: &a.info.plural,
+            subresource: a.subresource,
+            namespaced: a.info.namespaced,
+        },
+        name: a.name,
+        object: obj,
+        old_object: old,
+        namespace_labels: ns_labels.as_ref(),
+    };
+    let matched: Vec<&Matched> = candidates
+        .iter()
+        .filter(|m| match &*m.entry {
+            Entry::Ready(p) => p.matcher.matches(&match_input),
+            Entry::Broken { .. } => true,
+        })
+        .filter(|m| {
+            m.binding
+                .matcher
+                .as_ref()
+                .is_none_or(|b| b.matches(&match_input))
+        })
+        .collect();
+    if matched.is_empty() {
+        return Ok(());
+    }
+    let request = request();
+    let authorizer = policies
+        .authorizer
+        .get()
+        .map(|z| Authorizer::new(z.clone(), &ctx.user.username, &ctx.user.groups));
+    let input = Input::new(obj, old, &request, namespace_object.as_ref(), authorizer)
+        .map_err(|e| ApiError::Internal(format!("admission policy input: {e}")))?;
+    let mut denial: Option<ApiError> = None;
+    let mut audit_failures = Vec::new();
+    for m in matched {
+        let started = Instant::now();
+        let b = &m.binding;
+        let (policy_name, verdict) = match &*m.entry {
+            Entry::Broken {
+                message,
+                failure_policy,
+                ..
+            } => (
+                b.policy_name.as_str(),
+                on_error(*failure_policy, message.clone()),
+            ),
+            Entry::Ready(p) => (
+                p.name.as_str(),
+                run(objects, p, b, &input, a.namespace).await,
+            ),
+        };
+        policies.time(policy_name, &b.name, started.elapsed().as_secs_f64());
+        let Verdict::Failures(failures, annotations) = verdict else {
+            continue;
+        };
+        ctx.add_audit_annotations(annotations);
+        if failures.is_empty() {
+            policies.count(policy_name, &b.name, "allow", "no_error");
+        }
+        for f in failures {
+            let error_type = if f.error {
+                "expression_error"
+            } else {
+                "no_error"
+            };
+            if b.actions.deny {
+                policies.count(policy_name, &b.name, "deny", error_type);
+                if denial.is_none() {
+                    denial = Some(deny_error(
+                        a,
+                        format!(
+                            "ValidatingAdmissionPolicy '{policy_name}' with binding '{}' denied request: {}",
+                            b.name, f.message
+                        ),
+                        &f.reason,
+                    ));
+                }
+            }
+            if b.actions.warn {
+                policies.count(policy_name, &b.name, "warn", error_type);
+                ctx.add_warnings([format!(
+                    "Validation failed for ValidatingAdmissionPolicy '{policy_name}' with binding '{}': {}",
+                    b.name, f.message
+                )]);
+            }
+            if b.actions.audit {
+                policies.count(policy_name, &b.name, "audit", error_type);
+                audit_failures.push(vap::audit_failure(policy_name, &b.name, &f, &b.actions));
+            }
+        }
+    }
+    if !audit_failures.is_empty() {
+        ctx.add_audit_annotations([(
+            "validation.policy.admission.k8s.io/validation_failure".to_string(),
+            Value::Array(audit_failures).to_string(),
+        )]);
+    }
+    match denial {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// An error of a whole policy/binding pair, per `failurePolicy`.
+fn on_error(failure_policy: FailurePolicy, message: String) -> Verdict {
+    match failure_policy {
+        FailurePolicy::Ignore => {
+            tracing::info!(error = %message, "admission policy error ignored (failurePolicy: Ignore)");
+            Verdict::Skip
+        }
+        FailurePolicy::Fail => Verdict::Failures(
+            vec![Failure {
+                message,
+                reason: "Forbidden".into(),
+                index: usize::MAX,
+                error: true,
+            }],
+            Vec::new(),
+        ),
+    }
+}
+
+async fn run(
+    objects: &Objects,
+    p: &Policy,
+    b: &Binding,
+    input: &Input<'_>,
+    namespace: Option<&str>,
+) -> Verdict {
+    let params = match params(objects, p, b, namespace).await {
+        Ok(params) => params,
+        Err(e) => return on_error(p.failure_policy, e),
+    };
+    let mut evaluations: Vec<Result<Option<Evaluation>, String>> = Vec::new();
+    match params {
+        None => evaluations.push(p.evaluate(input, None)),
+        Some(list) if list.is_empty() => {
+            let deny = b.param_ref.as_ref().is_some_and(|r| r.deny_when_missing);
+            if !deny {
+                return Verdict::Skip;
+            }
+            return Verdict::Failures(
+                vec![Failure {
+                    message:
+                        "no params found for policy binding with `Deny` parameterNotFoundAction"
+                            .into(),
+                    reason: "Forbidden".into(),
+                    index: usize::MAX,
+                    error: false,
+                }],
+                Vec::new(),
+            );
+        }
+        Some(list) => {
+            for param in &list {
+                evaluations.push(p.evaluate(input, Some(param)));
+            }
+        }
+    }
+    let mut failures = Vec::new();
+    let mut annotations = Vec::new();
+    for e in evaluations {
+        match e {
+            Ok(None) => {}
+            Ok(Some(ev)) => {
+                annotations.extend(ev.audit_annotations);
+                failures.extend(
+                    ev.failures
+                        .into_iter()
+                        .filter(|f| !f.error || p.failure_policy == FailurePolicy::Fail),
+                );
+            }
+            Err(e) => {
+                if let Verdict::Failures(f, _) = on_error(p.failure_policy, e) {
+                    failures.extend(f);
+                }
+            }
+        }
+    }
+    Verdict::Failures(failures, annotations)
+}
+
+/// The status of a policy object: `observedGeneration`, `typeChecking`
+/// and, when it cannot run, a condition saying why.
+pub fn policy_status(c: &Compiled, current: &Value) -> Value {
+    let mut status = json!({"observedGeneration": c.generation, "typeChecking": {}});
+    if let Some(e) = &c.error {
+        let since = current["status"]["conditions"][0]["lastTransitionTime"]
+            .as_str()
+            .filter(|_| current["status"]["conditions"][0]["message"] == json!(e))
+            .map(String::from)
+            .unwrap_or_else(|| meta::timestamp(chrono::Utc::now()));
+        status["conditions"] = json!([{
+            "type": "Compiled",
+            "status": "False",
+            "reason": "CompilationFailed",
+            "message": e,
+            "observedGeneration": c.generation,
+            "lastTransitionTime": since,
+        }]);
+    }
+    status
+}
