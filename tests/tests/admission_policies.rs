@@ -646,3 +646,161 @@ spec:
     let (ok, err) = try_apply("exp2.yaml", &crd(GW, "v1.6.0", "experimental"));
     assert!(ok, "{err}");
 }
+
+#[test]
+fn mutating_admission_policies_apply_configurations_and_json_patches() {
+    let s = Server::start();
+    // Upstream's sidecar example: an apply configuration merges into the
+    // pod's initContainers (a list keyed by name), keeping what is there.
+    apply(
+        &s,
+        "sidecar.yaml",
+        r#"apiVersion: admissionregistration.k8s.io/v1beta1
+kind: MutatingAdmissionPolicy
+metadata: {name: sidecar}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+  matchConditions:
+  - name: not-yet-injected
+    expression: "!has(object.spec.initContainers) || !object.spec.initContainers.exists(c, c.name == 'mesh-proxy')"
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >
+        Object{spec: Object.spec{initContainers: [Object.spec.initContainers{name: "mesh-proxy", image: "mesh/proxy:v1.0.0", restartPolicy: "Always"}]}}
+---
+apiVersion: admissionregistration.k8s.io/v1beta1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: sidecar}
+spec: {policyName: sidecar}
+"#,
+    );
+    // A JSON patch whose value comes from a param, and a validating policy
+    // that needs what it adds: mutation runs first.
+    kubectl_ok(&s, None, &["create", "configmap", "owner", "--from-literal=team=platform"]);
+    apply(
+        &s,
+        "label.yaml",
+        r#"apiVersion: admissionregistration.k8s.io/v1beta1
+kind: MutatingAdmissionPolicy
+metadata: {name: team-label}
+spec:
+  paramKind: {apiVersion: v1, kind: ConfigMap}
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}]
+    objectSelector: {matchLabels: {stamp: "yes"}}
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >
+        [JSONPatch{op: "add", path: "/metadata/labels/" + jsonpatch.escapeKey("example.com/team"), value: params.data.team}]
+---
+apiVersion: admissionregistration.k8s.io/v1beta1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: team-label}
+spec:
+  policyName: team-label
+  paramRef: {name: owner, namespace: default, parameterNotFoundAction: Deny}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: team-required}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}]
+    objectSelector: {matchLabels: {stamp: "yes"}}
+  validations:
+  - expression: "'example.com/team' in object.metadata.labels"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: team-required}
+spec: {policyName: team-required, validationActions: [Deny]}
+"#,
+    );
+    apply(
+        &s,
+        "pod.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: app}
+spec:
+  initContainers: [{name: setup, image: busybox}]
+  containers: [{name: app, image: nginx}]
+"#,
+    );
+    let pod = kubectl_json(&s, None, &["get", "pod", "app", "-o", "json"]);
+    let names: Vec<&str> = pod["spec"]["initContainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["setup", "mesh-proxy"], "{pod}");
+    assert_eq!(pod["spec"]["initContainers"][1]["image"], "mesh/proxy:v1.0.0");
+    assert_eq!(pod["spec"]["containers"][0]["name"], "app");
+
+    apply(
+        &s,
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: stamped, labels: {stamp: 'yes'}}\ndata: {a: b}\n",
+    );
+    let cm = kubectl_json(&s, None, &["get", "configmap", "stamped", "-o", "json"]);
+    assert_eq!(cm["metadata"]["labels"]["example.com/team"], "platform", "{cm}");
+    kubectl_ok(&s, None, &["create", "configmap", "plain"]);
+    let plain = kubectl_json(&s, None, &["get", "configmap", "plain", "-o", "json"]);
+    assert!(plain["metadata"]["labels"].is_null(), "{plain}");
+    let table = kubectl_ok(&s, None, &["get", "mutatingadmissionpolicies"]);
+    assert!(
+        table.lines().any(|l| l.split_whitespace().take(3).eq(["team-label", "1", "v1/ConfigMap"])),
+        "{table}"
+    );
+
+    // Without its param the binding denies (parameterNotFoundAction: Deny),
+    // and a mutation that fails under failurePolicy: Fail refuses the write.
+    kubectl_ok(&s, None, &["delete", "configmap", "owner"]);
+    let denied = write_manifest(
+        &s,
+        "cm2.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: stamped2, labels: {stamp: 'yes'}}\n",
+    );
+    let out = kubectl(&s, None, &["create", "-f", denied.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("MutatingAdmissionPolicy 'team-label' with binding 'team-label' denied request: no params found"),
+        "{err}"
+    );
+    apply(
+        &s,
+        "broken.yaml",
+        r#"apiVersion: admissionregistration.k8s.io/v1beta1
+kind: MutatingAdmissionPolicy
+metadata: {name: broken}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [secrets]}]
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch: {expression: '[JSONPatch{op: "remove", path: "/spec/nothing"}]'}
+---
+apiVersion: admissionregistration.k8s.io/v1beta1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: broken}
+spec: {policyName: broken}
+"#,
+    );
+    let out = kubectl(&s, None, &["create", "secret", "generic", "s1", "--from-literal=a=b"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("MutatingAdmissionPolicy 'broken'"), "{err}");
+    let missing = kubectl(&s, None, &["get", "secret", "s1"]);
+    assert!(!missing.status.success(), "nothing stored");
+    let (_, metrics) = s.get("/metrics").unwrap();
+    assert!(
+        metrics.contains(r#"apiserver_mutating_admission_policy_check_total{error_type="no_error",policy="sidecar",policy_binding="sidecar"} 1"#),
+        "{metrics}"
+    );
+}

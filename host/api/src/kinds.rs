@@ -599,6 +599,41 @@ pub fn resources() -> Vec<ResourceInfo> {
             .render(Render::Param),
             Column::age(),
         ]),
+        info::<admissionregistration::v1beta1::MutatingAdmissionPolicy>().columns(vec![
+            Column::name(),
+            Column::new(
+                "Mutations",
+                "integer",
+                "The number of mutations.",
+                ".spec.mutations",
+            )
+            .render(Render::Count),
+            Column::new(
+                "ParamKind",
+                "string",
+                "The kind of the policy's params.",
+                ".spec.paramKind",
+            )
+            .render(Render::Param),
+            Column::age(),
+        ]),
+        info::<admissionregistration::v1beta1::MutatingAdmissionPolicyBinding>().columns(vec![
+            Column::name(),
+            Column::new(
+                "PolicyName",
+                "string",
+                "The policy the binding binds.",
+                ".spec.policyName",
+            ),
+            Column::new(
+                "ParamRef",
+                "string",
+                "The params the binding selects.",
+                ".spec.paramRef",
+            )
+            .render(Render::Param),
+            Column::age(),
+        ]),
         info::<flowcontrol::v1::FlowSchema>().subresources(&["status"]),
         info::<flowcontrol::v1::PriorityLevelConfiguration>().subresources(&["status"]),
     ]

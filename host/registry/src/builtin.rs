@@ -5,7 +5,7 @@
 //! and TokenRequest are REST objects of the access-control layer, which
 //! registers them.
 
-use crate::admission::controller;
+use crate::admission::{controller, policy};
 use crate::crd;
 use crate::resources::Resource;
 use crate::store::{NamespaceCache, Objects};
@@ -173,13 +173,13 @@ impl Strategy for WebhookConfigurations {
     }
 }
 
-/// ValidatingAdmissionPolicies and their bindings: checked (and their
-/// expressions compiled) on write, applied to this replica's admission
-/// policies before the response (other replicas follow through the
-/// controller's watch).
+/// Admission policies (validating and mutating) and their bindings:
+/// checked (their expressions compiled) on write, applied to this
+/// replica's admission policies before the response (other replicas follow
+/// through the controller's watch).
 struct AdmissionPolicies {
     objects: Objects,
-    bindings: bool,
+    kind: policy::Kind,
 }
 
 #[async_trait]
@@ -192,21 +192,20 @@ impl Strategy for AdmissionPolicies {
         _old: Option<&Value>,
         _user: &UserInfo,
     ) -> Result<(), ApiError> {
+        use wasm_apiserver_api::admission_policy::mutating::{MutatingBinding, MutatingPolicy};
+        use wasm_apiserver_api::admission_policy::{Binding, Policy};
         validate_object(info, obj)?;
-        let causes = if self.bindings {
-            wasm_apiserver_api::admission_policy::Binding::parse(obj).err()
-        } else {
-            wasm_apiserver_api::admission_policy::Policy::compile(obj).err()
+        let causes = match self.kind {
+            policy::Kind::Policy => Policy::compile(obj).err(),
+            policy::Kind::Binding => Binding::parse(obj).err(),
+            policy::Kind::MutatingPolicy => MutatingPolicy::compile(obj).err(),
+            policy::Kind::MutatingBinding => MutatingBinding::parse(obj).err(),
         };
         crate::strategy::invalid_if_any(info, obj, causes.unwrap_or_default())
     }
 
     async fn after_write(&self, obj: &Value, deleted: bool) {
-        if self.bindings {
-            controller::reconcile_binding(&self.objects, obj, deleted);
-        } else {
-            controller::reconcile_policy(&self.objects, obj, deleted).await;
-        }
+        controller::reconcile_policy(&self.objects, self.kind, obj, deleted).await;
     }
 }
 
@@ -372,10 +371,10 @@ pub fn install(objects: &Objects, deps: Dependencies) -> Installed {
                             plural: webhook::VALIDATING,
                         }))
                     }
-                    (vap::GROUP, vap::POLICIES | vap::BINDINGS) => {
+                    (vap::GROUP, plural) if policy::Kind::of(plural).is_some() => {
                         Some(Arc::new(AdmissionPolicies {
                             objects: objects.clone(),
-                            bindings: info.plural == vap::BINDINGS,
+                            kind: policy::Kind::of(plural).expect("checked"),
                         }))
                     }
                     (webhook::GROUP, webhook::MUTATING) => Some(Arc::new(WebhookConfigurations {

@@ -249,7 +249,21 @@ impl Objects {
         opts: &WriteOptions,
     ) -> Result<()> {
         let patched = match &self.admission {
-            Some(adm) => adm.mutate(a, obj, old, opts).await?,
+            Some(adm) => {
+                // Upstream's order: mutating admission policies, then the
+                // mutating plugins and webhooks.
+                let by_policy = crate::admission::policy::mutate(
+                    self,
+                    &adm.policies,
+                    a,
+                    || Admission::request_json(a, opts),
+                    obj,
+                    old,
+                    opts,
+                )
+                .await?;
+                adm.mutate(a, obj, old, opts).await? || by_policy
+            }
             None => false,
         };
         // What plugins added is decoded as upstream decodes a patched

@@ -38,6 +38,7 @@ pub fn extension(env: &mut Env) -> Result<(), DeclarationError> {
     cel::add_member_overload!(env, fn find_all_n: (CelString, CelString, CelInt) -> Result<CelList>,
         name = "findAll")?;
 
+    cel::add_overload!(env, fn escape_key: (CelString) -> CelString, name = "jsonpatch.escapeKey")?;
     cel::add_overload!(env, fn url: (CelString) -> Result<Url>)?;
     cel::add_overload!(env, fn is_url: (CelString) -> CelBool, name = "isURL")?;
     cel::add_member_overload!(env, fn get_scheme: (Url) -> CelString)?;
@@ -239,6 +240,11 @@ fn find_all_n(
         .map(|m| Box::new(CelString::from(m.as_str().to_owned())) as Box<dyn Val>)
         .collect();
     Ok(CelList::from(found))
+}
+
+/// `jsonpatch.escapeKey(k)`: a key as a JSON pointer segment (RFC 6901).
+fn escape_key(k: &CelString<'_>) -> CelString<'static> {
+    k.inner().replace('~', "~0").replace('/', "~1").into()
 }
 
 // ---- URLs -------------------------------------------------------------

@@ -45,6 +45,7 @@ macro_rules! opaque {
 pub mod authz;
 pub mod cost;
 mod library;
+mod structs;
 
 pub use library::parse_quantity;
 
@@ -54,21 +55,92 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-fn env() -> Arc<Env> {
-    static ENV: OnceLock<Arc<Env>> = OnceLock::new();
-    ENV.get_or_init(|| {
-        let mut env = Env::stdlib();
-        env.add_extension(cel::extensions::strings)
-            .expect("the strings extension loads");
-        env.add_extension(cel::extensions::lists)
-            .expect("the lists extension loads");
-        env.add_extension(library::extension)
-            .expect("the Kubernetes libraries load");
-        env.add_extension(authz::extension)
-            .expect("the authorizer library loads");
-        Arc::new(env)
+/// The environment of every expression: the stdlib, cel-rust's strings
+/// and lists extensions, the Kubernetes libraries, and the struct types
+/// mutating admission policies construct ([`register_structs`]).
+fn build_env(structs: &std::collections::BTreeSet<String>) -> Arc<Env> {
+    let mut env = Env::stdlib();
+    env.add_extension(cel::extensions::strings)
+        .expect("the strings extension loads");
+    env.add_extension(cel::extensions::lists)
+        .expect("the lists extension loads");
+    env.add_extension(library::extension)
+        .expect("the Kubernetes libraries load");
+    env.add_extension(authz::extension)
+        .expect("the authorizer library loads");
+    for name in structs {
+        // A name cel-rust refuses stays unknown: the expression that
+        // constructs it fails to evaluate with cel-rust's error.
+        let _ = env.add_type(structs::MapStruct::new(name));
+    }
+    Arc::new(env)
+}
+
+struct Envs {
+    current: Arc<Env>,
+    structs: std::collections::BTreeSet<String>,
+}
+
+fn envs() -> &'static std::sync::RwLock<Envs> {
+    static ENVS: OnceLock<std::sync::RwLock<Envs>> = OnceLock::new();
+    ENVS.get_or_init(|| {
+        let structs = Default::default();
+        std::sync::RwLock::new(Envs {
+            current: build_env(&structs),
+            structs,
+        })
     })
-    .clone()
+}
+
+fn env() -> Arc<Env> {
+    envs().read().expect("CEL env lock").current.clone()
+}
+
+/// Makes the struct type names an expression constructs (`Object{...}`,
+/// `Object.spec{...}`, `JSONPatch{...}`) known: each builds a map of its
+/// fields. Names only ever accumulate; the environment is rebuilt when a
+/// new one appears (a policy write, not a request).
+pub(crate) fn register_structs(source: &str) {
+    let names = match env().parser().parse(source) {
+        Ok(ast) => structs::names(&ast),
+        Err(_) => return,
+    };
+    let new: Vec<String> = {
+        let e = envs().read().expect("CEL env lock");
+        names
+            .into_iter()
+            .filter(|n| !e.structs.contains(n))
+            .collect()
+    };
+    if new.is_empty() {
+        return;
+    }
+    let mut e = envs().write().expect("CEL env lock");
+    e.structs.extend(new);
+    e.current = build_env(&e.structs);
+}
+
+/// A JSON value as CEL sees it: integers are `int` (as upstream reads
+/// JSON numbers of integer type), other numbers `double`.
+pub(crate) fn from_json(v: &Value) -> cel::Value {
+    match v {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => cel::Value::Int(i),
+            (None, Some(u)) => cel::Value::UInt(u),
+            _ => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
+        Value::Array(a) => cel::Value::List(Arc::new(a.iter().map(from_json).collect())),
+        Value::Object(m) => cel::Value::Map(cel::objects::Map {
+            map: Arc::new(
+                m.iter()
+                    .map(|(k, v)| (cel::objects::Key::String(Arc::new(k.clone())), from_json(v)))
+                    .collect(),
+            ),
+        }),
+    }
 }
 
 /// A compiled rule and its syntax tree (macros expanded), for cost
@@ -231,7 +303,7 @@ enum Outcome {
 /// converted once for all of them.
 fn context(this: &Value, old: Option<&Value>) -> Result<Context<'static, 'static>, String> {
     let mut ctx = Context::with_env(env());
-    let to = |v: &Value| cel::to_value(v).map_err(|e| e.to_string());
+    let to = |v: &Value| Ok::<_, String>(from_json(v));
     ctx.add_variable("self", to(this)?)
         .map_err(|e| format!("{e:?}"))?;
     if let Some(old) = old {

@@ -5,7 +5,7 @@
 //! `--admission-control-config-file`.
 
 use crate::admission::chain::{Active, Admission, Backend};
-use crate::admission::policy;
+use crate::admission::policy::{self, Kind};
 use crate::resources::Resource;
 use crate::store::Objects;
 use crate::webhook::{self, Webhook};
@@ -90,19 +90,31 @@ pub fn reconcile_webhooks(objects: &Objects, resource: &str, obj: &Value, delete
     }
 }
 
-/// Brings the admission policies in line with one
-/// `ValidatingAdmissionPolicy` object and records its status.
-pub async fn reconcile_policy(objects: &Objects, obj: &Value, deleted: bool) {
+/// Brings the admission policies in line with one admission-policy object
+/// (a Validating- or MutatingAdmissionPolicy or a binding) and records a
+/// policy's status.
+pub async fn reconcile_policy(objects: &Objects, kind: Kind, obj: &Value, deleted: bool) {
     let Some(admission) = &objects.admission else {
         return;
     };
     let name = meta::name(obj).unwrap_or_default();
     if deleted || meta::str_field(obj, "deletionTimestamp").is_some() {
-        admission.policies.remove_policy(name);
+        admission.policies.remove(kind, name);
         return;
     }
-    let compiled = admission.policies.apply_policy(obj);
-    let info = objects.resources.builtin(vap::GROUP, "v1", vap::POLICIES);
+    if kind.is_binding() {
+        admission.policies.apply_binding(obj, kind.is_mutating());
+        return;
+    }
+    let compiled = admission.policies.apply_policy(obj, kind.is_mutating());
+    if kind.is_mutating() {
+        // MutatingAdmissionPolicy (v1beta1) has no status; a policy that
+        // does not compile is logged, and requests follow its failurePolicy.
+        return;
+    }
+    let info = objects
+        .resources
+        .builtin(vap::GROUP, kind.version(), kind.plural());
     objects
         .record_status(
             &info,
@@ -111,20 +123,6 @@ pub async fn reconcile_policy(objects: &Objects, obj: &Value, deleted: bool) {
             "admission-policy-controller",
         )
         .await;
-}
-
-/// Applies one `ValidatingAdmissionPolicyBinding` (or its deletion).
-pub fn reconcile_binding(objects: &Objects, obj: &Value, deleted: bool) {
-    let Some(admission) = &objects.admission else {
-        return;
-    };
-    if deleted || meta::str_field(obj, "deletionTimestamp").is_some() {
-        admission
-            .policies
-            .remove_binding(meta::name(obj).unwrap_or_default());
-    } else {
-        admission.policies.apply_binding(obj);
-    }
 }
 
 /// Follows `AdmissionPlugin` objects and webhook configurations through
@@ -142,9 +140,21 @@ pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
             objects
                 .resources
                 .builtin(webhook::GROUP, "v1", webhook::MUTATING),
-            objects.resources.builtin(vap::GROUP, "v1", vap::POLICIES),
-            objects.resources.builtin(vap::GROUP, "v1", vap::BINDINGS),
-        ];
+        ]
+        .into_iter()
+        .chain(
+            [
+                Kind::Policy,
+                Kind::Binding,
+                Kind::MutatingPolicy,
+                Kind::MutatingBinding,
+            ]
+            .map(|k| {
+                objects
+                    .resources
+                    .builtin(vap::GROUP, k.version(), k.plural())
+            }),
+        );
         let loops = kinds.into_iter().map(|info| {
             let objects = objects.clone();
             let admission = admission.clone();
@@ -155,9 +165,8 @@ pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
                         &info,
                         |listed| {
                             let names: Vec<&str> = listed.iter().filter_map(meta::name).collect();
-                            if info.group == vap::GROUP {
-                                let policies = info.plural == vap::POLICIES;
-                                admission.policies.retain(policies, &names);
+                            if let Some(kind) = Kind::of(&info.plural) {
+                                admission.policies.retain(kind, &names);
                                 return;
                             }
                             if !plugins {
@@ -190,10 +199,8 @@ async fn apply(objects: &Objects, info: &Resource, obj: &Value, deleted: bool) {
     let Some(admission) = &objects.admission else {
         return;
     };
-    if info.group == vap::GROUP && info.plural == vap::POLICIES {
-        reconcile_policy(objects, obj, deleted).await;
-    } else if info.group == vap::GROUP && info.plural == vap::BINDINGS {
-        reconcile_binding(objects, obj, deleted);
+    if let Some(kind) = Kind::of(&info.plural).filter(|_| info.group == vap::GROUP) {
+        reconcile_policy(objects, kind, obj, deleted).await;
     } else if info.group == webhook::GROUP {
         reconcile_webhooks(objects, &info.plural, obj, deleted);
     } else if deleted {

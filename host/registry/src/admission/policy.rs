@@ -17,16 +17,19 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Instant;
 use wasm_apiserver_api::admission::{FailurePolicy, RequestAttributes};
+use wasm_apiserver_api::admission_policy::mutating::{
+    self, MutatingBinding, MutatingPolicy, MutationInput,
+};
 use wasm_apiserver_api::admission_policy::{
-    self as vap, Binding, Evaluation, Failure, Input, MatchInput, Policy,
+    self as vap, Binding, Common, Evaluation, Failure, Input, MatchInput, ParamRef, Policy,
 };
 use wasm_apiserver_api::cel::authz::{Authorize, Authorizer};
 use wasm_apiserver_api::error::Target;
 use wasm_apiserver_api::{ApiError, Cause, meta};
 
 /// A policy as the set holds it: compiled, or why it is not.
-enum Entry {
-    Ready(Arc<Policy>),
+enum Entry<P> {
+    Ready(Arc<P>),
     Broken {
         generation: i64,
         message: String,
@@ -34,7 +37,7 @@ enum Entry {
     },
 }
 
-impl Entry {
+impl<P: Compile> Entry<P> {
     fn generation(&self) -> i64 {
         match self {
             Entry::Ready(p) => p.generation,
@@ -43,10 +46,123 @@ impl Entry {
     }
 }
 
+/// Validating and mutating policies, compiled alike.
+trait Compile: std::ops::Deref<Target = Common> + Sized {
+    fn compile(obj: &Value) -> Result<Self, Vec<Cause>>;
+}
+
+impl Compile for Policy {
+    fn compile(obj: &Value) -> Result<Self, Vec<Cause>> {
+        Policy::compile(obj)
+    }
+}
+
+impl Compile for MutatingPolicy {
+    fn compile(obj: &Value) -> Result<Self, Vec<Cause>> {
+        MutatingPolicy::compile(obj)
+    }
+}
+
+/// The entry of a policy object: the current one when its generation is
+/// active already (`None`), else newly compiled.
+fn entry_for<P: Compile>(
+    current: Option<&Arc<Entry<P>>>,
+    obj: &Value,
+) -> (Option<Entry<P>>, Compiled) {
+    let name = meta::name(obj).unwrap_or_default();
+    let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
+    if let Some(e) = current
+        && e.generation() == generation
+    {
+        let error = match &**e {
+            Entry::Ready(_) => None,
+            Entry::Broken { message, .. } => Some(message.clone()),
+        };
+        return (None, Compiled { generation, error });
+    }
+    match P::compile(obj) {
+        Ok(p) => (
+            Some(Entry::Ready(Arc::new(p))),
+            Compiled {
+                generation,
+                error: None,
+            },
+        ),
+        Err(causes) => {
+            let message = causes_text(&causes);
+            let failure_policy = match obj["spec"]["failurePolicy"].as_str() {
+                Some("Ignore") => FailurePolicy::Ignore,
+                _ => FailurePolicy::Fail,
+            };
+            tracing::warn!(policy = %name, error = %message, "admission policy does not compile");
+            let entry = Entry::Broken {
+                generation,
+                message: message.clone(),
+                failure_policy,
+            };
+            (
+                Some(entry),
+                Compiled {
+                    generation,
+                    error: Some(message),
+                },
+            )
+        }
+    }
+}
+
 #[derive(Default, Clone)]
 struct Set {
-    policies: BTreeMap<String, Arc<Entry>>,
+    policies: BTreeMap<String, Arc<Entry<Policy>>>,
     bindings: BTreeMap<String, Arc<Binding>>,
+    mutating: BTreeMap<String, Arc<Entry<MutatingPolicy>>>,
+    mutating_bindings: BTreeMap<String, Arc<MutatingBinding>>,
+}
+
+/// Which of the four admission-policy resources an object is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Policy,
+    Binding,
+    MutatingPolicy,
+    MutatingBinding,
+}
+
+impl Kind {
+    /// The kind of resource `plural` of `admissionregistration.k8s.io`.
+    pub fn of(plural: &str) -> Option<Kind> {
+        Some(match plural {
+            vap::POLICIES => Kind::Policy,
+            vap::BINDINGS => Kind::Binding,
+            mutating::POLICIES => Kind::MutatingPolicy,
+            mutating::BINDINGS => Kind::MutatingBinding,
+            _ => return None,
+        })
+    }
+
+    pub fn version(self) -> &'static str {
+        match self {
+            Kind::Policy | Kind::Binding => "v1",
+            Kind::MutatingPolicy | Kind::MutatingBinding => mutating::VERSION,
+        }
+    }
+
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::Policy => vap::POLICIES,
+            Kind::Binding => vap::BINDINGS,
+            Kind::MutatingPolicy => mutating::POLICIES,
+            Kind::MutatingBinding => mutating::BINDINGS,
+        }
+    }
+
+    pub fn is_binding(self) -> bool {
+        matches!(self, Kind::Binding | Kind::MutatingBinding)
+    }
+
+    pub fn is_mutating(self) -> bool {
+        matches!(self, Kind::MutatingPolicy | Kind::MutatingBinding)
+    }
 }
 
 /// Counters for `apiserver_validating_admission_policy_check_total` and
@@ -55,6 +171,8 @@ struct Set {
 struct Metrics {
     checks: BTreeMap<(String, String, &'static str, &'static str), u64>,
     duration: BTreeMap<(String, String), (f64, u64)>,
+    mutating_checks: BTreeMap<(String, String, &'static str), u64>,
+    mutating_duration: BTreeMap<(String, String), (f64, u64)>,
 }
 
 /// The active ValidatingAdmissionPolicies and their bindings.
@@ -99,80 +217,75 @@ impl Policies {
         let _ = self.authorizer.set(a);
     }
 
-    /// Installs (or replaces) a policy object, compiling it unless this
-    /// generation is active already.
-    pub fn apply_policy(&self, obj: &Value) -> Compiled {
+    /// Installs (or replaces) a policy object (`mutating`: a
+    /// MutatingAdmissionPolicy), compiling it unless this generation is
+    /// active already.
+    pub fn apply_policy(&self, obj: &Value, mutating: bool) -> Compiled {
         let name = meta::name(obj).unwrap_or_default().to_string();
-        let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
-        if let Some(e) = self.snapshot().policies.get(&name)
-            && e.generation() == generation
-        {
-            let error = match &**e {
-                Entry::Ready(_) => None,
-                Entry::Broken { message, .. } => Some(message.clone()),
-            };
-            return Compiled { generation, error };
-        }
-        let (entry, error) = match Policy::compile(obj) {
-            Ok(p) => (Entry::Ready(Arc::new(p)), None),
-            Err(causes) => {
-                let message = causes_text(&causes);
-                let failure_policy = match obj["spec"]["failurePolicy"].as_str() {
-                    Some("Ignore") => FailurePolicy::Ignore,
-                    _ => FailurePolicy::Fail,
-                };
-                tracing::warn!(policy = %name, error = %message, "admission policy does not compile");
-                (
-                    Entry::Broken {
-                        generation,
-                        message: message.clone(),
-                        failure_policy,
-                    },
-                    Some(message),
-                )
+        let set = self.snapshot();
+        if mutating {
+            let (entry, c) = entry_for(set.mutating.get(&name), obj);
+            if let Some(e) = entry {
+                self.swap(|s| {
+                    s.mutating.insert(name, Arc::new(e));
+                });
             }
-        };
-        self.swap(|s| {
-            s.policies.insert(name, Arc::new(entry));
-        });
-        Compiled { generation, error }
-    }
-
-    pub fn remove_policy(&self, name: &str) {
-        self.swap(|s| {
-            s.policies.remove(name);
-        });
+            c
+        } else {
+            let (entry, c) = entry_for(set.policies.get(&name), obj);
+            if let Some(e) = entry {
+                self.swap(|s| {
+                    s.policies.insert(name, Arc::new(e));
+                });
+            }
+            c
+        }
     }
 
     /// Installs (or replaces) a binding object; a binding that does not
     /// parse is left out (the API refuses such objects on write).
-    pub fn apply_binding(&self, obj: &Value) {
+    pub fn apply_binding(&self, obj: &Value, mutating: bool) {
         let name = meta::name(obj).unwrap_or_default().to_string();
-        match Binding::parse(obj) {
-            Ok(b) => self.swap(|s| {
-                s.bindings.insert(name, Arc::new(b));
-            }),
-            Err(causes) => {
-                tracing::warn!(binding = %name, error = %causes_text(&causes), "admission policy binding rejected");
-                self.remove_binding(&name);
-            }
+        let result = if mutating {
+            MutatingBinding::parse(obj).map(|b| {
+                self.swap(|s| {
+                    s.mutating_bindings.insert(name.clone(), Arc::new(b));
+                })
+            })
+        } else {
+            Binding::parse(obj).map(|b| {
+                self.swap(|s| {
+                    s.bindings.insert(name.clone(), Arc::new(b));
+                })
+            })
+        };
+        if let Err(causes) = result {
+            tracing::warn!(binding = %name, error = %causes_text(&causes), "admission policy binding rejected");
+            let kind = if mutating {
+                Kind::MutatingBinding
+            } else {
+                Kind::Binding
+            };
+            self.remove(kind, &name);
         }
     }
 
-    pub fn remove_binding(&self, name: &str) {
-        self.swap(|s| {
-            s.bindings.remove(name);
-        });
+    /// Removes one policy or binding.
+    pub fn remove(&self, kind: Kind, name: &str) {
+        self.retain_where(kind, |n| n != name);
     }
 
-    /// Keeps only the named policies or bindings (after a relist).
-    pub fn retain(&self, policies: bool, names: &[&str]) {
-        self.swap(|s| {
-            if policies {
-                s.policies.retain(|n, _| names.contains(&n.as_str()));
-            } else {
-                s.bindings.retain(|n, _| names.contains(&n.as_str()));
-            }
+    /// Keeps only the named objects of `kind` (after a relist).
+    pub fn retain(&self, kind: Kind, names: &[&str]) {
+        self.retain_where(kind, |n| names.contains(&n));
+    }
+
+    fn retain_where(&self, kind: Kind, keep: impl Fn(&str) -> bool) {
+        self.swap(|s| match kind {
+            Kind::Policy => s.policies.retain(|n, _| keep(n)),
+            Kind::Binding => s.bindings.retain(|n, _| keep(n)),
+            Kind::MutatingPolicy => s.mutating.retain(|n, _| keep(n)),
+            Kind::MutatingBinding => s.mutating_bindings.retain(|n, _| keep(n)),
         });
     }
 
@@ -193,13 +306,46 @@ impl Policies {
         e.1 += 1;
     }
 
+    fn count_mutating(&self, policy: &str, binding: &str, error: &'static str) {
+        let mut m = self.metrics.lock().expect("policy metrics lock");
+        *m.mutating_checks
+            .entry((policy.into(), binding.into(), error))
+            .or_default() += 1;
+    }
+
+    fn time_mutating(&self, policy: &str, binding: &str, seconds: f64) {
+        let mut m = self.metrics.lock().expect("policy metrics lock");
+        let e = m
+            .mutating_duration
+            .entry((policy.into(), binding.into()))
+            .or_default();
+        e.0 += seconds;
+        e.1 += 1;
+    }
+
     /// Prometheus text of upstream's policy metrics.
     pub fn metrics_text(&self) -> String {
         let m = self.metrics.lock().expect("policy metrics lock");
-        if m.checks.is_empty() && m.duration.is_empty() {
-            return String::new();
+        let mut out = String::new();
+        if !m.mutating_checks.is_empty() {
+            out.push_str("# HELP apiserver_mutating_admission_policy_check_total Mutation admission policy check total, labeled by policy and further identified by binding.\n# TYPE apiserver_mutating_admission_policy_check_total counter\n");
+            for ((p, b, error), n) in &m.mutating_checks {
+                out.push_str(&format!(
+                    "apiserver_mutating_admission_policy_check_total{{error_type=\"{error}\",policy=\"{p}\",policy_binding=\"{b}\"}} {n}\n"
+                ));
+            }
+            out.push_str("# HELP apiserver_mutating_admission_policy_check_duration_seconds Mutation admission latency for individual mutation expressions in seconds, labeled by policy and binding.\n# TYPE apiserver_mutating_admission_policy_check_duration_seconds summary\n");
+            for ((p, b), (sum, count)) in &m.mutating_duration {
+                let labels = format!("policy=\"{p}\",policy_binding=\"{b}\"");
+                out.push_str(&format!(
+                    "apiserver_mutating_admission_policy_check_duration_seconds_sum{{{labels}}} {sum}\napiserver_mutating_admission_policy_check_duration_seconds_count{{{labels}}} {count}\n"
+                ));
+            }
         }
-        let mut out = String::from(
+        if m.checks.is_empty() && m.duration.is_empty() {
+            return out;
+        }
+        out.push_str(
             "# HELP apiserver_validating_admission_policy_check_total Validation admission policy check total, labeled by policy and further identified by binding and enforcement action taken.\n# TYPE apiserver_validating_admission_policy_check_total counter\n",
         );
         for ((p, b, action, error), n) in &m.checks {
@@ -220,7 +366,7 @@ impl Policies {
 
 /// One matched binding with its policy.
 struct Matched {
-    entry: Arc<Entry>,
+    entry: Arc<Entry<Policy>>,
     binding: Arc<Binding>,
 }
 
@@ -267,17 +413,18 @@ fn param_resource(objects: &Objects, kind: &vap::ParamKind) -> Option<Arc<Resour
 /// The params a binding selects; `Err` is a configuration error.
 async fn params(
     objects: &Objects,
-    policy: &Policy,
-    binding: &Binding,
+    policy: &Common,
+    binding: &str,
+    param_ref: Option<&ParamRef>,
     namespace: Option<&str>,
 ) -> Result<Option<Vec<Value>>, String> {
     let Some(kind) = &policy.param_kind else {
         return Ok(None);
     };
-    let Some(pref) = &binding.param_ref else {
+    let Some(pref) = param_ref else {
         return Err(format!(
-            "policy '{}' with binding '{}' is misconfigured: paramRef is required when the policy has a paramKind",
-            policy.name, binding.name
+            "policy '{}' with binding '{binding}' is misconfigured: paramRef is required when the policy has a paramKind",
+            policy.name
         ));
     };
     let res = param_resource(objects, kind).ok_or_else(|| {
@@ -347,26 +494,10 @@ pub async fn validate(
     if candidates.is_empty() {
         return Ok(());
     }
-    let namespace_object = match a.namespace.filter(|_| a.info.namespaced) {
-        Some(ns) => objects
-            .storage
-            .get(&format!("/registry/core/namespaces/{ns}"))
-            .await
-            .ok()
-            .flatten()
-            .and_then(|kv| crate::codec::decode(&kv).ok()),
-        None => None,
-    };
+    let namespace_object = namespace_object(objects, a).await;
     let ns_labels = namespace_object.as_ref().map(meta::labels);
     let match_input = MatchInput {
-        attrs: RequestAttributes {
-            operation: a.op_str(),
-            group: &a.info.group,
-            version: &a.info.version,
-            resource: &a.info.plural,
-            subresource: a.subresource,
-            namespaced: a.info.namespaced,
-        },
+        attrs: request_attributes(a),
         name: a.name,
         object: obj,
         old_object: old,
@@ -466,6 +597,171 @@ pub async fn validate(
     }
 }
 
+/// The namespace object of a namespaced request, from storage.
+async fn namespace_object(objects: &Objects, a: &Attributes<'_>) -> Option<Value> {
+    let ns = a.namespace.filter(|_| a.info.namespaced)?;
+    let kv = objects
+        .storage
+        .get(&format!("/registry/core/namespaces/{ns}"))
+        .await
+        .ok()
+        .flatten()?;
+    crate::codec::decode(&kv).ok()
+}
+
+fn request_attributes<'a>(a: &'a Attributes<'_>) -> RequestAttributes<'a> {
+    RequestAttributes {
+        operation: a.op_str(),
+        group: &a.info.group,
+        version: &a.info.version,
+        resource: &a.info.plural,
+        subresource: a.subresource,
+        namespaced: a.info.namespaced,
+    }
+}
+
+/// Runs the matching MutatingAdmissionPolicies on `obj`, in binding-name
+/// order; returns whether any changed it.
+#[allow(clippy::too_many_arguments)]
+pub async fn mutate(
+    objects: &Objects,
+    policies: &Policies,
+    a: &Attributes<'_>,
+    request: impl FnOnce() -> Value,
+    obj: &mut Value,
+    old: Option<&Value>,
+    ctx: &WriteOptions,
+) -> Result<bool, ApiError> {
+    let set = policies.snapshot();
+    if set.mutating_bindings.is_empty() || vap::is_exempt(&a.info.group, &a.info.plural) {
+        return Ok(false);
+    }
+    let candidates: Vec<(Arc<Entry<MutatingPolicy>>, Arc<MutatingBinding>)> = set
+        .mutating_bindings
+        .values()
+        .filter_map(|b| {
+            let entry = set.mutating.get(&b.policy_name)?;
+            match &**entry {
+                Entry::Ready(p) if !p.matcher.mentions_group(&a.info.group) => None,
+                _ => Some((entry.clone(), b.clone())),
+            }
+        })
+        .collect();
+    if candidates.is_empty() {
+        return Ok(false);
+    }
+    let namespace_object = namespace_object(objects, a).await;
+    let ns_labels = namespace_object.as_ref().map(meta::labels);
+    let request = request();
+    let authorizer = policies
+        .authorizer
+        .get()
+        .map(|z| Authorizer::new(z.clone(), &ctx.user.username, &ctx.user.groups));
+    let info = a.info;
+    let merge = |live: &Value, config: &Value| {
+        wasm_apiserver_api::managed::typed::merge(live, config, crate::store::merge_schema(info))
+    };
+    let mut changed = false;
+    for (entry, b) in candidates {
+        let matches = {
+            let input = MatchInput {
+                attrs: request_attributes(a),
+                name: a.name,
+                object: Some(&*obj),
+                old_object: old,
+                namespace_labels: ns_labels.as_ref(),
+            };
+            match &*entry {
+                Entry::Ready(p) => p.matcher.matches(&input),
+                Entry::Broken { .. } => true,
+            }
+        } && b.matcher.as_ref().is_none_or(|m| {
+            m.matches(&MatchInput {
+                attrs: request_attributes(a),
+                name: a.name,
+                object: Some(&*obj),
+                old_object: old,
+                namespace_labels: ns_labels.as_ref(),
+            })
+        });
+        if !matches {
+            continue;
+        }
+        let started = Instant::now();
+        let (policy_name, failure_policy) = match &*entry {
+            Entry::Ready(p) => (p.name.clone(), p.failure_policy),
+            Entry::Broken { failure_policy, .. } => (b.policy_name.clone(), *failure_policy),
+        };
+        let outcome: Result<bool, String> = match &*entry {
+            Entry::Broken { message, .. } => Err(message.clone()),
+            Entry::Ready(p) => {
+                match params(objects, p, &b.name, b.param_ref.as_ref(), a.namespace).await {
+                    Err(e) => Err(e),
+                    Ok(Some(list)) if list.is_empty() => {
+                        if b.param_ref.as_ref().is_some_and(|r| r.deny_when_missing) {
+                            Err("no params found for policy binding with `Deny` parameterNotFoundAction".into())
+                        } else {
+                            Ok(false)
+                        }
+                    }
+                    Ok(list) => {
+                        let list: Vec<Option<&Value>> = match &list {
+                            None => vec![None],
+                            Some(l) => l.iter().map(Some).collect(),
+                        };
+                        let mut out = Ok(false);
+                        for param in list {
+                            let m = MutationInput {
+                                old_object: old,
+                                request: &request,
+                                namespace_object: namespace_object.as_ref(),
+                                authorizer: authorizer.clone(),
+                                params: param,
+                                merge: &merge,
+                            };
+                            match p.mutate(obj, &m) {
+                                Ok(c) => out = out.map(|o| o || c),
+                                Err(e) => {
+                                    out = Err(e);
+                                    break;
+                                }
+                            }
+                        }
+                        out
+                    }
+                }
+            }
+        };
+        policies.time_mutating(&policy_name, &b.name, started.elapsed().as_secs_f64());
+        match outcome {
+            Ok(c) => {
+                policies.count_mutating(&policy_name, &b.name, "no_error");
+                changed |= c;
+            }
+            Err(e) => {
+                policies.count_mutating(&policy_name, &b.name, "expression_error");
+                match failure_policy {
+                    FailurePolicy::Ignore => {
+                        tracing::info!(policy = %policy_name, binding = %b.name, error = %e, "mutating admission policy error ignored (failurePolicy: Ignore)");
+                    }
+                    FailurePolicy::Fail => {
+                        return Err(ApiError::Custom {
+                            code: 403,
+                            reason: "Forbidden".into(),
+                            message: format!(
+                                "MutatingAdmissionPolicy '{policy_name}' with binding '{}' denied request: {e}",
+                                b.name
+                            ),
+                            causes: Vec::new(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(changed)
+}
+
 /// An error of a whole policy/binding pair, per `failurePolicy`.
 fn on_error(failure_policy: FailurePolicy, message: String) -> Verdict {
     match failure_policy {
@@ -492,7 +788,7 @@ async fn run(
     input: &Input<'_>,
     namespace: Option<&str>,
 ) -> Verdict {
-    let params = match params(objects, p, b, namespace).await {
+    let params = match params(objects, p, &b.name, b.param_ref.as_ref(), namespace).await {
         Ok(params) => params,
         Err(e) => return on_error(p.failure_policy, e),
     };

@@ -51,6 +51,10 @@ const NO_ADMISSION: &str = "none";
 const ONE_PLUGIN: &str = "1 wasm plugin";
 const MANY_PLUGINS_LABEL: &str = "5 wasm plugins";
 const WEBHOOK: &str = "HTTPS webhook";
+/// Issue 15: the same check as a ValidatingAdmissionPolicy of three expressions.
+const VAP: &str = "1 ValidatingAdmissionPolicy (3 CEL expressions)";
+/// Issue 15: the same check as a Kubewarden policy (waPC module).
+const KUBEWARDEN: &str = "1 Kubewarden policy";
 const PLUGIN_CALL_SCENARIO: &str = "plugin: validate on a prepared instance, per call";
 const PLUGIN_ON_DEMAND_SCENARIO: &str = "plugin: instantiate + validate, per call";
 const PLUGIN_RSS_SCENARIO: &str = "plugin: memory of prepared instances";
@@ -93,7 +97,7 @@ pub(crate) async fn admission(
         .await??;
 
     let cache = dir.join("plugin-cache");
-    let variants = [NO_ADMISSION, ONE_PLUGIN, MANY_PLUGINS_LABEL, WEBHOOK];
+    let variants = [NO_ADMISSION, ONE_PLUGIN, MANY_PLUGINS_LABEL, WEBHOOK, VAP];
     // (server, its address, unlabelled-create status, webhook)
     let mut servers = Vec::with_capacity(variants.len());
     for (n, variant) in variants.into_iter().enumerate() {
@@ -107,6 +111,19 @@ pub(crate) async fn admission(
         let mut hook = None;
         match variant {
             NO_ADMISSION => {}
+            VAP => {
+                let (policy, binding) = admission_policy();
+                api.create(
+                    "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+                    policy,
+                )
+                .await?;
+                api.create(
+                    "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+                    binding,
+                )
+                .await?;
+            }
             WEBHOOK => {
                 let h = hook_rt
                     .spawn(webhook_support::start(REQUIRED_LABEL))
@@ -282,6 +299,35 @@ fn admission_plugin(name: &str) -> String {
         }
     })
     .to_string()
+}
+
+/// A ValidatingAdmissionPolicy (and its binding) requiring
+/// [`REQUIRED_LABEL`] on ConfigMap creates, in three expressions.
+fn admission_policy() -> (String, String) {
+    let has =
+        format!("has(object.metadata.labels) && '{REQUIRED_LABEL}' in object.metadata.labels");
+    let label = format!("object.metadata.labels['{REQUIRED_LABEL}']");
+    let policy = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "require-team"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}]},
+            "validations": [
+                {"expression": has, "message": format!("label {REQUIRED_LABEL} is required")},
+                {"expression": format!("!({has}) || {label} != ''"), "message": "the label is empty"},
+                {"expression": format!("!({has}) || {label}.size() <= 63"), "message": "the label is too long"},
+            ],
+        }
+    });
+    let binding = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "require-team"},
+        "spec": {"policyName": "require-team", "validationActions": ["Deny"]},
+    });
+    (policy.to_string(), binding.to_string())
 }
 
 /// A ValidatingWebhookConfiguration sending ConfigMap creates to `url`.
@@ -725,5 +771,32 @@ pub(crate) fn print_targets(rows: &[Row]) {
     }
     if let Some(r) = rows.iter().find(|r| r.scenario == PLUGIN_RSS_SCENARIO) {
         println!("{PLUGIN_RSS_SCENARIO}: {}", r.note);
+    }
+    print_policy_table(rows, none);
+}
+
+/// Issue 15: the same check as each kind of policy users bring, side by side.
+fn print_policy_table(rows: &[Row], none_p50: f64) {
+    let none_rate = find(rows, &admission_scenario(NO_ADMISSION), ADMISSION_CLIENTS)
+        .map(|r| r.rate())
+        .unwrap_or(0.0);
+    println!(
+        "\npolicies doing the same check (require label {REQUIRED_LABEL:?} on ConfigMap creates):"
+    );
+    println!(
+        "| policy | added p50, 1 client | creates/s, {ADMISSION_CLIENTS} clients | share of none |"
+    );
+    println!("|---|---|---|---|");
+    for variant in [ONE_PLUGIN, VAP, KUBEWARDEN] {
+        let one = find(rows, &admission_scenario(variant), 1).and_then(|r| r.percentile(0.5));
+        let loaded = find(rows, &admission_scenario(variant), ADMISSION_CLIENTS);
+        if let (Some(p50), Some(loaded)) = (one, loaded) {
+            println!(
+                "| {variant} | {:+.0} µs | {:.0} | {:.2}x |",
+                p50.as_micros() as f64 - none_p50,
+                loaded.rate(),
+                loaded.rate() / none_rate.max(1.0)
+            );
+        }
     }
 }

@@ -19,6 +19,8 @@
 //! before it runs (upstream's per-call limit, and a budget for one
 //! policy evaluation), so a runaway expression is an error, never a hang.
 
+pub mod mutating;
+
 use crate::admission::{FailurePolicy, RequestAttributes, Rule};
 use crate::cel::{self, authz::Authorizer, cost::Shape};
 use crate::error::Cause;
@@ -328,8 +330,9 @@ struct Validation {
     reason: String,
 }
 
-/// A compiled `ValidatingAdmissionPolicy`.
-pub struct Policy {
+/// What validating and mutating policies share: where they apply and
+/// what every evaluation starts with.
+pub struct Common {
     pub name: String,
     pub generation: i64,
     pub param_kind: Option<ParamKind>,
@@ -337,8 +340,20 @@ pub struct Policy {
     pub failure_policy: FailurePolicy,
     match_conditions: Vec<(String, Expression)>,
     variables: Vec<(String, Expression)>,
+}
+
+/// A compiled `ValidatingAdmissionPolicy`.
+pub struct Policy {
+    common: Common,
     validations: Vec<Validation>,
     audit_annotations: Vec<(String, Expression)>,
+}
+
+impl std::ops::Deref for Policy {
+    type Target = Common;
+    fn deref(&self) -> &Common {
+        &self.common
+    }
 }
 
 const REASONS: [&str; 4] = [
@@ -398,12 +413,10 @@ fn named_expressions(
     out
 }
 
-impl Policy {
-    /// Checks and compiles a policy object; the causes carry upstream's
-    /// field paths (`spec.validations[0].expression`).
-    pub fn compile(obj: &Value) -> Result<Policy, Vec<Cause>> {
+impl Common {
+    /// Parses and compiles the shared fields of a policy object.
+    pub(crate) fn parse(obj: &Value, causes: &mut Vec<Cause>) -> Common {
         let spec = &obj["spec"];
-        let mut causes = Vec::new();
         let param_kind = match &spec["paramKind"] {
             Value::Null => None,
             pk => {
@@ -425,7 +438,7 @@ impl Policy {
             &spec["matchConstraints"],
             "spec.matchConstraints",
             !spec["matchConstraints"].is_null(),
-            &mut causes,
+            causes,
         );
         let failure_policy = match spec["failurePolicy"].as_str() {
             None | Some("Fail") => FailurePolicy::Fail,
@@ -445,16 +458,35 @@ impl Policy {
             &spec["matchConditions"],
             "spec.matchConditions",
             "expression",
-            &mut causes,
+            causes,
             crate::validation::label_key_error,
         );
         let variables = named_expressions(
             &spec["variables"],
             "spec.variables",
             "expression",
-            &mut causes,
+            causes,
             |n| (!is_identifier(n)).then(|| "name is not a valid CEL identifier".to_string()),
         );
+        Common {
+            name: meta::name(obj).unwrap_or_default().to_string(),
+            generation: obj["metadata"]["generation"].as_i64().unwrap_or(0),
+            param_kind,
+            matcher,
+            failure_policy,
+            match_conditions,
+            variables,
+        }
+    }
+}
+
+impl Policy {
+    /// Checks and compiles a policy object; the causes carry upstream's
+    /// field paths (`spec.validations[0].expression`).
+    pub fn compile(obj: &Value) -> Result<Policy, Vec<Cause>> {
+        let mut causes = Vec::new();
+        let common = Common::parse(obj, &mut causes);
+        let spec = &obj["spec"];
         let mut validations = Vec::new();
         for (i, v) in items(&spec["validations"]).iter().enumerate() {
             let field = format!("spec.validations[{i}]");
@@ -529,13 +561,7 @@ impl Policy {
             return Err(causes);
         }
         Ok(Policy {
-            name: meta::name(obj).unwrap_or_default().to_string(),
-            generation: obj["metadata"]["generation"].as_i64().unwrap_or(0),
-            param_kind,
-            matcher,
-            failure_policy,
-            match_conditions,
-            variables,
+            common,
             validations,
             audit_annotations,
         })
@@ -635,54 +661,7 @@ impl Binding {
                 "must not contain both Deny and Warn (repeating the same validation failure information in the API response and headers serves no purpose)",
             ));
         }
-        let param_ref = match &spec["paramRef"] {
-            Value::Null => None,
-            p => {
-                let name = p["name"]
-                    .as_str()
-                    .filter(|s| !s.is_empty())
-                    .map(String::from);
-                let selector = selector(&p["selector"], "spec.paramRef.selector", &mut causes);
-                if name.is_some() == selector.is_some() {
-                    causes.push(Cause::invalid(
-                        "spec.paramRef",
-                        "",
-                        "one of name or selector must be set",
-                    ));
-                }
-                let deny_when_missing = match p["parameterNotFoundAction"].as_str() {
-                    Some("Deny") => true,
-                    Some("Allow") => false,
-                    None => {
-                        causes.push(Cause::missing("spec.paramRef.parameterNotFoundAction"));
-                        false
-                    }
-                    Some(other) => {
-                        causes.push(Cause {
-                            reason: "FieldValueNotSupported".into(),
-                            field: "spec.paramRef.parameterNotFoundAction".into(),
-                            message: format!(
-                                "Unsupported value: {other:?}: supported values: \"Allow\", \"Deny\""
-                            ),
-                        });
-                        false
-                    }
-                };
-                Some(ParamRef {
-                    name,
-                    namespace: p["namespace"]
-                        .as_str()
-                        .filter(|s| !s.is_empty())
-                        .map(String::from),
-                    selector,
-                    deny_when_missing,
-                })
-            }
-        };
-        let matcher = match &spec["matchResources"] {
-            Value::Null => None,
-            m => Some(Matcher::parse(m, "spec.matchResources", false, &mut causes)),
-        };
+        let (param_ref, matcher) = binding_targets(spec, &mut causes);
         if !causes.is_empty() {
             return Err(causes);
         }
@@ -694,6 +673,59 @@ impl Binding {
             actions,
         })
     }
+}
+
+/// A binding's `paramRef` and `matchResources`, checked.
+fn binding_targets(spec: &Value, causes: &mut Vec<Cause>) -> (Option<ParamRef>, Option<Matcher>) {
+    let param_ref = match &spec["paramRef"] {
+        Value::Null => None,
+        p => {
+            let name = p["name"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(String::from);
+            let selector = selector(&p["selector"], "spec.paramRef.selector", causes);
+            if name.is_some() == selector.is_some() {
+                causes.push(Cause::invalid(
+                    "spec.paramRef",
+                    "",
+                    "one of name or selector must be set",
+                ));
+            }
+            let deny_when_missing = match p["parameterNotFoundAction"].as_str() {
+                Some("Deny") => true,
+                Some("Allow") => false,
+                None => {
+                    causes.push(Cause::missing("spec.paramRef.parameterNotFoundAction"));
+                    false
+                }
+                Some(other) => {
+                    causes.push(Cause {
+                        reason: "FieldValueNotSupported".into(),
+                        field: "spec.paramRef.parameterNotFoundAction".into(),
+                        message: format!(
+                            "Unsupported value: {other:?}: supported values: \"Allow\", \"Deny\""
+                        ),
+                    });
+                    false
+                }
+            };
+            Some(ParamRef {
+                name,
+                namespace: p["namespace"]
+                    .as_str()
+                    .filter(|s| !s.is_empty())
+                    .map(String::from),
+                selector,
+                deny_when_missing,
+            })
+        }
+    };
+    let matcher = match &spec["matchResources"] {
+        Value::Null => None,
+        m => Some(Matcher::parse(m, "spec.matchResources", false, causes)),
+    };
+    (param_ref, matcher)
 }
 
 /// The variables every policy of one request sees, converted once.
@@ -748,8 +780,7 @@ impl<'a> Input<'a> {
             ("request", request),
             ("namespaceObject", namespace_object),
         ] {
-            ctx.add_variable(name, v)
-                .map_err(|e| format!("{name}: {e}"))?;
+            ctx.add_variable_from_value(name, cel::from_json(v));
         }
         if let Some(a) = authorizer {
             ctx.add_variable_as_val("authorizer", Box::new(a));
@@ -765,15 +796,24 @@ impl<'a> Input<'a> {
 }
 
 /// Runs expressions of one evaluation within its cost budget.
-struct Run<'i, 'a> {
+pub(crate) struct Run<'i, 'a> {
     input: &'i Input<'a>,
     params: &'i Value,
     variables: serde_json::Map<String, Value>,
     spent: u64,
 }
 
-impl Run<'_, '_> {
-    fn eval(&mut self, ctx: &Context, e: &Expression) -> Result<CelValue, String> {
+impl<'i, 'a> Run<'i, 'a> {
+    pub(crate) fn new(input: &'i Input<'a>, params: &'i Value) -> Self {
+        Run {
+            input,
+            params,
+            variables: serde_json::Map::new(),
+            spent: 0,
+        }
+    }
+
+    pub(crate) fn eval(&mut self, ctx: &Context, e: &Expression) -> Result<CelValue, String> {
         let vars = Value::Object(self.variables.clone());
         let shapes = vec![
             ("object".to_string(), Shape::Data(self.input.object)),
@@ -801,29 +841,38 @@ impl Run<'_, '_> {
     }
 }
 
-fn to_json(v: &CelValue) -> Option<Value> {
-    v.json().ok()
+/// One evaluation's context: params and variables bound, match
+/// conditions passed.
+pub(crate) struct Scope<'p> {
+    pub(crate) ctx: Context<'p, 'static>,
+    failed_variables: Vec<(String, String)>,
 }
 
-impl Policy {
-    /// Evaluates the policy for one param (`None` without `paramKind`):
-    /// `Ok(None)` when a `matchCondition` is false, `Err` when one failed
-    /// to evaluate (counts per `failurePolicy`).
-    pub fn evaluate(
+impl Scope<'_> {
+    /// An error of an expression, naming the failed variable it read.
+    pub(crate) fn explain(&self, source: &str, err: String) -> String {
+        match self
+            .failed_variables
+            .iter()
+            .find(|(n, _)| source.contains(&format!("variables.{n}")))
+        {
+            Some((n, verr)) => format!("composited variable {n:?} fails to compile: {verr}"),
+            None => err,
+        }
+    }
+}
+
+impl Common {
+    /// Binds params and variables and checks the match conditions:
+    /// `Ok(None)` when one is false, `Err` when one failed to evaluate
+    /// (counts per `failurePolicy`).
+    pub(crate) fn begin<'p>(
         &self,
-        input: &Input<'_>,
-        params: Option<&Value>,
-    ) -> Result<Option<Evaluation>, String> {
-        let params = params.unwrap_or(&NULL);
+        input: &'p Input<'_>,
+        run: &mut Run<'_, '_>,
+    ) -> Result<Option<Scope<'p>>, String> {
         let mut ctx = input.ctx.new_inner_scope();
-        ctx.add_variable("params", params)
-            .map_err(|e| format!("params: {e}"))?;
-        let mut run = Run {
-            input,
-            params,
-            variables: serde_json::Map::new(),
-            spent: 0,
-        };
+        ctx.add_variable_from_value("params", cel::from_json(run.params));
         // Variables first: match conditions may read them too.
         let mut failed_variables: Vec<(String, String)> = Vec::new();
         let mut values: std::collections::HashMap<String, CelValue> = Default::default();
@@ -841,18 +890,13 @@ impl Policy {
             }
         }
         ctx.add_variable_from_value("variables", values);
-        let explain = |source: &str, err: String| -> String {
-            match failed_variables
-                .iter()
-                .find(|(n, _)| source.contains(&format!("variables.{n}")))
-            {
-                Some((n, verr)) => format!("composited variable {n:?} fails to compile: {verr}"),
-                None => err,
-            }
+        let scope = Scope {
+            ctx,
+            failed_variables,
         };
         let mut errors = Vec::new();
         for (name, e) in &self.match_conditions {
-            match run.eval(&ctx, e) {
+            match run.eval(&scope.ctx, e) {
                 Ok(CelValue::Bool(true)) => {}
                 Ok(CelValue::Bool(false)) => return Ok(None),
                 Ok(other) => errors.push(format!(
@@ -860,13 +904,36 @@ impl Policy {
                 )),
                 Err(err) => errors.push(format!(
                     "matchCondition {name:?} resulted in error: {}",
-                    explain(&e.source, err)
+                    scope.explain(&e.source, err)
                 )),
             }
         }
         if !errors.is_empty() {
             return Err(errors.join("; "));
         }
+        Ok(Some(scope))
+    }
+}
+
+fn to_json(v: &CelValue) -> Option<Value> {
+    v.json().ok()
+}
+
+impl Policy {
+    /// Evaluates the policy for one param (`None` without `paramKind`):
+    /// `Ok(None)` when a `matchCondition` is false, `Err` when one failed
+    /// to evaluate (counts per `failurePolicy`).
+    pub fn evaluate(
+        &self,
+        input: &Input<'_>,
+        params: Option<&Value>,
+    ) -> Result<Option<Evaluation>, String> {
+        let params = params.unwrap_or(&NULL);
+        let mut run = Run::new(input, params);
+        let Some(scope) = self.common.begin(input, &mut run)? else {
+            return Ok(None);
+        };
+        let (ctx, explain) = (&scope.ctx, |s: &str, e: String| scope.explain(s, e));
         let mut out = Evaluation::default();
         for (index, v) in self.validations.iter().enumerate() {
             let source = &v.expression.source;
@@ -876,11 +943,11 @@ impl Policy {
                 index,
                 error,
             };
-            match run.eval(&ctx, &v.expression) {
+            match run.eval(ctx, &v.expression) {
                 Ok(CelValue::Bool(true)) => {}
                 Ok(CelValue::Bool(false)) => {
                     let from_expression = v.message_expression.as_ref().and_then(|m| {
-                        match run.eval(&ctx, m) {
+                        match run.eval(ctx, m) {
                             Ok(CelValue::String(s)) if !s.trim().is_empty() && !s.contains('\n') => {
                                 Some(s.to_string())
                             }
@@ -906,7 +973,7 @@ impl Policy {
             }
         }
         for (key, e) in &self.audit_annotations {
-            match run.eval(&ctx, e) {
+            match run.eval(ctx, e) {
                 Ok(CelValue::String(s)) => out
                     .audit_annotations
                     .push((format!("{}/{key}", self.name), s.to_string())),
