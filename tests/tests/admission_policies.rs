@@ -257,6 +257,39 @@ fn deny_warn_and_audit_bindings_with_match_conditions_status_and_metrics() {
         (p["status"]["observedGeneration"] == 1).then_some(p)
     });
     assert_eq!(policy["status"]["typeChecking"], serde_json::json!({}));
+    // A misspelt field is reported, and the policy still runs (it fails
+    // to evaluate on objects, per its failurePolicy).
+    apply(
+        &s,
+        "typo.yaml",
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: typo}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments]}]
+  validations:
+  - expression: object.spec.replicass <= 5
+"#,
+    );
+    let typo = poll_until(Duration::from_secs(10), "the typo's type check", || {
+        let p = kubectl_json(
+            &s,
+            None,
+            &["get", "validatingadmissionpolicy", "typo", "-o", "json"],
+        );
+        p["status"]["typeChecking"]["expressionWarnings"]
+            .as_array()
+            .cloned()
+    });
+    assert_eq!(
+        typo,
+        [serde_json::json!({
+            "fieldRef": "spec.validations[0].expression",
+            "warning": "apps/v1, Kind=Deployment: ERROR: undefined field 'replicass'"
+        })]
+    );
+    kubectl_ok(&s, None, &["delete", "validatingadmissionpolicy", "typo"]);
 
     // A policy that does not compile is refused with the field at fault.
     let bad = write_manifest(
@@ -679,7 +712,16 @@ spec: {policyName: sidecar}
     );
     // A JSON patch whose value comes from a param, and a validating policy
     // that needs what it adds: mutation runs first.
-    kubectl_ok(&s, None, &["create", "configmap", "owner", "--from-literal=team=platform"]);
+    kubectl_ok(
+        &s,
+        None,
+        &[
+            "create",
+            "configmap",
+            "owner",
+            "--from-literal=team=platform",
+        ],
+    );
     apply(
         &s,
         "label.yaml",
@@ -739,7 +781,10 @@ spec:
         .map(|c| c["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["setup", "mesh-proxy"], "{pod}");
-    assert_eq!(pod["spec"]["initContainers"][1]["image"], "mesh/proxy:v1.0.0");
+    assert_eq!(
+        pod["spec"]["initContainers"][1]["image"],
+        "mesh/proxy:v1.0.0"
+    );
     assert_eq!(pod["spec"]["containers"][0]["name"], "app");
 
     apply(
@@ -748,13 +793,19 @@ spec:
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: stamped, labels: {stamp: 'yes'}}\ndata: {a: b}\n",
     );
     let cm = kubectl_json(&s, None, &["get", "configmap", "stamped", "-o", "json"]);
-    assert_eq!(cm["metadata"]["labels"]["example.com/team"], "platform", "{cm}");
+    assert_eq!(
+        cm["metadata"]["labels"]["example.com/team"], "platform",
+        "{cm}"
+    );
     kubectl_ok(&s, None, &["create", "configmap", "plain"]);
     let plain = kubectl_json(&s, None, &["get", "configmap", "plain", "-o", "json"]);
     assert!(plain["metadata"]["labels"].is_null(), "{plain}");
     let table = kubectl_ok(&s, None, &["get", "mutatingadmissionpolicies"]);
     assert!(
-        table.lines().any(|l| l.split_whitespace().take(3).eq(["team-label", "1", "v1/ConfigMap"])),
+        table.lines().any(|l| l
+            .split_whitespace()
+            .take(3)
+            .eq(["team-label", "1", "v1/ConfigMap"])),
         "{table}"
     );
 
@@ -793,9 +844,16 @@ metadata: {name: broken}
 spec: {policyName: broken}
 "#,
     );
-    let out = kubectl(&s, None, &["create", "secret", "generic", "s1", "--from-literal=a=b"]);
+    let out = kubectl(
+        &s,
+        None,
+        &["create", "secret", "generic", "s1", "--from-literal=a=b"],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("MutatingAdmissionPolicy 'broken'"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("MutatingAdmissionPolicy 'broken'"),
+        "{err}"
+    );
     let missing = kubectl(&s, None, &["get", "secret", "s1"]);
     assert!(!missing.status.success(), "nothing stored");
     let (_, metrics) = s.get("/metrics").unwrap();

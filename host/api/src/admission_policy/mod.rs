@@ -1003,6 +1003,156 @@ impl Policy {
     }
 }
 
+/// The first field a selection chain on `object`/`oldObject` names that
+/// `schema` does not declare (upstream's type check, for the
+/// `undefined field` case: open maps, preserved unknown fields and
+/// undeclared schemas are not checked).
+fn undefined_field(path: &[&str], mut schema: crate::managed::typed::Schema<'_>) -> Option<String> {
+    for f in path {
+        let Some(node) = schema.0 else { return None };
+        let open = node
+            .get("additionalProperties")
+            .is_some_and(|a| a.is_object() || a == true)
+            || node.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+        match node.get("properties").and_then(Value::as_object) {
+            Some(props) if props.contains_key(*f) => schema = schema.field(f),
+            Some(props) if !props.is_empty() && !open => return Some(f.to_string()),
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Every select chain rooted at `object` or `oldObject` in `e`.
+fn object_paths<'e>(e: &'e ::cel::IdedExpr, out: &mut Vec<Vec<&'e str>>) {
+    use ::cel::common::ast::{EntryExpr, Expr};
+    match &e.expr {
+        Expr::Select(s) => {
+            let mut path = vec![s.field.as_str()];
+            let mut cur = &s.operand.expr;
+            loop {
+                match cur {
+                    Expr::Select(inner) => {
+                        path.push(inner.field.as_str());
+                        cur = &inner.operand.expr;
+                    }
+                    Expr::Ident(root) if root == "object" || root == "oldObject" => {
+                        path.reverse();
+                        out.push(path);
+                        return;
+                    }
+                    _ => break,
+                }
+            }
+            object_paths(&s.operand, out);
+        }
+        Expr::Call(c) => {
+            if let Some(t) = &c.target {
+                object_paths(t, out);
+            }
+            c.args.iter().for_each(|a| object_paths(a, out));
+        }
+        Expr::Comprehension(c) => {
+            for x in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                object_paths(x, out);
+            }
+        }
+        Expr::List(l) => l.elements.iter().for_each(|x| object_paths(x, out)),
+        Expr::Map(m) => {
+            for entry in &m.entries {
+                if let EntryExpr::MapEntry(me) = &entry.expr {
+                    object_paths(&me.key, out);
+                    object_paths(&me.value, out);
+                }
+            }
+        }
+        Expr::Struct(s) => {
+            for entry in &s.entries {
+                if let EntryExpr::StructField(f) = &entry.expr {
+                    object_paths(&f.value, out);
+                }
+            }
+        }
+        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => {}
+    }
+}
+
+impl Matcher {
+    /// The `(group, version, resource)`s the rules name exactly (no
+    /// wildcards): what a policy is type-checked against.
+    pub fn exact_resources(&self) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        for r in &self.resource_rules {
+            for g in &r.rule.api_groups {
+                for v in &r.rule.api_versions {
+                    for res in &r.rule.resources {
+                        if g != "*" && v != "*" && !res.contains('*') && !res.contains('/') {
+                            out.push((g.clone(), v.clone(), res.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+impl Policy {
+    /// Upstream's `status.typeChecking`, for what is cheap to check here:
+    /// fields of `object`/`oldObject` that the schema of a matched kind
+    /// (`kinds`: display name such as `apps/v1, Kind=Deployment`, and its
+    /// schema) does not declare. `(fieldRef, warning)` pairs.
+    pub fn type_check(
+        &self,
+        kinds: &[(String, crate::managed::typed::Schema<'_>)],
+    ) -> Vec<(String, String)> {
+        let mut exprs: Vec<(String, &Expression)> = Vec::new();
+        for (i, v) in self.validations.iter().enumerate() {
+            exprs.push((format!("spec.validations[{i}].expression"), &v.expression));
+            if let Some(m) = &v.message_expression {
+                exprs.push((format!("spec.validations[{i}].messageExpression"), m));
+            }
+        }
+        for (i, (_, e)) in self.common.match_conditions.iter().enumerate() {
+            exprs.push((format!("spec.matchConditions[{i}].expression"), e));
+        }
+        for (i, (_, e)) in self.common.variables.iter().enumerate() {
+            exprs.push((format!("spec.variables[{i}].expression"), e));
+        }
+        for (i, (_, e)) in self.audit_annotations.iter().enumerate() {
+            exprs.push((format!("spec.auditAnnotations[{i}].valueExpression"), e));
+        }
+        let mut out = Vec::new();
+        for (field_ref, e) in exprs {
+            let mut paths = Vec::new();
+            object_paths(e.rule.ast(), &mut paths);
+            let mut warnings = Vec::new();
+            for (kind, schema) in kinds {
+                for path in &paths {
+                    if let Some(f) = undefined_field(path, *schema) {
+                        let w = format!("{kind}: ERROR: undefined field '{f}'");
+                        if !warnings.contains(&w) {
+                            warnings.push(w);
+                        }
+                    }
+                }
+            }
+            if !warnings.is_empty() {
+                out.push((field_ref, warnings.join("\n")));
+            }
+        }
+        out
+    }
+}
+
 /// The `validation.policy.admission.k8s.io/validation_failure` audit
 /// annotation's entry for one failure.
 pub fn audit_failure(policy: &str, binding: &str, f: &Failure, actions: &Actions) -> Value {
@@ -1247,6 +1397,35 @@ mod tests {
         v1beta1.attrs.version = "v1beta1";
         assert!(!p.matcher.matches(&v1beta1), "Exact");
         assert!(is_exempt(GROUP, POLICIES) && !is_exempt("apps", "deployments"));
+    }
+
+    #[test]
+    fn type_checking_reports_undefined_fields() {
+        let p = policy(json!({
+            "matchConstraints": deployments(),
+            "validations": [
+                {"expression": "object.spec.replicass <= 5"},
+                {"expression": "object.metadata.labels.all(k, k != 'x') && object.spec.template.metadata.name != ''"},
+            ],
+        }));
+        assert_eq!(
+            p.matcher.exact_resources(),
+            [(
+                "apps".to_string(),
+                "v1".to_string(),
+                "deployments".to_string()
+            )]
+        );
+        let defs = crate::openapi::definitions::builtin();
+        let schema = crate::managed::typed::Schema::new(&defs["io.k8s.api.apps.v1.Deployment"]);
+        let warnings = p.type_check(&[("apps/v1, Kind=Deployment".into(), schema)]);
+        assert_eq!(
+            warnings,
+            [(
+                "spec.validations[0].expression".to_string(),
+                "apps/v1, Kind=Deployment: ERROR: undefined field 'replicass'".to_string()
+            )]
+        );
     }
 
     struct OnlyAlice;

@@ -158,6 +158,11 @@ impl std::ops::Deref for Rule {
 }
 
 impl Rule {
+    /// The syntax tree, macros expanded.
+    pub(crate) fn ast(&self) -> &cel::IdedExpr {
+        &self.ast
+    }
+
     /// The expression's cost with variables bound to shapes.
     pub(crate) fn cost_with(&self, vars: Vec<(String, cost::Shape<'_>)>) -> u64 {
         cost::Estimator::new(vars).cost(&self.ast).0

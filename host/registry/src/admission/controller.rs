@@ -119,7 +119,11 @@ pub async fn reconcile_policy(objects: &Objects, kind: Kind, obj: &Value, delete
         .record_status(
             &info,
             obj,
-            policy::policy_status(&compiled, obj),
+            policy::policy_status(
+                &compiled,
+                &admission.policies.type_check(objects, name),
+                obj,
+            ),
             "admission-policy-controller",
         )
         .await;

@@ -841,10 +841,48 @@ async fn run(
     Verdict::Failures(failures, annotations)
 }
 
+impl Policies {
+    /// The expression warnings of a compiled validating policy, checked
+    /// against the schemas of the kinds its rules name exactly.
+    pub fn type_check(&self, objects: &Objects, name: &str) -> Vec<(String, String)> {
+        let Some(entry) = self.snapshot().policies.get(name).cloned() else {
+            return Vec::new();
+        };
+        let Entry::Ready(p) = &*entry else {
+            return Vec::new();
+        };
+        let resources: Vec<Arc<Resource>> = p
+            .matcher
+            .exact_resources()
+            .into_iter()
+            .filter_map(|(g, v, r)| objects.resources.get(&g, &v, &r))
+            .collect();
+        let kinds: Vec<_> = resources
+            .iter()
+            .map(|r| {
+                (
+                    format!("{}/{}, Kind={}", r.info.group, r.info.version, r.info.kind),
+                    crate::store::merge_schema(&r.info),
+                )
+            })
+            .collect();
+        p.type_check(&kinds)
+    }
+}
+
 /// The status of a policy object: `observedGeneration`, `typeChecking`
-/// and, when it cannot run, a condition saying why.
-pub fn policy_status(c: &Compiled, current: &Value) -> Value {
-    let mut status = json!({"observedGeneration": c.generation, "typeChecking": {}});
+/// (upstream's expression warnings) and, when it cannot run, a condition
+/// saying why.
+pub fn policy_status(c: &Compiled, warnings: &[(String, String)], current: &Value) -> Value {
+    let type_checking = if warnings.is_empty() {
+        json!({})
+    } else {
+        json!({"expressionWarnings": warnings
+            .iter()
+            .map(|(f, w)| json!({"fieldRef": f, "warning": w}))
+            .collect::<Vec<_>>()})
+    };
+    let mut status = json!({"observedGeneration": c.generation, "typeChecking": type_checking});
     if let Some(e) = &c.error {
         let since = current["status"]["conditions"][0]["lastTransitionTime"]
             .as_str()
