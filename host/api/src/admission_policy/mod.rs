@@ -1009,7 +1009,7 @@ impl Policy {
 /// undeclared schemas are not checked).
 fn undefined_field(path: &[&str], mut schema: crate::managed::typed::Schema<'_>) -> Option<String> {
     for f in path {
-        let Some(node) = schema.0 else { return None };
+        let node = schema.0?;
         let open = node
             .get("additionalProperties")
             .is_some_and(|a| a.is_object() || a == true)
