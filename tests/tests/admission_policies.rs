@@ -678,6 +678,44 @@ spec:
     );
     let (ok, err) = try_apply("exp2.yaml", &crd(GW, "v1.6.0", "experimental"));
     assert!(ok, "{err}");
+
+    // The README's example manifest does what its comments say.
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/admission-policies.yaml");
+    kubectl_ok(&s, None, &["apply", "-f", example.to_str().unwrap()]);
+    let out = kubectl(
+        &s,
+        None,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx",
+            "--replicas=6",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("replicas must be no greater than 5"),
+        "{err}"
+    );
+    kubectl_ok(
+        &s,
+        None,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx",
+            "--replicas=5",
+        ],
+    );
+    kubectl_ok(&s, None, &["create", "configmap", "stamped"]);
+    let cm = kubectl_json(&s, None, &["get", "configmap", "stamped", "-o", "json"]);
+    assert_eq!(
+        cm["metadata"]["labels"]["stamped-by"], "mutating-admission-policy",
+        "{cm}"
+    );
 }
 
 #[test]
