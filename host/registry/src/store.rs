@@ -45,6 +45,35 @@ pub struct Objects {
     pub handlers: Arc<Handlers>,
 }
 
+#[async_trait::async_trait]
+impl crate::admission::policy::Lookup for Objects {
+    fn resources(&self) -> &Resources {
+        &self.resources
+    }
+
+    async fn get(&self, res: &Resource, ns: Option<&str>, name: &str) -> Result<Value> {
+        Objects::get(self, res, ns, name).await
+    }
+
+    async fn list(&self, res: &Resource, ns: Option<&str>, p: &ListParams) -> Result<ListOutcome> {
+        Objects::list(self, res, ns, p).await
+    }
+
+    async fn namespace(&self, name: &str) -> Option<Value> {
+        let kv = self
+            .storage
+            .get(&format!("/registry/core/namespaces/{name}"))
+            .await
+            .ok()
+            .flatten()?;
+        decode(&kv).ok()
+    }
+
+    fn merge(&self, info: &ResourceInfo, live: &Value, config: &Value) -> Value {
+        managed::typed::merge(live, config, merge_schema(info))
+    }
+}
+
 /// Namespace name → terminating, for the lifecycle check on creates.
 #[derive(Debug, Default)]
 pub struct NamespaceCache(std::sync::RwLock<std::collections::HashMap<String, bool>>);

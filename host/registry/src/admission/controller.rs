@@ -121,12 +121,36 @@ pub async fn reconcile_policy(objects: &Objects, kind: Kind, obj: &Value, delete
             obj,
             policy::policy_status(
                 &compiled,
-                &admission.policies.type_check(objects, name),
+                &type_check(objects, &admission.policies, name),
                 obj,
             ),
             "admission-policy-controller",
         )
         .await;
+}
+
+/// The expression warnings of a compiled validating policy, checked
+/// against the schemas of the kinds its rules name exactly.
+fn type_check(objects: &Objects, policies: &policy::Policies, name: &str) -> Vec<(String, String)> {
+    let Some(p) = policies.validating(name) else {
+        return Vec::new();
+    };
+    let resources: Vec<Arc<Resource>> = p
+        .matcher
+        .exact_resources()
+        .into_iter()
+        .filter_map(|(g, v, r)| objects.resources.get(&g, &v, &r))
+        .collect();
+    let kinds: Vec<_> = resources
+        .iter()
+        .map(|r| {
+            (
+                format!("{}/{}, Kind={}", r.info.group, r.info.version, r.info.kind),
+                crate::store::merge_schema(&r.info),
+            )
+        })
+        .collect();
+    p.type_check(&kinds)
 }
 
 /// Follows `AdmissionPlugin` objects and webhook configurations through

@@ -9,9 +9,8 @@
 //! mutating admission, before the validating plugins and webhooks.
 
 use crate::admission::chain::Attributes;
-use crate::options::{ListParams, WriteOptions};
-use crate::resources::Resource;
-use crate::store::Objects;
+use crate::options::{ListOutcome, ListParams, WriteOptions};
+use crate::resources::{Resource, Resources};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -25,7 +24,7 @@ use wasm_apiserver_api::admission_policy::{
 };
 use wasm_apiserver_api::cel::authz::{Authorize, Authorizer};
 use wasm_apiserver_api::error::Target;
-use wasm_apiserver_api::{ApiError, Cause, meta};
+use wasm_apiserver_api::{ApiError, Cause, ResourceInfo, meta};
 
 /// A policy as the set holds it: compiled, or why it is not.
 enum Entry<P> {
@@ -396,14 +395,34 @@ fn deny_error(a: &Attributes<'_>, message: String, reason: &str) -> ApiError {
     }
 }
 
+/// What admission policies read through the registry. The store
+/// implements it (and runs admission, so this module does not name it).
+#[async_trait::async_trait]
+pub trait Lookup: Send + Sync {
+    fn resources(&self) -> &Resources;
+    /// One object as the resource's version presents it.
+    async fn get(&self, res: &Resource, ns: Option<&str>, name: &str) -> Result<Value, ApiError>;
+    async fn list(
+        &self,
+        res: &Resource,
+        ns: Option<&str>,
+        p: &ListParams,
+    ) -> Result<ListOutcome, ApiError>;
+    /// A namespace object.
+    async fn namespace(&self, name: &str) -> Option<Value>;
+    /// Merges an apply configuration into an object of `info`'s kind, as
+    /// server-side apply merges.
+    fn merge(&self, info: &ResourceInfo, live: &Value, config: &Value) -> Value;
+}
+
 /// Finds the resource of a `paramKind`.
-fn param_resource(objects: &Objects, kind: &vap::ParamKind) -> Option<Arc<Resource>> {
+fn param_resource(objects: &dyn Lookup, kind: &vap::ParamKind) -> Option<Arc<Resource>> {
     let (group, version) = kind
         .api_version
         .split_once('/')
         .unwrap_or(("", &kind.api_version));
     objects
-        .resources
+        .resources()
         .snapshot()
         .all()
         .find(|r| r.info.group == group && r.info.version == version && r.info.kind == kind.kind)
@@ -412,7 +431,7 @@ fn param_resource(objects: &Objects, kind: &vap::ParamKind) -> Option<Arc<Resour
 
 /// The params a binding selects; `Err` is a configuration error.
 async fn params(
-    objects: &Objects,
+    objects: &dyn Lookup,
     policy: &Common,
     binding: &str,
     param_ref: Option<&ParamRef>,
@@ -465,7 +484,7 @@ async fn params(
 
 /// Runs the matching admission policies on the object to be stored.
 pub async fn validate(
-    objects: &Objects,
+    objects: &dyn Lookup,
     policies: &Policies,
     a: &Attributes<'_>,
     request: impl FnOnce() -> Value,
@@ -597,16 +616,11 @@ pub async fn validate(
     }
 }
 
-/// The namespace object of a namespaced request, from storage.
-async fn namespace_object(objects: &Objects, a: &Attributes<'_>) -> Option<Value> {
-    let ns = a.namespace.filter(|_| a.info.namespaced)?;
-    let kv = objects
-        .storage
-        .get(&format!("/registry/core/namespaces/{ns}"))
+/// The namespace object of a namespaced request.
+async fn namespace_object(objects: &dyn Lookup, a: &Attributes<'_>) -> Option<Value> {
+    objects
+        .namespace(a.namespace.filter(|_| a.info.namespaced)?)
         .await
-        .ok()
-        .flatten()?;
-    crate::codec::decode(&kv).ok()
 }
 
 fn request_attributes<'a>(a: &'a Attributes<'_>) -> RequestAttributes<'a> {
@@ -624,7 +638,7 @@ fn request_attributes<'a>(a: &'a Attributes<'_>) -> RequestAttributes<'a> {
 /// order; returns whether any changed it.
 #[allow(clippy::too_many_arguments)]
 pub async fn mutate(
-    objects: &Objects,
+    objects: &dyn Lookup,
     policies: &Policies,
     a: &Attributes<'_>,
     request: impl FnOnce() -> Value,
@@ -658,9 +672,7 @@ pub async fn mutate(
         .get()
         .map(|z| Authorizer::new(z.clone(), &ctx.user.username, &ctx.user.groups));
     let info = a.info;
-    let merge = |live: &Value, config: &Value| {
-        wasm_apiserver_api::managed::typed::merge(live, config, crate::store::merge_schema(info))
-    };
+    let merge = |live: &Value, config: &Value| objects.merge(info, live, config);
     let mut changed = false;
     for (entry, b) in candidates {
         let matches = {
@@ -782,7 +794,7 @@ fn on_error(failure_policy: FailurePolicy, message: String) -> Verdict {
 }
 
 async fn run(
-    objects: &Objects,
+    objects: &dyn Lookup,
     p: &Policy,
     b: &Binding,
     input: &Input<'_>,
@@ -842,31 +854,12 @@ async fn run(
 }
 
 impl Policies {
-    /// The expression warnings of a compiled validating policy, checked
-    /// against the schemas of the kinds its rules name exactly.
-    pub fn type_check(&self, objects: &Objects, name: &str) -> Vec<(String, String)> {
-        let Some(entry) = self.snapshot().policies.get(name).cloned() else {
-            return Vec::new();
-        };
-        let Entry::Ready(p) = &*entry else {
-            return Vec::new();
-        };
-        let resources: Vec<Arc<Resource>> = p
-            .matcher
-            .exact_resources()
-            .into_iter()
-            .filter_map(|(g, v, r)| objects.resources.get(&g, &v, &r))
-            .collect();
-        let kinds: Vec<_> = resources
-            .iter()
-            .map(|r| {
-                (
-                    format!("{}/{}, Kind={}", r.info.group, r.info.version, r.info.kind),
-                    crate::store::merge_schema(&r.info),
-                )
-            })
-            .collect();
-        p.type_check(&kinds)
+    /// The compiled validating policy of that name, if it compiles.
+    pub fn validating(&self, name: &str) -> Option<Arc<Policy>> {
+        match &**self.snapshot().policies.get(name)? {
+            Entry::Ready(p) => Some(p.clone()),
+            Entry::Broken { .. } => None,
+        }
     }
 }
 
