@@ -214,8 +214,9 @@ pub struct ResourceInfo {
     pub columns: Vec<Column>,
     /// The OpenAPI v3 schema of the kind, where one is known (custom
     /// resources); published in `/openapi/v2` and `/openapi/v3` for
-    /// `kubectl explain`.
-    pub schema: Option<Value>,
+    /// `kubectl explain`. Shared: with the custom resource's validation,
+    /// and between versions (and CRDs) whose schemas are equal.
+    pub schema: Option<std::sync::Arc<Value>>,
     /// The `Warning` every request to this version gets (a CRD version
     /// marked `deprecated`).
     pub deprecation_warning: Option<String>,
@@ -412,12 +413,16 @@ impl ResourceInfo {
 /// A set of resources, indexed by group/version/plural.
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
-    resources: BTreeMap<(String, String, String), ResourceInfo>,
+    /// Shared, not copied: a registry is rebuilt on every change of the
+    /// set of resources, and a custom resource's description carries its
+    /// whole schema.
+    resources: BTreeMap<(String, String, String), std::sync::Arc<ResourceInfo>>,
 }
 
 impl Registry {
     /// Adds or replaces a resource.
-    pub fn insert(&mut self, info: ResourceInfo) {
+    pub fn insert(&mut self, info: impl Into<std::sync::Arc<ResourceInfo>>) {
+        let info = info.into();
         self.resources.insert(
             (
                 info.group.clone(),
@@ -429,7 +434,12 @@ impl Registry {
     }
 
     /// Removes a resource; returns it if it was there.
-    pub fn remove(&mut self, group: &str, version: &str, plural: &str) -> Option<ResourceInfo> {
+    pub fn remove(
+        &mut self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<std::sync::Arc<ResourceInfo>> {
         self.resources
             .remove(&(group.to_string(), version.to_string(), plural.to_string()))
     }
@@ -438,11 +448,12 @@ impl Registry {
     pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceInfo> {
         self.resources
             .get(&(group.to_string(), version.to_string(), plural.to_string()))
+            .map(|i| &**i)
     }
 
     /// All resources, in group/version/plural order.
     pub fn all(&self) -> impl Iterator<Item = &ResourceInfo> {
-        self.resources.values()
+        self.resources.values().map(|i| &**i)
     }
 
     /// The resources of one group version.

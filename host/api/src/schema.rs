@@ -164,6 +164,35 @@ impl Schema {
         Schema(Arc::new(schema))
     }
 
+    /// A schema over a value shared with others (the resource's published
+    /// schema).
+    pub fn shared(schema: Arc<Value>) -> Self {
+        Schema(schema)
+    }
+
+    /// One shared copy per distinct schema: CRD versions (and CRDs) whose
+    /// schemas are equal share it. Kept only while some resource holds it.
+    pub fn intern(schema: &Value) -> Arc<Value> {
+        use std::collections::HashMap;
+        use std::sync::{Mutex, OnceLock, Weak};
+        static TABLE: OnceLock<Mutex<HashMap<[u8; 32], Weak<Value>>>> = OnceLock::new();
+        let key: [u8; 32] = {
+            use sha2::Digest;
+            sha2::Sha256::digest(serde_json::to_vec(schema).unwrap_or_default()).into()
+        };
+        let mut table = TABLE
+            .get_or_init(Default::default)
+            .lock()
+            .expect("schema table");
+        if let Some(hit) = table.get(&key).and_then(Weak::upgrade) {
+            return hit;
+        }
+        table.retain(|_, w| w.strong_count() > 0);
+        let shared = Arc::new(schema.clone());
+        table.insert(key, Arc::downgrade(&shared));
+        shared
+    }
+
     pub fn raw(&self) -> &Value {
         &self.0
     }

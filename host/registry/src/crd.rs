@@ -215,8 +215,8 @@ fn version_info(crd: &Value, version: &Value) -> ResourceInfo {
         .unwrap_or_else(|| kind.to_ascii_lowercase());
     info.short_names = strs(&names["shortNames"]);
     info.schema = version["schema"]["openAPIV3Schema"]
-        .as_object()
-        .map(|s| Value::Object(s.clone()));
+        .is_object()
+        .then(|| Schema::intern(&version["schema"]["openAPIV3Schema"]));
     info.categories = strs(&names["categories"]);
     if version["deprecated"] == true {
         info.deprecation_warning = Some(
@@ -707,7 +707,7 @@ pub fn apply(objects: &Objects, served: &Arc<Served>, crd: &Value, deleted: bool
             .flatten()
             .filter(|v| v["served"] != false)
             .map(|v| {
-                let schema = Schema::new(v["schema"]["openAPIV3Schema"].clone());
+                let schema = Schema::shared(Schema::intern(&v["schema"]["openAPIV3Schema"]));
                 let scale = &v["subresources"]["scale"];
                 let scale = scale.is_object().then(|| ScalePaths {
                     spec_replicas: scale["specReplicasPath"]

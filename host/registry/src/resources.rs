@@ -17,7 +17,9 @@ use wasm_apiserver_api::{Registry, ResourceInfo};
 /// One served resource.
 #[derive(Clone)]
 pub struct Resource {
-    pub info: ResourceInfo,
+    /// Shared with every snapshot's [`Registry`] (cloned per registry
+    /// change, so never deep-copied).
+    pub info: Arc<ResourceInfo>,
     pub strategy: Arc<dyn Strategy>,
     /// For resources that store nothing: `create` is answered by this, and
     /// every other verb is 405.
@@ -37,7 +39,7 @@ impl Resource {
     /// A stored resource with the generic behaviour.
     pub fn new(info: ResourceInfo) -> Self {
         Resource {
-            info,
+            info: Arc::new(info),
             strategy: Arc::new(DefaultStrategy),
             create_only: None,
             subresource_creaters: BTreeMap::new(),

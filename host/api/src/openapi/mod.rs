@@ -51,7 +51,7 @@ fn kind_schema(info: &ResourceInfo, with_gvk: bool) -> Value {
         }
         return open;
     };
-    let mut s = schema.clone();
+    let mut s = Value::clone(schema);
     if !s.is_object() {
         s = json!({"type": "object"});
     }

@@ -58,6 +58,7 @@ mod admission;
 mod apply;
 mod conversion;
 mod crd;
+mod crossplane;
 mod crud;
 mod etcd;
 mod harness;
@@ -177,6 +178,9 @@ fn main() -> Result<(), Error> {
         }
         if wanted("etcd") {
             rows.extend(etcd(&srv, dir.path(), clients, window).await?);
+        }
+        if wanted("crossplane") {
+            crossplane::crossplane(&srv, dir.path()).await?;
         }
         Ok::<_, Error>(rows)
     })?;

@@ -1,0 +1,322 @@
+//! Issue 16: a thousand CRDs of a Crossplane provider's size
+//! (`scripts/gen-crds.py`: 40-50 KB schemas, two served versions) on one
+//! fresh server: memory per CRD, how soon each is served after its create
+//! returns, discovery and OpenAPI latency, and a custom resource's create
+//! and get against one CRD alone; then deleting them all. Prints its own
+//! table of targets (run alone for clean RSS: `cargo bench ... --
+//! crossplane`; the RSS is this process's, client included).
+
+use crate::harness::{Api, Error, met, send, start_server};
+use hyper::{Method, StatusCode};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tokio::runtime::Handle;
+
+const CRDS: usize = 1000;
+const SUFFIX: &str = "crossplane.example.com";
+/// Custom resources created per CRD for the "with objects" memory row.
+const OBJECTS_PER_CRD: usize = 3;
+/// Timed creates and gets of one custom resource kind, per measurement.
+const CR_OPS: usize = 300;
+
+const TARGET_MB_PER_CRD: f64 = 1.0;
+const TARGET_SERVED: Duration = Duration::from_secs(1);
+const TARGET_ALL: Duration = Duration::from_secs(60);
+const TARGET_DISCOVERY: Duration = Duration::from_millis(100);
+const TARGET_OPENAPI_V3: Duration = Duration::from_millis(50);
+const TARGET_CR_RATIO: f64 = 1.2;
+const TARGET_RSS_AFTER_DELETE: f64 = 1.2;
+
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+async fn get(api: &Api, path: &str, accept: Option<&str>) -> Result<(StatusCode, usize), Error> {
+    let mut req = api.request(Method::GET, path.parse()?, None);
+    if let Some(a) = accept {
+        req.headers_mut().insert(hyper::header::ACCEPT, a.parse()?);
+    }
+    let (status, body) = send(&mut api.connect().await?, req).await?;
+    Ok((status, body.len()))
+}
+
+/// The median of `n` timed GETs of `path`.
+async fn median_get(
+    api: &Api,
+    path: &str,
+    accept: Option<&str>,
+    n: usize,
+) -> Result<Duration, Error> {
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let (status, _) = get(api, path, accept).await?;
+        if status != StatusCode::OK {
+            return Err(format!("GET {path}: {status}").into());
+        }
+        times.push(t.elapsed());
+    }
+    times.sort();
+    Ok(times[n / 2])
+}
+
+/// p50 of creating then getting `CR_OPS` objects of CRD 0's kind.
+async fn cr_latency(api: &Api, round: &str) -> Result<(Duration, Duration), Error> {
+    let (group, plural, kind) = (format!("g0.{SUFFIX}"), "resource0s", "Resource0");
+    let base = format!("/apis/{group}/v1beta1/{plural}");
+    let mut conn = api.connect().await?;
+    let (mut creates, mut gets) = (Vec::new(), Vec::new());
+    for i in 0..CR_OPS {
+        let name = format!("{round}-{i}");
+        let body = serde_json::json!({
+            "apiVersion": format!("{group}/v1beta1"), "kind": kind,
+            "metadata": {"name": name},
+            "spec": {"forProvider": {"field0x2": "value"}},
+        });
+        let req = api.request(
+            Method::POST,
+            base.parse()?,
+            Some(("application/json", body.to_string().into())),
+        );
+        let t = Instant::now();
+        let (status, body) = send(&mut conn, req).await?;
+        creates.push(t.elapsed());
+        if status != StatusCode::CREATED {
+            return Err(
+                format!("create {name}: {status} {}", String::from_utf8_lossy(&body)).into(),
+            );
+        }
+        let req = api.request(Method::GET, format!("{base}/{name}").parse()?, None);
+        let t = Instant::now();
+        let (status, _) = send(&mut conn, req).await?;
+        gets.push(t.elapsed());
+        if status != StatusCode::OK {
+            return Err(format!("get {name}: {status}").into());
+        }
+    }
+    creates.sort();
+    gets.sort();
+    Ok((creates[CR_OPS / 2], gets[CR_OPS / 2]))
+}
+
+fn generate(dir: &Path) -> Result<Vec<serde_json::Value>, Error> {
+    let file = dir.join("crds.json");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gen-crds.py");
+    let status = std::process::Command::new("python3")
+        .arg(script)
+        .arg(CRDS.to_string())
+        .arg(&file)
+        .arg(SUFFIX)
+        .status()?;
+    if !status.success() {
+        return Err("gen-crds.py failed".into());
+    }
+    std::fs::read_to_string(&file)?
+        .split("---\n")
+        .map(|d| Ok(serde_json::from_str(d)?))
+        .collect()
+}
+
+pub(crate) async fn crossplane(srv: &Handle, dir: &Path) -> Result<(), Error> {
+    let crds = generate(dir)?;
+    let schema_kb = serde_json::to_vec(&crds[0]["spec"]["versions"][0]["schema"])?.len() / 1024;
+    let store = dir.join("crossplane.redb");
+    let addr = srv
+        .spawn(async move { start_server(&store).await.map_err(|e| e.to_string()) })
+        .await??;
+    let api = Api::new(addr);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle = rss_mib();
+
+    let crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let mut served_after = Vec::with_capacity(CRDS);
+    let started = Instant::now();
+    let mut single = None;
+    for (i, crd) in crds.iter().enumerate() {
+        api.create(crd_path, crd.to_string()).await?;
+        let created = Instant::now();
+        let group = crd["spec"]["group"].as_str().unwrap_or_default();
+        let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or_default();
+        let list = format!("/apis/{group}/v1beta1/{plural}");
+        loop {
+            if get(&api, &list, None).await?.0 == StatusCode::OK {
+                break;
+            }
+            if created.elapsed() > Duration::from_secs(30) {
+                return Err(format!("{list} not served 30 s after its CRD").into());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        served_after.push(created.elapsed());
+        if i == 0 {
+            // The baseline: one CRD installed.
+            single = Some(cr_latency(&api, "one").await?);
+        }
+    }
+    let all = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let with_crds = rss_mib();
+    served_after.sort();
+    let served_max = *served_after.last().unwrap_or(&Duration::ZERO);
+
+    let discovery = median_get(&api, "/apis", None, 11).await?;
+    let aggregated = median_get(
+        &api,
+        "/apis",
+        Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"),
+        11,
+    )
+    .await?;
+    let group_v3 = format!("/openapi/v3/apis/g7.{SUFFIX}/v1beta1");
+    let t = Instant::now();
+    get(&api, &group_v3, None).await?;
+    let v3_first = t.elapsed();
+    let v3 = median_get(&api, &group_v3, None, 11).await?;
+    let t = Instant::now();
+    let (_, v2_bytes) = get(&api, "/openapi/v2", None).await?;
+    let v2_first = t.elapsed();
+    let v2 = median_get(&api, "/openapi/v2", None, 5).await?;
+    let (one_create, one_get) = single.ok_or("no baseline")?;
+    let (all_create, all_get) = cr_latency(&api, "all").await?;
+
+    // A few objects in every CRD.
+    let mut conn = api.connect().await?;
+    for crd in &crds {
+        let group = crd["spec"]["group"].as_str().unwrap_or_default();
+        let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or_default();
+        let kind = crd["spec"]["names"]["kind"].as_str().unwrap_or_default();
+        for j in 0..OBJECTS_PER_CRD {
+            let body = serde_json::json!({
+                "apiVersion": format!("{group}/v1beta1"), "kind": kind,
+                "metadata": {"name": format!("o{j}")}, "spec": {"forProvider": {}},
+            });
+            let req = api.request(
+                Method::POST,
+                format!("/apis/{group}/v1beta1/{plural}").parse()?,
+                Some(("application/json", body.to_string().into())),
+            );
+            let (status, body) = send(&mut conn, req).await?;
+            if status != StatusCode::CREATED {
+                return Err(format!("{kind}: {status} {}", String::from_utf8_lossy(&body)).into());
+            }
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let with_objects = rss_mib();
+
+    for crd in &crds {
+        let name = crd["metadata"]["name"].as_str().unwrap_or_default();
+        let req = api.request(Method::DELETE, format!("{crd_path}/{name}").parse()?, None);
+        let (status, _) = send(&mut conn, req).await?;
+        if !status.is_success() {
+            return Err(format!("delete {name}: {status}").into());
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let req = api.request(Method::GET, crd_path.parse()?, None);
+        let (_, body) = send(&mut conn, req).await?;
+        let left: serde_json::Value = serde_json::from_slice(&body)?;
+        if left["items"].as_array().is_some_and(|i| i.is_empty()) {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err("CRDs still there 120 s after their deletes".into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after_delete = rss_mib();
+
+    let per_crd = (with_crds - idle) / CRDS as f64;
+    let per_crd_objects = (with_objects - idle) / CRDS as f64;
+    let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
+    println!(
+        "\ncrossplane scale: {CRDS} CRDs, {schema_kb} KB schema per version, 2 served versions; \
+         one fresh in-process server; RSS of this process (client included)"
+    );
+    println!("| measure | value | target | |");
+    println!("|---|---|---|---|");
+    let row =
+        |m: &str, v: String, t: String, ok: bool| println!("| {m} | {v} | {t} | {} |", met(ok));
+    row(
+        "RSS per CRD above idle",
+        format!("{per_crd:.2} MiB ({idle:.0} → {with_crds:.0} MiB)"),
+        format!("≤ {TARGET_MB_PER_CRD} MiB"),
+        per_crd <= TARGET_MB_PER_CRD,
+    );
+    row(
+        &format!("RSS per CRD with {OBJECTS_PER_CRD} objects each"),
+        format!("{per_crd_objects:.2} MiB ({with_objects:.0} MiB)"),
+        format!("≤ {TARGET_MB_PER_CRD} MiB"),
+        per_crd_objects <= TARGET_MB_PER_CRD,
+    );
+    row(
+        "served after its create returns (max; p50)",
+        format!("{} ; {}", ms(served_max), ms(served_after[CRDS / 2])),
+        format!("≤ {}", ms(TARGET_SERVED)),
+        served_max <= TARGET_SERVED,
+    );
+    row(
+        "all CRDs created and served",
+        format!("{:.1} s", all.as_secs_f64()),
+        format!("≤ {} s", TARGET_ALL.as_secs()),
+        all <= TARGET_ALL,
+    );
+    row(
+        "GET /apis (legacy; aggregated)",
+        format!("{} ; {}", ms(discovery), ms(aggregated)),
+        format!("≤ {}", ms(TARGET_DISCOVERY)),
+        discovery.max(aggregated) <= TARGET_DISCOVERY,
+    );
+    row(
+        "one group's /openapi/v3 (first; cached)",
+        format!("{} ; {}", ms(v3_first), ms(v3)),
+        format!("≤ {}", ms(TARGET_OPENAPI_V3)),
+        v3_first.max(v3) <= TARGET_OPENAPI_V3,
+    );
+    row(
+        "/openapi/v2 (first; cached)",
+        format!(
+            "{} ; {} ({:.1} MB)",
+            ms(v2_first),
+            ms(v2),
+            v2_bytes as f64 / 1e6
+        ),
+        "not rebuilt per request".into(),
+        v2 * 2 < v2_first,
+    );
+    let create_ratio = all_create.as_secs_f64() / one_create.as_secs_f64();
+    let get_ratio = all_get.as_secs_f64() / one_get.as_secs_f64();
+    row(
+        "custom resource create p50, 1000 vs 1 CRD",
+        format!(
+            "{} vs {} ({create_ratio:.2}x)",
+            ms(all_create),
+            ms(one_create)
+        ),
+        format!("≤ {TARGET_CR_RATIO}x"),
+        create_ratio <= TARGET_CR_RATIO,
+    );
+    row(
+        "custom resource get p50, 1000 vs 1 CRD",
+        format!("{} vs {} ({get_ratio:.2}x)", ms(all_get), ms(one_get)),
+        format!("≤ {TARGET_CR_RATIO}x"),
+        get_ratio <= TARGET_CR_RATIO,
+    );
+    row(
+        "RSS after deleting every CRD",
+        format!("{after_delete:.0} MiB ({:.2}x idle)", after_delete / idle),
+        format!("≤ {TARGET_RSS_AFTER_DELETE}x idle"),
+        after_delete <= idle * TARGET_RSS_AFTER_DELETE,
+    );
+    Ok(())
+}
