@@ -70,10 +70,12 @@ mod error;
 mod handler;
 mod inspect;
 mod kind;
+mod kubewarden;
 mod metrics;
 mod runtime;
 mod sandbox;
 mod types;
+mod wapc;
 
 pub use admission::AdmissionPlugin;
 pub use authn::{AuthenticatorPlugin, AuthnOutcome, AuthnRequest, ClientCertificate};

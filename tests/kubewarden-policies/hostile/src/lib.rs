@@ -6,6 +6,7 @@
 //! * `{"mode": "count"}`: counts its calls in a global and rejects with
 //!   the count as the message (`calls: 1` on a fresh instance per call);
 //! * `{"mode": "trap"}`: panics;
+//! * `{"mode": "error"}`: answers a waPC error (`__guest_error`);
 //! * `{"mode": "garbage"}`: answers bytes that are not a ValidationResponse;
 //! * `{"mode": "huge"}`: rejects with a 4 MiB message.
 
@@ -25,7 +26,7 @@ struct Settings {
 impl Validatable for Settings {
     fn validate(&self) -> Result<(), String> {
         match self.mode.as_str() {
-            "" | "loop" | "memory" | "count" | "trap" | "garbage" | "huge" => Ok(()),
+            "" | "loop" | "memory" | "count" | "trap" | "error" | "garbage" | "huge" => Ok(()),
             other => Err(format!("unknown mode {other:?}")),
         }
     }
@@ -55,6 +56,7 @@ fn validate(payload: &[u8]) -> CallResult {
             reject_request(Some(format!("calls: {n}")), None, None, None)
         }
         "trap" => panic!("kw-hostile was told to trap"),
+        "error" => Err("kw-hostile was told to fail".into()),
         "garbage" => Ok(b"this is not JSON".to_vec()),
         "huge" => reject_request(Some("x".repeat(4 << 20)), None, None, None),
         _ => {
