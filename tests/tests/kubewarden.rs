@@ -9,7 +9,7 @@
 //! while the previous version keeps serving; the mutator's label stored;
 //! a looping policy contained under both failure policies; a host
 //! capability answering the clear "not available" error; an unknown format
-//! refused.
+//! refused; the example manifest `examples/kubewarden-policies.yaml`.
 
 use base64::Engine;
 use std::time::{Duration, Instant};
@@ -303,4 +303,36 @@ fn host_capabilities_answer_a_clear_error() {
         ),
         "{err}"
     );
+}
+
+#[test]
+fn the_example_manifest_loads_and_enforces() {
+    let s = start();
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/kubewarden-policies.yaml");
+    kubectl_ok(&s, None, &["apply", "-f", example.to_str().unwrap()]);
+    for name in ["no-privileged-pods", "owner-label"] {
+        let status = plugin_status(&s, name);
+        assert_eq!(status["phase"], "Active", "{name}: {status}");
+    }
+    let out = create_pod(&s, "root", true);
+    assert!(
+        stderr(&out).contains("privileged containers are not allowed: debug"),
+        "{}",
+        stderr(&out)
+    );
+    let out = create_pod(&s, "plain", false);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let label = kubectl_ok(
+        &s,
+        None,
+        &[
+            "get",
+            "pod",
+            "plain",
+            "-o",
+            "jsonpath={.metadata.labels.owner}",
+        ],
+    );
+    assert_eq!(label.trim(), "platform-team");
 }

@@ -2,7 +2,7 @@
 //! context that grants nothing.
 //!
 //! Every call gets a new [`StoreState`] (components) or
-//! [`WapcState`](crate::wapc::WapcState) (Kubewarden's waPC modules, which
+//! `WapcState` (Kubewarden's waPC modules, in the `wapc` module, which
 //! link WASI preview 1); both implement [`CallState`], which is all the
 //! shared call path needs of them. WASI is linked (Rust `std`, Python and
 //! JavaScript guests import it) but the context built by [`sealed_wasi`]
@@ -56,7 +56,7 @@ pub(crate) enum LogLevel {
     Error,
 }
 
-/// What the shared call path ([`PluginCore::run`](crate::runtime::PluginCore::run))
+/// What the shared call path (`PluginCore::run` in the `runtime` module)
 /// needs of a call's store state, whatever the kind of module.
 pub(crate) trait CallState: Send + Sized + 'static {
     /// A fresh state for one call of `plugin`, with `max_memory_bytes` of
