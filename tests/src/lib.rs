@@ -650,6 +650,16 @@ pub fn example_plugin_dir() -> PathBuf {
     repo.join("examples/target")
 }
 
+/// The Kubewarden test policies' directory (built from Kubewarden's Rust
+/// SDK for `wasm32-wasip1`), built once per test process by
+/// `scripts/build-kubewarden-policies.sh`.
+pub fn kubewarden_policy_dir() -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    BUILT.get_or_init(|| run_build_script(&repo, "build-kubewarden-policies.sh"));
+    repo.join("tests/kubewarden-policies/target/wasm32-wasip1/release")
+}
+
 /// A kube-rs client from the server's admin kubeconfig (HTTPS, cluster CA,
 /// admin client certificate).
 pub fn kube_client(server: &Server) -> kube::Client {

@@ -6,7 +6,8 @@
 //! kind: AdmissionPlugin
 //! metadata: {name: require-team}
 //! spec:
-//!   module: {file: require_labels.wasm}   # or {wasm: <base64>}; sha256 optional
+//!   module: {file: require_labels.wasm}   # or {wasm: <base64>}; sha256 optional;
+//!                                         # format: component (default) or kubewarden
 //!   phases: [Validating]                  # Mutating and/or Validating
 //!   order: 0                              # run order within a phase (then name)
 //!   rules: [{operations: [CREATE, UPDATE], apiGroups: [""], apiVersions: ["*"], resources: [configmaps]}]
@@ -28,6 +29,18 @@ pub const VERSION: &str = "v1alpha1";
 pub const KIND: &str = "AdmissionPlugin";
 pub const PLURAL: &str = "admissionplugins";
 
+/// What kind of wasm module a plugin is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ModuleFormat {
+    /// A component targeting our `admission-plugin` world.
+    #[default]
+    Component,
+    /// A Kubewarden policy: a core module (`wasm32-wasip1`) speaking waPC;
+    /// `spec.config` is its settings (a JSON object).
+    Kubewarden,
+}
+
 /// Where the component comes from.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -42,6 +55,21 @@ pub struct Module {
     /// Expected sha256 (hex) of the component; checked when given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// `component` (the default) or `kubewarden`.
+    #[serde(default, deserialize_with = "module_format")]
+    pub format: ModuleFormat,
+}
+
+/// Parses `spec.module.format`, naming the accepted values.
+fn module_format<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ModuleFormat, D::Error> {
+    let s = Option::<String>::deserialize(d)?;
+    match s.as_deref() {
+        None | Some("component") => Ok(ModuleFormat::Component),
+        Some("kubewarden") => Ok(ModuleFormat::Kubewarden),
+        Some(other) => Err(serde::de::Error::custom(format!(
+            "spec.module.format: unsupported value {other:?}: must be \"component\" or \"kubewarden\""
+        ))),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -317,8 +345,34 @@ mod tests {
             json!({"module": {"file": "a.wasm"}, "phases": []}),
             json!({"module": {"file": "a.wasm"}, "phases": ["Sometimes"]}),
             json!({"module": {"file": "a.wasm"}, "phases": ["Mutating"], "objectSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}),
+            json!({"module": {"file": "a.wasm", "format": "opa"}, "phases": ["Validating"]}),
         ] {
             assert!(PluginSpec::parse(&bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn module_format_defaults_to_component() {
+        let parse = |module: Value| {
+            PluginSpec::parse(&json!({"module": module, "phases": ["Validating"]}))
+                .map(|s| s.module.format)
+        };
+        assert_eq!(
+            parse(json!({"file": "a.wasm"})),
+            Ok(ModuleFormat::Component)
+        );
+        assert_eq!(
+            parse(json!({"file": "a.wasm", "format": "component"})),
+            Ok(ModuleFormat::Component)
+        );
+        assert_eq!(
+            parse(json!({"file": "a.wasm", "format": "kubewarden"})),
+            Ok(ModuleFormat::Kubewarden)
+        );
+        let e = parse(json!({"file": "a.wasm", "format": "wasi"})).unwrap_err();
+        assert!(
+            e.contains(r#"spec.module.format: unsupported value "wasi": must be "component" or "kubewarden""#),
+            "{e}"
+        );
     }
 }

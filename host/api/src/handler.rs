@@ -71,6 +71,9 @@ impl HandlerSpec {
         let s: HandlerSpec =
             serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
         s.module.check()?;
+        if s.module.format != crate::admission::ModuleFormat::Component {
+            return Err("spec.module.format: resource handlers are components".into());
+        }
         if s.resources.is_empty() {
             return Err("spec.resources: at least one resource is required".into());
         }

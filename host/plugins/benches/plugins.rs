@@ -1,15 +1,20 @@
 //! A small benchmark of the plugin runtime with the real `require-labels`
 //! component: cold compile, load from the disk cache, and the cost of one
-//! call (fresh instance + `validate`), printed as a table.
+//! call (fresh instance + `validate`), printed as a table; then the same
+//! check (no privileged containers in a Pod) as our `deny-privileged`
+//! component and as the Kubewarden policy `kw_privileged_pods` (waPC),
+//! both instantiated for every call (no prepared instances).
 //!
 //! Run with `cargo bench -p wasm-apiserver-plugins` (build the guests first
-//! with `scripts/build-plugins.sh`). `BENCH_CALLS` sets the number of calls.
+//! with `scripts/build-plugins.sh` and `scripts/build-kubewarden-policies.sh`).
+//! `BENCH_CALLS` sets the number of calls.
 
 use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use wasm_apiserver_plugins::{
-    AdmissionRequest, Gvk, Gvr, Limits, Operation, Runtime, RuntimeConfig, UserInfo,
+    AdmissionPlugin, AdmissionRequest, Gvk, Gvr, Limits, Operation, Runtime, RuntimeConfig,
+    UserInfo,
 };
 
 const CONFIG: &str = r#"{"labels":["team"],"denyNamePattern":"^forbidden-"}"#;
@@ -47,6 +52,62 @@ fn request() -> AdmissionRequest {
         old_object: None,
         options: None,
     }
+}
+
+/// The same request for a Pod without privileged containers.
+fn pod_request() -> AdmissionRequest {
+    AdmissionRequest {
+        kind: Gvk {
+            group: String::new(),
+            version: "v1".to_owned(),
+            kind: "Pod".to_owned(),
+        },
+        resource: Gvr {
+            group: String::new(),
+            version: "v1".to_owned(),
+            resource: "pods".to_owned(),
+        },
+        object: Some(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default", "labels": {"team": "a"}},
+            "spec": {"containers": [
+                {"name": "app", "image": "nginx", "securityContext": {"privileged": false}},
+                {"name": "sidecar", "image": "envoy"}
+            ]}
+        })),
+        ..request()
+    }
+}
+
+fn read_guest(relative: &str, script: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(relative);
+    std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run scripts/{script} first", path.display()))
+}
+
+/// Calls `validate` `calls` times after a warm-up: mean, p50 and p99.
+async fn time_calls(
+    plugin: &AdmissionPlugin,
+    req: &AdmissionRequest,
+    calls: usize,
+) -> (Duration, Duration, Duration) {
+    for _ in 0..100 {
+        plugin.validate(req).await.expect("warm-up");
+    }
+    let mut samples = Vec::with_capacity(calls);
+    let total = Instant::now();
+    for _ in 0..calls {
+        let start = Instant::now();
+        let response = plugin.validate(req).await.expect("validate");
+        samples.push(start.elapsed());
+        assert!(response.allowed, "{response:?}");
+    }
+    let mean = total.elapsed() / calls as u32;
+    samples.sort();
+    let pct = |p: f64| samples[((samples.len() - 1) as f64 * p) as usize];
+    (mean, pct(0.5), pct(0.99))
 }
 
 fn ms(d: Duration) -> String {
@@ -136,4 +197,73 @@ async fn main() {
     );
     println!("{:<44} {:>12}", "call, p50", us(pct(0.5)));
     println!("{:<44} {:>12}", "call, p99", us(pct(0.99)));
+
+    same_check_two_formats(calls).await;
+}
+
+/// `deny-privileged` (component) vs `kw_privileged_pods` (Kubewarden),
+/// each instantiated for every call.
+async fn same_check_two_formats(calls: usize) {
+    let component = read_guest(
+        "plugins/target/wasm32-wasip2/release/deny_privileged.wasm",
+        "build-plugins.sh",
+    );
+    let policy = read_guest(
+        "tests/kubewarden-policies/target/wasm32-wasip1/release/kw_privileged_pods.wasm",
+        "build-kubewarden-policies.sh",
+    );
+    let runtime = Runtime::new(RuntimeConfig {
+        prepared_instances: 0,
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime");
+    let start = Instant::now();
+    let c = runtime
+        .load_admission("deny-privileged", &component, "", Limits::default())
+        .await
+        .expect("component");
+    let c_compile = start.elapsed();
+    let start = Instant::now();
+    let k = runtime
+        .load_kubewarden("kw-privileged-pods", &policy, "{}", Limits::default())
+        .await
+        .expect("kubewarden policy");
+    let k_compile = start.elapsed();
+    let req = pod_request();
+    let (c_mean, c_p50, c_p99) = time_calls(&c, &req, calls).await;
+    let (k_mean, k_p50, k_p99) = time_calls(&k, &req, calls).await;
+
+    println!();
+    println!("no privileged containers in a Pod, {calls} calls, a fresh instance each");
+    println!(
+        "{:<30} {:>12} {:>12} {:>12} {:>12}",
+        "format", "cold load", "mean", "p50", "p99"
+    );
+    for (name, size, compile, mean, p50, p99) in [
+        (
+            "component (deny-privileged)",
+            component.len(),
+            c_compile,
+            c_mean,
+            c_p50,
+            c_p99,
+        ),
+        (
+            "kubewarden (waPC)",
+            policy.len(),
+            k_compile,
+            k_mean,
+            k_p50,
+            k_p99,
+        ),
+    ] {
+        println!(
+            "{:<30} {:>12} {:>12} {:>12} {:>12}   ({size} bytes)",
+            name,
+            ms(compile),
+            us(mean),
+            us(p50),
+            us(p99)
+        );
+    }
 }

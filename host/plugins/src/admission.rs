@@ -1,11 +1,15 @@
-//! Admission plugins: the `wasm-apiserver:plugin/admission-plugin` world.
+//! Admission plugins: the `wasm-apiserver:plugin/admission-plugin` world,
+//! and Kubewarden policies (waPC modules, [`crate::kubewarden`]) behind the
+//! same [`AdmissionPlugin`].
 //!
 //! Only what is specific to admission lives here: the world's binding, the
 //! conversion of [`AdmissionRequest`]/[`AdmissionResponse`] to and from
-//! their WIT records, and the checks on a response (size, patch shape).
+//! their WIT records (or a Kubewarden verdict), and the checks on a
+//! response (size, patch shape), which answers of both formats go through.
 //! Loading, limits, concurrency and metrics come from [`crate::runtime`].
 
 use crate::kind::Versioned;
+use crate::kubewarden::{Policy, Verdict};
 use crate::runtime::{Limits, PluginCore, Runtime};
 use crate::types::{AdmissionRequest, AdmissionResponse, DenyStatus, FieldCause};
 use crate::{PluginError, metrics::OpMetrics};
@@ -231,9 +235,26 @@ pub struct AdmissionPlugin {
 }
 
 struct Inner {
-    plugin: Versioned<v0_1::Pre, v0_2::Pre>,
+    plugin: Backend,
     validate_metrics: Arc<OpMetrics>,
     mutate_metrics: Arc<OpMetrics>,
+}
+
+/// What runs an admission plugin's calls.
+enum Backend {
+    /// A component of either version of the admission world.
+    Component(Versioned<v0_1::Pre, v0_2::Pre>),
+    /// A Kubewarden policy (a waPC core module).
+    Kubewarden(Policy),
+}
+
+impl Backend {
+    fn core(&self) -> &PluginCore {
+        match self {
+            Backend::Component(p) => p.core(),
+            Backend::Kubewarden(p) => &p.wapc.core,
+        }
+    }
 }
 
 impl std::fmt::Debug for AdmissionPlugin {
@@ -259,17 +280,60 @@ impl Runtime {
         config: &str,
         limits: Limits,
     ) -> Result<AdmissionPlugin, PluginError> {
+        if is_core_module(wasm) {
+            return Err(PluginError::Compile {
+                plugin: name.to_owned(),
+                message: "this is a core wasm module, not a component; a Kubewarden policy \
+                          needs spec.module.format: kubewarden"
+                    .to_owned(),
+            });
+        }
         let plugin = self.load_versioned(name, wasm, config, limits).await?;
         let inner = Inner {
             validate_metrics: self.metrics().op(name, KIND, "validate"),
             mutate_metrics: self.metrics().op(name, KIND, "mutate"),
-            plugin,
+            plugin: Backend::Component(plugin),
         };
-        inner.plugin.check_config().await?;
+        if let Backend::Component(p) = &inner.plugin {
+            p.check_config().await?;
+        }
         Ok(AdmissionPlugin {
             inner: Arc::new(inner),
         })
     }
+
+    /// Loads a Kubewarden policy, unchanged: a core wasm module
+    /// (`wasm32-wasip1`) speaking waPC, as Kubewarden's SDKs build them. It
+    /// runs in the same sandbox as components (a fresh instance per call,
+    /// the same `limits`, WASI granting nothing, no host capabilities) and
+    /// answers through the same [`AdmissionPlugin`]. `settings` (a JSON
+    /// object's text, empty for none) go to every `validate`; the policy's
+    /// `validate_settings` checks them here, and its rejection is a
+    /// [`PluginError::Config`]. See [`crate::kubewarden`].
+    pub async fn load_kubewarden(
+        &self,
+        name: &str,
+        wasm: &[u8],
+        settings: &str,
+        limits: Limits,
+    ) -> Result<AdmissionPlugin, PluginError> {
+        let policy = self
+            .load_kubewarden_policy(name, wasm, settings, limits)
+            .await?;
+        Ok(AdmissionPlugin {
+            inner: Arc::new(Inner {
+                validate_metrics: self.metrics().op(name, KIND, "validate"),
+                mutate_metrics: self.metrics().op(name, KIND, "mutate"),
+                plugin: Backend::Kubewarden(policy),
+            }),
+        })
+    }
+}
+
+/// Whether `wasm` starts like a core module (version 1) rather than a
+/// component.
+fn is_core_module(wasm: &[u8]) -> bool {
+    wasm.starts_with(b"\0asm\x01\0\0\0")
 }
 
 impl AdmissionPlugin {
@@ -288,11 +352,33 @@ impl AdmissionPlugin {
         &self.inner.plugin.core().limits
     }
 
+    /// The module format: `component` or `kubewarden`.
+    pub fn format(&self) -> &'static str {
+        match &self.inner.plugin {
+            Backend::Component(_) => "component",
+            Backend::Kubewarden(_) => "kubewarden",
+        }
+    }
+
+    /// Whether a Kubewarden policy's `io.kubewarden.metadata` declares it
+    /// mutating (`None`: a component, or a policy without metadata).
+    pub fn kubewarden_mutating(&self) -> Option<bool> {
+        match &self.inner.plugin {
+            Backend::Component(_) => None,
+            Backend::Kubewarden(p) => p.metadata.as_ref().map(|m| m.mutating),
+        }
+    }
+
     /// How many calls so far found an instance prepared ahead of need, and
     /// how many instantiated on demand
     /// ([`RuntimeConfig::prepared_instances`](crate::RuntimeConfig::prepared_instances)).
+    /// A Kubewarden policy instantiates for every call (its load-time
+    /// calls included).
     pub fn prepared_calls(&self) -> (u64, u64) {
-        self.inner.plugin.prepared_stats()
+        match &self.inner.plugin {
+            Backend::Component(p) => p.prepared_stats(),
+            Backend::Kubewarden(p) => (0, p.calls()),
+        }
     }
 
     /// Runs the validating phase. The response never carries a patch.
@@ -337,10 +423,31 @@ impl AdmissionPlugin {
         request: &AdmissionRequest,
     ) -> Result<AdmissionResponse, PluginError> {
         let raw = match &self.inner.plugin {
-            Versioned::V0_1(p) => v0_1::call(p, phase, request).await,
-            Versioned::V0_2(p) => v0_2::call(p, phase, request).await,
+            Backend::Component(Versioned::V0_1(p)) => v0_1::call(p, phase, request).await,
+            Backend::Component(Versioned::V0_2(p)) => v0_2::call(p, phase, request).await,
+            Backend::Kubewarden(p) => p
+                .validate(request, phase == Phase::Mutate)
+                .await
+                .map(RawResponse::from),
         }?;
         check(self.inner.plugin.core(), phase, raw)
+    }
+}
+
+impl From<Verdict> for RawResponse {
+    fn from(v: Verdict) -> Self {
+        RawResponse {
+            allowed: v.accepted,
+            status: (!v.accepted).then(|| RawStatus {
+                code: v.code,
+                reason: String::new(),
+                message: v.message,
+                causes: Vec::new(),
+            }),
+            patch: v.patch,
+            warnings: v.warnings,
+            audit_annotations: v.audit_annotations,
+        }
     }
 }
 

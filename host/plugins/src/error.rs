@@ -53,6 +53,10 @@ pub enum PluginError {
     /// already running and none finished within [`Limits::queue_timeout`](crate::Limits::queue_timeout).
     #[error("plugin {plugin}: too many concurrent calls")]
     Busy { plugin: String },
+    /// A Kubewarden policy answered a waPC error instead of a response
+    /// (it could not decode its input, or failed otherwise).
+    #[error("plugin {plugin}: the policy failed: {message}")]
+    GuestError { plugin: String, message: String },
     /// A resource handler answered an error to `convert` or `default`.
     #[error("plugin {plugin}: {message}")]
     Refused { plugin: String, message: String },
@@ -73,6 +77,7 @@ impl PluginError {
             PluginError::OutputTooLarge { .. } => "output_too_large",
             PluginError::InvalidOutput { .. } => "invalid_output",
             PluginError::Busy { .. } => "busy",
+            PluginError::GuestError { .. } => "guest_error",
             PluginError::Refused { .. } => "refused",
         }
     }

@@ -34,7 +34,9 @@
 //! ```
 //!
 //! * [`Runtime`]: `new(RuntimeConfig)`, `load_admission` / `load_authenticator` /
-//!   `load_authorizer(name, wasm, config, Limits)`,
+//!   `load_authorizer(name, wasm, config, Limits)`, `load_kubewarden(name,
+//!   wasm, settings, Limits)` (a Kubewarden policy, unchanged, as an
+//!   [`AdmissionPlugin`]),
 //!   `metrics_text()`, `cache_stats()`. Cheap to clone.
 //! * [`AdmissionPlugin`]: `validate(&AdmissionRequest)`, `mutate(&AdmissionRequest)`,
 //!   `name()`, `digest()`, `limits()`. Cheap to clone; call it concurrently.
@@ -55,6 +57,10 @@
 //! * `admission`, `authn`, `authz`: one module per plugin kind — its world
 //!   binding (`admission-plugin`, `authenticator-plugin`, `authorizer-plugin`)
 //!   and its request/response conversion.
+//! * `kubewarden`, `wapc`: Kubewarden policies (waPC core modules for
+//!   `wasm32-wasip1`) as a second backend of [`AdmissionPlugin`]: the
+//!   policy protocol (`validate`, `validate_settings`, metadata) and the
+//!   host side of waPC.
 //! * `metrics`: counters and histograms in the Prometheus text format.
 //! * `types`, `error`: the public data types and [`PluginError`].
 //!
@@ -70,10 +76,12 @@ mod error;
 mod handler;
 mod inspect;
 mod kind;
+mod kubewarden;
 mod metrics;
 mod runtime;
 mod sandbox;
 mod types;
+mod wapc;
 
 pub use admission::AdmissionPlugin;
 pub use authn::{AuthenticatorPlugin, AuthnOutcome, AuthnRequest, ClientCertificate};

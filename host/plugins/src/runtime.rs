@@ -28,7 +28,7 @@
 
 use crate::PluginError;
 use crate::metrics::{OpMetrics, Registry};
-use crate::sandbox::{Capture, StoreState, truncate};
+use crate::sandbox::{CallState, Capture, StoreState, truncate};
 use crate::types::CacheStats;
 use sha2::{Digest, Sha256};
 use std::future::Future;
@@ -39,8 +39,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{
-    Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store,
-    Trap, UpdateDeadline,
+    Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, Module,
+    PoolingAllocationConfig, Store, Trap, UpdateDeadline,
 };
 
 /// How the [`Runtime`] is set up; shared by all plugins it loads.
@@ -316,6 +316,36 @@ impl Runtime {
         Ok(Compiled { component, digest })
     }
 
+    /// As [`Runtime::compile`], for a core wasm module (same engine, same
+    /// on-disk cache).
+    pub(crate) async fn compile_module(
+        &self,
+        name: &str,
+        wasm: &[u8],
+    ) -> Result<CompiledModule, PluginError> {
+        let digest = hex(&Sha256::digest(wasm));
+        let engine = self.inner.engine.clone();
+        let bytes = wasm.to_vec();
+        let hits_before = self.cache_stats().hits;
+        let start = Instant::now();
+        let module = tokio::task::spawn_blocking(move || Module::new(&engine, bytes))
+            .await
+            .map_err(|e| PluginError::Engine(format!("compile task: {e}")))?
+            .map_err(|e| PluginError::Compile {
+                plugin: name.to_owned(),
+                message: format!("{e:#}"),
+            })?;
+        let cached = self.cache_stats().hits > hits_before;
+        tracing::info!(
+            plugin = name,
+            sha256 = %digest,
+            cached,
+            elapsed_ms = start.elapsed().as_secs_f64() * 1e3,
+            "core module compiled"
+        );
+        Ok(CompiledModule { module, digest })
+    }
+
     /// The shared part of a loaded plugin, after checking `limits` against
     /// the runtime's configuration.
     pub(crate) fn core(
@@ -346,6 +376,12 @@ impl Runtime {
             grace,
         })
     }
+}
+
+/// A compiled core module (a Kubewarden policy) and the SHA-256 of its bytes.
+pub(crate) struct CompiledModule {
+    pub(crate) module: Module,
+    pub(crate) digest: String,
 }
 
 /// A compiled component and the SHA-256 of its bytes.
@@ -418,25 +454,26 @@ pub(crate) struct Sandboxes {
     timeout: Duration,
 }
 
-/// A fresh store for one call and the capture of its stdout/stderr.
-pub(crate) struct Sandbox {
-    pub(crate) store: Store<StoreState>,
+/// A fresh store for one call and the capture of its stdout/stderr; its
+/// state is a component's [`StoreState`] unless said otherwise.
+pub(crate) struct Sandbox<S: 'static = StoreState> {
+    pub(crate) store: Store<S>,
     output: Capture,
 }
 
 impl Sandboxes {
     /// A new store with the plugin's memory limit, its deadline armed
     /// [`Limits::timeout`] from now (instantiation runs guest code too).
-    pub(crate) fn make(&self, uid: &str) -> Sandbox {
+    pub(crate) fn make<S: CallState>(&self, uid: &str) -> Sandbox<S> {
         let output = Capture::default();
-        let state = StoreState::new(
+        let state = S::new(
             self.name.clone(),
             uid.to_owned(),
             self.max_memory_bytes,
             &output,
         );
         let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limiter);
+        store.limiter(|s| s.limiter());
         arm(&mut store, self.timeout);
         Sandbox { store, output }
     }
@@ -444,7 +481,7 @@ impl Sandboxes {
 
 /// Arms `store`'s epoch deadline `timeout` from now: each epoch tick
 /// yields to tokio, and the first tick past the deadline traps the guest.
-fn arm(store: &mut Store<StoreState>, timeout: Duration) {
+fn arm<S: 'static>(store: &mut Store<S>, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {
@@ -491,16 +528,17 @@ impl PluginCore {
     /// and explained by the guest's stderr. The used store goes to
     /// `retire` (never to another call): dropping it resets its memory
     /// slot, which the caller may do off the request's path.
-    pub(crate) async fn run<R, F, Fut>(
+    pub(crate) async fn run<S, R, F, Fut>(
         &self,
         uid: &str,
-        sandbox: Sandbox,
+        sandbox: Sandbox<S>,
         call: F,
-        retire: impl FnOnce(Store<StoreState>),
+        retire: impl FnOnce(Store<S>),
     ) -> Result<R, PluginError>
     where
-        F: FnOnce(Store<StoreState>) -> Fut,
-        Fut: Future<Output = (Store<StoreState>, wasmtime::Result<R>)>,
+        S: CallState,
+        F: FnOnce(Store<S>) -> Fut,
+        Fut: Future<Output = (Store<S>, wasmtime::Result<R>)>,
     {
         let Sandbox { mut store, output } = sandbox;
         store.data_mut().set_uid(uid);
@@ -517,7 +555,7 @@ impl PluginCore {
         if !captured.is_empty() {
             tracing::debug!(plugin = &*self.name, uid, output = %captured, "plugin stdout/stderr");
         }
-        let hit_limit = store.data().limiter.hit_limit;
+        let hit_limit = store.data().hit_memory_limit();
         retire(store);
         result.map_err(|e| self.classify(e, hit_limit, &captured))
     }

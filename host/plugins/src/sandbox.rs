@@ -1,8 +1,12 @@
 //! The per-call sandbox: the state a fresh `Store` carries and the WASI
 //! context that grants nothing.
 //!
-//! Every call gets a new [`StoreState`]. WASI is linked (Rust `std`, Python
-//! and JavaScript guests import it) but the context built here holds:
+//! Every call gets a new [`StoreState`] (components) or
+//! `WapcState` (Kubewarden's waPC modules, in the `wapc` module, which
+//! link WASI preview 1); both implement [`CallState`], which is all the
+//! shared call path needs of them. WASI is linked (Rust `std`, Python and
+//! JavaScript guests import it) but the context built by [`sealed_wasi`]
+//! holds:
 //!
 //! * no preopened directories, so every filesystem call fails;
 //! * no environment variables and no arguments;
@@ -29,7 +33,9 @@ use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
-use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{
+    HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
+};
 
 /// Bytes of stdout + stderr kept per call.
 const CAPTURE_BYTES: usize = 8 * 1024;
@@ -50,59 +56,75 @@ pub(crate) enum LogLevel {
     Error,
 }
 
-/// The data of one call's `Store`.
-pub(crate) struct StoreState {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    pub(crate) limiter: MemoryLimiter,
-    plugin: Arc<str>,
-    uid: String,
-    log_budget: u32,
-}
+/// What the shared call path (`PluginCore::run` in the `runtime` module)
+/// needs of a call's store state, whatever the kind of module.
+pub(crate) trait CallState: Send + Sized + 'static {
+    /// A fresh state for one call of `plugin`, with `max_memory_bytes` of
+    /// linear memory, stdout and stderr going to `output`; `uid` tags log
+    /// records.
+    fn new(plugin: Arc<str>, uid: String, max_memory_bytes: u64, output: &Capture) -> Self;
 
-impl StoreState {
-    /// A fresh sandbox for one call of `plugin`, with `max_memory_bytes` of
-    /// linear memory; `uid` tags log records.
-    pub(crate) fn new(
-        plugin: Arc<str>,
-        uid: String,
-        max_memory_bytes: u64,
-        output: &Capture,
-    ) -> Self {
-        let mut builder = WasiCtx::builder();
-        builder
-            .stdout(output.clone())
-            .stderr(output.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .socket_addr_check(|_, _| Box::pin(async { false }))
-            .wall_clock(CoarseWallClock)
-            .monotonic_clock(CoarseMonotonicClock::new())
-            .max_random_size(64 * 1024);
-        StoreState {
-            wasi: builder.build(),
-            table: ResourceTable::new(),
-            limiter: MemoryLimiter::new(max_memory_bytes),
-            plugin,
-            uid,
-            log_budget: LOG_RECORDS_PER_CALL,
-        }
-    }
+    /// The memory limiter of the store.
+    fn limiter(&mut self) -> &mut MemoryLimiter;
+
+    /// Whether the guest tried to grow past its memory limit.
+    fn hit_memory_limit(&self) -> bool;
 
     /// Tags this store's log records with the call's `uid` (a prepared
     /// instance learns it when its call comes).
+    fn set_uid(&mut self, uid: &str);
+}
+
+/// The WASI context every plugin gets: nothing granted (see the module
+/// docs); stdout and stderr go to `output`.
+pub(crate) fn sealed_wasi(output: &Capture) -> WasiCtxBuilder {
+    let mut builder = WasiCtx::builder();
+    builder
+        .stdout(output.clone())
+        .stderr(output.clone())
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .socket_addr_check(|_, _| Box::pin(async { false }))
+        .wall_clock(CoarseWallClock)
+        .monotonic_clock(CoarseMonotonicClock::new())
+        .max_random_size(64 * 1024);
+    builder
+}
+
+/// The plugin and call a store's log records are tagged with, and how many
+/// more records the call may emit.
+pub(crate) struct LogTags {
+    plugin: Arc<str>,
+    uid: String,
+    budget: u32,
+}
+
+impl LogTags {
+    pub(crate) fn new(plugin: Arc<str>, uid: String) -> Self {
+        LogTags {
+            plugin,
+            uid,
+            budget: LOG_RECORDS_PER_CALL,
+        }
+    }
+
     pub(crate) fn set_uid(&mut self, uid: &str) {
         uid.clone_into(&mut self.uid);
     }
 
-    /// Implements the WIT `log.log` import for every world.
-    pub(crate) fn log(&mut self, level: LogLevel, message: String, fields: Vec<(String, String)>) {
-        if self.log_budget == 0 {
+    /// The plugin's name.
+    pub(crate) fn plugin(&self) -> &str {
+        &self.plugin
+    }
+
+    /// Logs one record of the guest, bounded in number and size.
+    pub(crate) fn log(&mut self, level: LogLevel, message: &str, fields: &[(String, String)]) {
+        if self.budget == 0 {
             return;
         }
-        self.log_budget -= 1;
-        let message = truncate(&message, LOG_MESSAGE_BYTES);
+        self.budget -= 1;
+        let message = truncate(message, LOG_MESSAGE_BYTES);
         let fields = format!("{fields:?}");
         let fields = truncate(&fields, LOG_MESSAGE_BYTES);
         let (plugin, uid) = (&*self.plugin, &self.uid);
@@ -113,6 +135,44 @@ impl StoreState {
             LogLevel::Warn => tracing::warn!(target: "plugin", plugin, uid, fields, "{message}"),
             LogLevel::Error => tracing::error!(target: "plugin", plugin, uid, fields, "{message}"),
         }
+    }
+}
+
+/// The data of one component call's `Store`.
+pub(crate) struct StoreState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: MemoryLimiter,
+    tags: LogTags,
+}
+
+impl CallState for StoreState {
+    fn new(plugin: Arc<str>, uid: String, max_memory_bytes: u64, output: &Capture) -> Self {
+        StoreState {
+            wasi: sealed_wasi(output).build(),
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter::new(max_memory_bytes),
+            tags: LogTags::new(plugin, uid),
+        }
+    }
+
+    fn limiter(&mut self) -> &mut MemoryLimiter {
+        &mut self.limiter
+    }
+
+    fn hit_memory_limit(&self) -> bool {
+        self.limiter.hit_limit
+    }
+
+    fn set_uid(&mut self, uid: &str) {
+        self.tags.set_uid(uid);
+    }
+}
+
+impl StoreState {
+    /// Implements the WIT `log.log` import for every world.
+    pub(crate) fn log(&mut self, level: LogLevel, message: String, fields: Vec<(String, String)>) {
+        self.tags.log(level, &message, &fields);
     }
 }
 
@@ -144,7 +204,7 @@ pub(crate) struct MemoryLimiter {
 }
 
 impl MemoryLimiter {
-    fn new(max_memory_bytes: u64) -> Self {
+    pub(crate) fn new(max_memory_bytes: u64) -> Self {
         MemoryLimiter {
             max_memory_bytes: usize::try_from(max_memory_bytes).unwrap_or(usize::MAX),
             hit_limit: false,

@@ -30,7 +30,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use wasm_apiserver_api::admission::{
-    FailurePolicy, Mode, Module, Phase, PluginSpec, RequestAttributes, Rule, Selector,
+    FailurePolicy, Mode, Module, ModuleFormat, Phase, PluginSpec, RequestAttributes, Rule, Selector,
 };
 use wasm_apiserver_api::selector::LabelSelector;
 use wasm_apiserver_api::{ApiError, Cause, ResourceInfo, meta, patch};
@@ -279,11 +279,21 @@ impl Admission {
         generation: i64,
     ) -> Result<Active, String> {
         let bytes = self.module_bytes(&spec.module).await?;
-        let plugin = self
-            .runtime
-            .load_admission(name, &bytes, &spec.config_string(), limits(&spec.limits))
-            .await
-            .map_err(|e| e.to_string())?;
+        let (config, limits) = (spec.config_string(), limits(&spec.limits));
+        let plugin = match spec.module.format {
+            ModuleFormat::Component => {
+                self.runtime
+                    .load_admission(name, &bytes, &config, limits)
+                    .await
+            }
+            // `spec.config` is the policy's settings.
+            ModuleFormat::Kubewarden => {
+                self.runtime
+                    .load_kubewarden(name, &bytes, &config, limits)
+                    .await
+            }
+        }
+        .map_err(|e| e.to_string())?;
         Active::new(
             name.to_string(),
             spec.phases,

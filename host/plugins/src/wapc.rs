@@ -1,0 +1,444 @@
+//! The host side of the waPC protocol, as Kubewarden policies speak it: a
+//! core wasm module (`wasm32-wasip1`) that imports the `wapc` module's
+//! functions and exports `__guest_call(operation_len, payload_len) -> i32`.
+//!
+//! One operation is one call on a **fresh instance** (instantiated from the
+//! plugin's `InstancePre` in a fresh store, never reused):
+//!
+//! 1. the host puts the operation name and payload in the store
+//!    ([`Exchange`]), instantiates, and runs the module's initialisers the
+//!    way waPC hosts do: `_initialize` (a WASI reactor), `_start` (TinyGo;
+//!    an exit with status 0 is success), then `wapc_init`, where guests
+//!    register their operations;
+//! 2. it calls `__guest_call`; the guest fetches the operation and payload
+//!    with `__guest_request(op_ptr, payload_ptr)`, runs, and answers with
+//!    `__guest_response(ptr, len)` (returning 1) or `__guest_error(ptr, len)`
+//!    (returning 0);
+//! 3. a guest asking the host for something calls `__host_call(binding,
+//!    namespace, operation, payload)`. **No host capability is granted**:
+//!    every call answers 0 (failure) with the host error "host capability
+//!    `<binding>/<namespace>/<operation>` is not available in wasm-apiserver",
+//!    which the guest reads with `__host_error_len`/`__host_error` (and
+//!    `__host_response_len` is 0). `__console_log` goes to the server's log,
+//!    bounded like the WIT `log` import.
+//!
+//! Every pointer and length the guest hands over is checked against its
+//! memory; a bad one traps the guest, never the host. The answer is
+//! bounded by [`Limits::max_output_bytes`](crate::Limits::max_output_bytes)
+//! (a larger one is not even copied), the guest's error message and names
+//! of host calls are truncated. WASI preview 1 is linked with the same
+//! nothing-granted context as components ([`sealed_wasi`]).
+
+use crate::PluginError;
+use crate::runtime::{CompiledModule, PluginCore, Runtime};
+use crate::sandbox::{CallState, Capture, LogLevel, LogTags, MemoryLimiter, sealed_wasi, truncate};
+use std::sync::Arc;
+use wasmtime::{
+    Caller, Extern, ExternType, Instance, InstancePre, Linker, Memory, Store, ValType, bail,
+    format_err,
+};
+use wasmtime_wasi::I32Exit;
+use wasmtime_wasi::p1::WasiP1Ctx;
+
+/// The import module of the waPC host functions.
+const MODULE: &str = "wapc";
+/// The guest's entry point.
+const GUEST_CALL: &str = "__guest_call";
+/// Initialisers run, in this order, when the module exports them.
+const STARTERS: [&str; 3] = ["_initialize", "_start", "wapc_init"];
+/// Longest binding, namespace or operation name of a host call we read.
+const NAME_BYTES: usize = 256;
+/// Longest guest error message kept, and longest console line.
+const MESSAGE_BYTES: usize = 4096;
+
+/// The data of one waPC call's `Store`.
+pub(crate) struct WapcState {
+    wasi: WasiP1Ctx,
+    limiter: MemoryLimiter,
+    tags: LogTags,
+    exchange: Exchange,
+}
+
+/// What host and guest hand each other during one operation.
+#[derive(Default)]
+struct Exchange {
+    operation: Vec<u8>,
+    payload: Vec<u8>,
+    /// Largest answer accepted.
+    max_response: usize,
+    response: Option<Vec<u8>>,
+    error: Option<String>,
+    /// The size of an answer that exceeded `max_response` (and was dropped).
+    oversized: Option<usize>,
+    /// The error of the last host call.
+    host_error: Vec<u8>,
+}
+
+impl CallState for WapcState {
+    fn new(plugin: Arc<str>, uid: String, max_memory_bytes: u64, output: &Capture) -> Self {
+        WapcState {
+            wasi: sealed_wasi(output).build_p1(),
+            limiter: MemoryLimiter::new(max_memory_bytes),
+            tags: LogTags::new(plugin, uid),
+            exchange: Exchange::default(),
+        }
+    }
+
+    fn limiter(&mut self) -> &mut MemoryLimiter {
+        &mut self.limiter
+    }
+
+    fn hit_memory_limit(&self) -> bool {
+        self.limiter.hit_limit
+    }
+
+    fn set_uid(&mut self, uid: &str) {
+        self.tags.set_uid(uid);
+    }
+}
+
+/// How a waPC operation ended, when the guest did not trap.
+pub(crate) enum Answer {
+    /// `__guest_call` returned 1 with this `__guest_response`.
+    Response(Vec<u8>),
+    /// It returned 0, with this `__guest_error` (possibly empty).
+    Error(String),
+}
+
+/// A loaded waPC module: its core (limits, concurrency, sandboxes) and its
+/// pre-instantiated module.
+pub(crate) struct Wapc {
+    pub(crate) core: PluginCore,
+    pre: InstancePre<WapcState>,
+}
+
+impl Runtime {
+    /// Links a compiled waPC module: WASI preview 1 (nothing granted) and
+    /// the `wapc` host functions; an import of anything else, or a module
+    /// without `__guest_call` and a memory, is refused here.
+    pub(crate) fn link_wapc(
+        &self,
+        name: &str,
+        compiled: CompiledModule,
+        limits: crate::Limits,
+    ) -> Result<Wapc, PluginError> {
+        let wrong = |message: String| PluginError::WrongWorld {
+            plugin: name.to_owned(),
+            world: "waPC (Kubewarden policy)",
+            message,
+        };
+        let module = &compiled.module;
+        let all_i32 = |types: &mut dyn Iterator<Item = ValType>, n: usize| {
+            let types: Vec<ValType> = types.collect();
+            types.len() == n && types.iter().all(|t| matches!(t, ValType::I32))
+        };
+        match module.get_export(GUEST_CALL) {
+            Some(ExternType::Func(f))
+                if all_i32(&mut f.params(), 2) && all_i32(&mut f.results(), 1) => {}
+            Some(_) => return Err(wrong(format!("{GUEST_CALL} is not (i32, i32) -> i32"))),
+            None => return Err(wrong(format!("the module exports no {GUEST_CALL}"))),
+        }
+        if !matches!(module.get_export("memory"), Some(ExternType::Memory(_))) {
+            return Err(wrong("the module exports no memory".to_owned()));
+        }
+        let mut linker = Linker::new(self.engine());
+        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut WapcState| &mut s.wasi)
+            .map_err(|e| PluginError::Engine(format!("linking WASI preview 1: {e:#}")))?;
+        add_wapc_to_linker(&mut linker)
+            .map_err(|e| PluginError::Engine(format!("linking waPC: {e:#}")))?;
+        let pre = linker
+            .instantiate_pre(module)
+            .map_err(|e| wrong(format!("{e:#}")))?;
+        let core = self.core(name, compiled.digest, limits)?;
+        Ok(Wapc { core, pre })
+    }
+}
+
+impl Wapc {
+    /// Runs `operation` with `payload` on a fresh instance, within the
+    /// plugin's limits (the instantiation and initialisers included).
+    pub(crate) async fn call(
+        &self,
+        uid: &str,
+        operation: &str,
+        payload: Vec<u8>,
+    ) -> Result<Answer, PluginError> {
+        let _permit = self.core.permit().await?;
+        let mut sandbox = self.core.sandboxes().make::<WapcState>(uid);
+        let (op_len, payload_len) =
+            match (i32::try_from(operation.len()), i32::try_from(payload.len())) {
+                (Ok(o), Ok(p)) => (o, p),
+                _ => {
+                    return Err(PluginError::Engine(format!(
+                        "waPC payload of {} bytes is too large",
+                        payload.len()
+                    )));
+                }
+            };
+        sandbox.store.data_mut().exchange = Exchange {
+            operation: operation.as_bytes().to_vec(),
+            payload,
+            max_response: self.core.limits.max_output_bytes,
+            ..Exchange::default()
+        };
+        let pre = self.pre.clone();
+        let answer = self
+            .core
+            .run(
+                uid,
+                sandbox,
+                move |mut store| async move {
+                    let result = async {
+                        let instance = pre.instantiate_async(&mut store).await?;
+                        start(&instance, &mut store).await?;
+                        let guest_call =
+                            instance.get_typed_func::<(i32, i32), i32>(&mut store, GUEST_CALL)?;
+                        guest_call
+                            .call_async(&mut store, (op_len, payload_len))
+                            .await
+                    }
+                    .await;
+                    let result = result.map(|ok| (ok, take_answer(&mut store)));
+                    (store, result)
+                },
+                drop,
+            )
+            .await?;
+        let plugin = || self.core.name.to_string();
+        match answer {
+            (_, Taken::Oversized(size)) => Err(PluginError::OutputTooLarge {
+                plugin: plugin(),
+                size,
+                limit: self.core.limits.max_output_bytes,
+            }),
+            (1, Taken::Response(r)) => Ok(Answer::Response(r)),
+            (1, _) => Err(PluginError::InvalidOutput {
+                plugin: plugin(),
+                message: format!("{GUEST_CALL} succeeded without a __guest_response"),
+            }),
+            (_, Taken::Error(e)) => Ok(Answer::Error(e)),
+            (_, _) => Ok(Answer::Error(String::new())),
+        }
+    }
+}
+
+/// What the guest left in the exchange.
+enum Taken {
+    Response(Vec<u8>),
+    Error(String),
+    Oversized(usize),
+    Nothing,
+}
+
+fn take_answer(store: &mut Store<WapcState>) -> Taken {
+    let exchange = std::mem::take(&mut store.data_mut().exchange);
+    match exchange {
+        Exchange {
+            oversized: Some(size),
+            ..
+        } => Taken::Oversized(size),
+        Exchange {
+            response: Some(r), ..
+        } => Taken::Response(r),
+        Exchange { error: Some(e), .. } => Taken::Error(e),
+        _ => Taken::Nothing,
+    }
+}
+
+/// Runs the initialisers the module exports (see [`STARTERS`]).
+async fn start(instance: &Instance, store: &mut Store<WapcState>) -> wasmtime::Result<()> {
+    for name in STARTERS {
+        let Some(func) = instance.get_func(&mut *store, name) else {
+            continue;
+        };
+        let func = func.typed::<(), ()>(&*store)?;
+        if let Err(e) = func.call_async(&mut *store, ()).await {
+            // TinyGo's `main` ends in `proc_exit(0)`.
+            if e.downcast_ref::<I32Exit>().is_some_and(|exit| exit.0 == 0) {
+                continue;
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// The guest's exported memory.
+fn memory(caller: &mut Caller<'_, WapcState>) -> wasmtime::Result<Memory> {
+    match caller.get_export("memory") {
+        Some(Extern::Memory(m)) => Ok(m),
+        _ => bail!("the waPC guest exports no memory"),
+    }
+}
+
+/// The guest range `ptr..ptr + len`, checked against its memory.
+fn range(
+    caller: &mut Caller<'_, WapcState>,
+    ptr: i32,
+    len: i32,
+) -> wasmtime::Result<(Memory, std::ops::Range<usize>)> {
+    let mem = memory(caller)?;
+    // waPC passes 32-bit addresses and lengths as i32.
+    let start = ptr as u32 as usize;
+    let end = start
+        .checked_add(len as u32 as usize)
+        .filter(|end| *end <= mem.data_size(&*caller))
+        .ok_or_else(|| format_err!("waPC guest passed a range outside its memory"))?;
+    Ok((mem, start..end))
+}
+
+/// Copies at most `max` bytes of the guest range `ptr..ptr + len`.
+fn read(
+    caller: &mut Caller<'_, WapcState>,
+    ptr: i32,
+    len: i32,
+    max: usize,
+) -> wasmtime::Result<Vec<u8>> {
+    let (mem, r) = range(caller, ptr, len)?;
+    let end = r.end.min(r.start.saturating_add(max));
+    Ok(mem.data(&*caller)[r.start..end].to_vec())
+}
+
+/// Like [`read`], lossily decoded and truncated to `max` bytes.
+fn read_text(
+    caller: &mut Caller<'_, WapcState>,
+    ptr: i32,
+    len: i32,
+    max: usize,
+) -> wasmtime::Result<String> {
+    let bytes = read(caller, ptr, len, max)?;
+    Ok(truncate(&String::from_utf8_lossy(&bytes), max).to_owned())
+}
+
+/// Writes `bytes` to the guest at `ptr`.
+fn write(caller: &mut Caller<'_, WapcState>, ptr: i32, bytes: &[u8]) -> wasmtime::Result<()> {
+    let mem = memory(caller)?;
+    mem.write(&mut *caller, ptr as u32 as usize, bytes)
+        .map_err(|_| format_err!("waPC guest passed a buffer outside its memory"))
+}
+
+/// A length for the guest: every buffer here is far below 2 GiB.
+fn len_i32(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// Adds the `wapc` host functions to `linker`.
+fn add_wapc_to_linker(linker: &mut Linker<WapcState>) -> wasmtime::Result<()> {
+    linker.func_wrap(
+        MODULE,
+        "__guest_request",
+        |mut caller: Caller<'_, WapcState>, op_ptr: i32, ptr: i32| -> wasmtime::Result<()> {
+            let operation = std::mem::take(&mut caller.data_mut().exchange.operation);
+            let payload = std::mem::take(&mut caller.data_mut().exchange.payload);
+            write(&mut caller, ptr, &payload)?;
+            write(&mut caller, op_ptr, &operation)?;
+            let exchange = &mut caller.data_mut().exchange;
+            exchange.operation = operation;
+            exchange.payload = payload;
+            Ok(())
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "__guest_response",
+        |mut caller: Caller<'_, WapcState>, ptr: i32, len: i32| -> wasmtime::Result<()> {
+            let (_, r) = range(&mut caller, ptr, len)?;
+            let max = caller.data().exchange.max_response;
+            if r.len() > max {
+                caller.data_mut().exchange.oversized = Some(r.len());
+                return Ok(());
+            }
+            let bytes = read(&mut caller, ptr, len, max)?;
+            caller.data_mut().exchange.response = Some(bytes);
+            Ok(())
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "__guest_error",
+        |mut caller: Caller<'_, WapcState>, ptr: i32, len: i32| -> wasmtime::Result<()> {
+            let message = read_text(&mut caller, ptr, len, MESSAGE_BYTES)?;
+            caller.data_mut().exchange.error = Some(message);
+            Ok(())
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "__host_call",
+        |mut caller: Caller<'_, WapcState>,
+         binding_ptr: i32,
+         binding_len: i32,
+         namespace_ptr: i32,
+         namespace_len: i32,
+         operation_ptr: i32,
+         operation_len: i32,
+         payload_ptr: i32,
+         payload_len: i32|
+         -> wasmtime::Result<i32> {
+            let binding = read_text(&mut caller, binding_ptr, binding_len, NAME_BYTES)?;
+            let namespace = read_text(&mut caller, namespace_ptr, namespace_len, NAME_BYTES)?;
+            let operation = read_text(&mut caller, operation_ptr, operation_len, NAME_BYTES)?;
+            // The payload is never read, only checked like every range.
+            range(&mut caller, payload_ptr, payload_len)?;
+            let error = host_call_error(&binding, &namespace, &operation);
+            tracing::debug!(plugin = %caller.data().tags.plugin(), %error, "waPC host call refused");
+            caller.data_mut().exchange.host_error = error.into_bytes();
+            Ok(0)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "__host_response",
+        // No host call ever succeeds, so there is never a response to copy.
+        |_: Caller<'_, WapcState>, _ptr: i32| {},
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "__host_response_len",
+        |_: Caller<'_, WapcState>| -> i32 { 0 },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "__host_error",
+        |mut caller: Caller<'_, WapcState>, ptr: i32| -> wasmtime::Result<()> {
+            let error = std::mem::take(&mut caller.data_mut().exchange.host_error);
+            write(&mut caller, ptr, &error)?;
+            caller.data_mut().exchange.host_error = error;
+            Ok(())
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "__host_error_len",
+        |caller: Caller<'_, WapcState>| -> i32 { len_i32(caller.data().exchange.host_error.len()) },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "__console_log",
+        |mut caller: Caller<'_, WapcState>, ptr: i32, len: i32| -> wasmtime::Result<()> {
+            let line = read_text(&mut caller, ptr, len, MESSAGE_BYTES)?;
+            caller.data_mut().tags.log(LogLevel::Info, &line, &[]);
+            Ok(())
+        },
+    )?;
+    Ok(())
+}
+
+/// The error every `__host_call` answers.
+pub(crate) fn host_call_error(binding: &str, namespace: &str, operation: &str) -> String {
+    format!("host capability {binding}/{namespace}/{operation} is not available in wasm-apiserver")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_call_error;
+
+    #[test]
+    fn host_calls_name_the_capability() {
+        assert_eq!(
+            host_call_error("kubewarden", "kubernetes", "list_resources_by_namespace"),
+            "host capability kubewarden/kubernetes/list_resources_by_namespace \
+             is not available in wasm-apiserver"
+        );
+    }
+}

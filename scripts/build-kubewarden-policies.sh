@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the Kubewarden test policies in tests/kubewarden-policies/ for
+# wasm32-wasip1, with Kubewarden's published Rust SDK, as a Kubewarden
+# policy repository builds them (plain cargo; no kwctl annotate).
+#
+# Output: tests/kubewarden-policies/target/wasm32-wasip1/release/<crate>.wasm
+# (kw_privileged_pods.wasm, kw_add_label.wasm, kw_hostile.wasm). Idempotent:
+# cargo rebuilds only what changed. `--locked` against the checked-in lock
+# file; works offline once the crates are in cargo's cache.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+dir="$root/tests/kubewarden-policies"
+cd "$dir"
+
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1; then
+    rustup target add wasm32-wasip1
+fi
+
+cargo build --target wasm32-wasip1 --release --quiet --locked --target-dir "$dir/target" "$@"
+
+out="$dir/target/wasm32-wasip1/release"
+for wasm in "$out"/*.wasm; do
+    printf '%8d  %s\n' "$(stat -c %s "$wasm")" "${wasm#"$root"/}"
+done
