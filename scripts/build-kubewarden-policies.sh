@@ -4,7 +4,8 @@
 # policy repository builds them (plain cargo; no kwctl annotate).
 #
 # Output: tests/kubewarden-policies/target/wasm32-wasip1/release/<crate>.wasm
-# (kw_privileged_pods.wasm, kw_add_label.wasm, kw_hostile.wasm). Idempotent:
+# (kw_privileged_pods.wasm, kw_add_label.wasm, kw_hostile.wasm,
+# kw_require_labels.wasm for the bench). Idempotent:
 # cargo rebuilds only what changed. `--locked` against the checked-in lock
 # file; works offline once the crates are in cargo's cache.
 set -euo pipefail

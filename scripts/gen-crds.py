@@ -50,6 +50,11 @@ def obj(seed, depth, width):
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["name"],
             }
+        elif i == 2:
+            # The CEL rules' fields: a string and an integer.
+            props[name] = {"type": "string", "maxLength": 253, "description": text(seed + i)}
+        elif i == 3:
+            props[name] = {"type": "integer", "format": "int64", "description": text(seed + i)}
         else:
             props[name] = leaf(seed + i)
     return {"type": "object", "description": text(seed), "properties": props}

@@ -97,7 +97,14 @@ pub(crate) async fn admission(
         .await??;
 
     let cache = dir.join("plugin-cache");
-    let variants = [NO_ADMISSION, ONE_PLUGIN, MANY_PLUGINS_LABEL, WEBHOOK, VAP];
+    let variants = [
+        NO_ADMISSION,
+        ONE_PLUGIN,
+        MANY_PLUGINS_LABEL,
+        WEBHOOK,
+        VAP,
+        KUBEWARDEN,
+    ];
     // (server, its address, unlabelled-create status, webhook)
     let mut servers = Vec::with_capacity(variants.len());
     for (n, variant) in variants.into_iter().enumerate() {
@@ -111,6 +118,13 @@ pub(crate) async fn admission(
         let mut hook = None;
         match variant {
             NO_ADMISSION => {}
+            KUBEWARDEN => {
+                api.create(
+                    "/apis/admission.wasm-apiserver.io/v1alpha1/admissionplugins",
+                    kubewarden_plugin()?,
+                )
+                .await?;
+            }
             VAP => {
                 let (policy, binding) = admission_policy();
                 api.create(
@@ -299,6 +313,33 @@ fn admission_plugin(name: &str) -> String {
         }
     })
     .to_string()
+}
+
+/// An AdmissionPlugin running the Kubewarden test policy that requires
+/// [`REQUIRED_LABEL`] (built by `scripts/build-kubewarden-policies.sh`).
+fn kubewarden_plugin() -> Result<String, Error> {
+    use base64::Engine;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(
+        "../../tests/kubewarden-policies/target/wasm32-wasip1/release/kw_require_labels.wasm",
+    );
+    let wasm = std::fs::read(&path).map_err(|e| {
+        format!(
+            "{}: {e} (run scripts/build-kubewarden-policies.sh first)",
+            path.display()
+        )
+    })?;
+    Ok(serde_json::json!({
+        "apiVersion": "admission.wasm-apiserver.io/v1alpha1",
+        "kind": "AdmissionPlugin",
+        "metadata": {"name": "require-team-kubewarden"},
+        "spec": {
+            "module": {"wasm": base64::engine::general_purpose::STANDARD.encode(wasm), "format": "kubewarden"},
+            "phases": ["Validating"],
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+            "config": {"labels": [REQUIRED_LABEL]},
+        }
+    })
+    .to_string())
 }
 
 /// A ValidatingAdmissionPolicy (and its binding) requiring
