@@ -305,6 +305,13 @@ impl Matcher {
                 .any(|r| r.matches(m, self.equivalent))
     }
 
+    /// Whether matching needs the request's namespace labels.
+    pub fn selects_namespaces(&self) -> bool {
+        self.namespace_selector
+            .as_ref()
+            .is_some_and(|s| !s.is_empty())
+    }
+
     /// Whether the rules can match a group at all (for callers that skip
     /// work: none of a policy's rules names the request's group).
     pub fn mentions_group(&self, group: &str) -> bool {
@@ -340,6 +347,21 @@ pub struct Common {
     pub failure_policy: FailurePolicy,
     match_conditions: Vec<(String, Expression)>,
     variables: Vec<(String, Expression)>,
+}
+
+impl Common {
+    /// Whether an expression of this policy reads `namespaceObject`
+    /// (or the policy selects namespaces): only then is it looked up.
+    pub fn needs_namespace(&self, more: &[&Expression]) -> bool {
+        self.matcher.selects_namespaces()
+            || self
+                .match_conditions
+                .iter()
+                .chain(&self.variables)
+                .map(|(_, e)| e)
+                .chain(more.iter().copied())
+                .any(|e| e.rule.references().has_variable("namespaceObject"))
+    }
 }
 
 /// A compiled `ValidatingAdmissionPolicy`.
@@ -565,6 +587,17 @@ impl Policy {
             validations,
             audit_annotations,
         })
+    }
+
+    /// Whether evaluating it needs the request's namespace object.
+    pub fn needs_namespace(&self) -> bool {
+        let mut more: Vec<&Expression> = Vec::new();
+        for v in &self.validations {
+            more.push(&v.expression);
+            more.extend(&v.message_expression);
+        }
+        more.extend(self.audit_annotations.iter().map(|(_, e)| e));
+        self.common.needs_namespace(&more)
     }
 
     /// The number of validations (the `VALIDATIONS` column).
@@ -1426,6 +1459,31 @@ mod tests {
                 "apps/v1, Kind=Deployment: ERROR: undefined field 'replicass'".to_string()
             )]
         );
+    }
+
+    #[test]
+    fn the_namespace_is_read_only_when_needed() {
+        let plain = policy(
+            json!({"matchConstraints": deployments(), "validations": [{"expression": "true"}]}),
+        );
+        assert!(!plain.needs_namespace());
+        let reads = policy(
+            json!({"matchConstraints": deployments(), "validations": [{"expression": "true", "messageExpression": "namespaceObject.metadata.name"}]}),
+        );
+        assert!(reads.needs_namespace());
+        let mut selects = deployments();
+        selects["namespaceSelector"] = json!({"matchLabels": {"a": "b"}});
+        let selects =
+            policy(json!({"matchConstraints": selects, "validations": [{"expression": "true"}]}));
+        assert!(selects.needs_namespace());
+        // And an expression sees it.
+        let p = policy(
+            json!({"matchConstraints": deployments(), "validations": [{"expression": "namespaceObject.metadata.labels.env == 'prod'"}]}),
+        );
+        let (obj, req) = (json!({}), json!({}));
+        let ns = json!({"metadata": {"name": "n", "labels": {"env": "dev"}}});
+        let input = Input::new(Some(&obj), None, &req, Some(&ns), None).unwrap();
+        assert_eq!(p.evaluate(&input, None).unwrap().unwrap().failures.len(), 1);
     }
 
     struct OnlyAlice;

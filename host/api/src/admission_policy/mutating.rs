@@ -115,6 +115,16 @@ impl MutatingPolicy {
         Ok(MutatingPolicy { common, mutations })
     }
 
+    /// Whether evaluating it needs the request's namespace object.
+    pub fn needs_namespace(&self) -> bool {
+        let more: Vec<&Expression> = self
+            .mutations
+            .iter()
+            .map(|(Mutation::Apply(e) | Mutation::JsonPatch(e))| e)
+            .collect();
+        self.common.needs_namespace(&more)
+    }
+
     /// Applies the mutations to `object` in order. `Ok(false)`: a match
     /// condition is false, or nothing changed. `Err`: an expression failed
     /// or built no valid patch (counts per `failurePolicy`).

@@ -513,7 +513,20 @@ pub async fn validate(
     if candidates.is_empty() {
         return Ok(());
     }
-    let namespace_object = namespace_object(objects, a).await;
+    // One storage read, only when a policy selects namespaces or reads
+    // `namespaceObject`.
+    let binding_selects = |b: &Binding| b.matcher.as_ref().is_some_and(|m| m.selects_namespaces());
+    let needs_namespace = candidates.iter().any(|m| {
+        binding_selects(&m.binding)
+            || match &*m.entry {
+                Entry::Ready(p) => p.needs_namespace(),
+                Entry::Broken { .. } => false,
+            }
+    });
+    let namespace_object = match needs_namespace {
+        true => namespace_object(objects, a).await,
+        false => None,
+    };
     let ns_labels = namespace_object.as_ref().map(meta::labels);
     let match_input = MatchInput {
         attrs: request_attributes(a),
@@ -664,7 +677,17 @@ pub async fn mutate(
     if candidates.is_empty() {
         return Ok(false);
     }
-    let namespace_object = namespace_object(objects, a).await;
+    let needs_namespace = candidates.iter().any(|(e, b)| {
+        b.matcher.as_ref().is_some_and(|m| m.selects_namespaces())
+            || match &**e {
+                Entry::Ready(p) => p.needs_namespace(),
+                Entry::Broken { .. } => false,
+            }
+    });
+    let namespace_object = match needs_namespace {
+        true => namespace_object(objects, a).await,
+        false => None,
+    };
     let ns_labels = namespace_object.as_ref().map(meta::labels);
     let request = request();
     let authorizer = policies
