@@ -625,6 +625,9 @@ mod tests {
             .filter(|r| {
                 !r.group.ends_with("wasm-apiserver.io") && r.group != "apiextensions.k8s.io"
             })
+            // MutatingAdmissionPolicy v1beta1 is newer than the 1.33 tables
+            // (and than kubectl 1.33, which sends it as JSON).
+            .filter(|r| !(r.group == "admissionregistration.k8s.io" && r.version == "v1beta1"))
             .collect();
         assert!(served.len() > 50);
         for r in served {
