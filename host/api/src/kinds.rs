@@ -564,78 +564,53 @@ pub fn resources() -> Vec<ResourceInfo> {
         info::<events::v1::Event>().short_names(&["ev"]),
         info::<admissionregistration::v1::ValidatingAdmissionPolicy>()
             .subresources(&["status"])
-            .columns(vec![
-                Column::name(),
-                Column::new(
-                    "Validations",
-                    "integer",
-                    "The number of validations.",
-                    ".spec.validations",
-                )
-                .render(Render::Count),
-                Column::new(
-                    "ParamKind",
-                    "string",
-                    "The kind of the policy's params.",
-                    ".spec.paramKind",
-                )
-                .render(Render::Param),
-                Column::age(),
-            ]),
-        info::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>().columns(vec![
-            Column::name(),
-            Column::new(
-                "PolicyName",
-                "string",
-                "The policy the binding binds.",
-                ".spec.policyName",
-            ),
-            Column::new(
-                "ParamRef",
-                "string",
-                "The params the binding selects.",
-                ".spec.paramRef",
-            )
-            .render(Render::Param),
-            Column::age(),
-        ]),
-        info::<admissionregistration::v1beta1::MutatingAdmissionPolicy>().columns(vec![
-            Column::name(),
-            Column::new(
-                "Mutations",
-                "integer",
-                "The number of mutations.",
-                ".spec.mutations",
-            )
-            .render(Render::Count),
-            Column::new(
-                "ParamKind",
-                "string",
-                "The kind of the policy's params.",
-                ".spec.paramKind",
-            )
-            .render(Render::Param),
-            Column::age(),
-        ]),
-        info::<admissionregistration::v1beta1::MutatingAdmissionPolicyBinding>().columns(vec![
-            Column::name(),
-            Column::new(
-                "PolicyName",
-                "string",
-                "The policy the binding binds.",
-                ".spec.policyName",
-            ),
-            Column::new(
-                "ParamRef",
-                "string",
-                "The params the binding selects.",
-                ".spec.paramRef",
-            )
-            .render(Render::Param),
-            Column::age(),
-        ]),
+            .columns(policy_columns("Validations", ".spec.validations")),
+        info::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>()
+            .columns(binding_columns()),
+        info::<admissionregistration::v1beta1::MutatingAdmissionPolicy>()
+            .columns(policy_columns("Mutations", ".spec.mutations")),
+        info::<admissionregistration::v1beta1::MutatingAdmissionPolicyBinding>()
+            .columns(binding_columns()),
         info::<flowcontrol::v1::FlowSchema>().subresources(&["status"]),
         info::<flowcontrol::v1::PriorityLevelConfiguration>().subresources(&["status"]),
+    ]
+}
+
+/// An admission policy's columns: its count of checks (or mutations) and
+/// its params' kind, as upstream prints them.
+fn policy_columns(name: &str, path: &str) -> Vec<Column> {
+    vec![
+        Column::name(),
+        Column::new(name, "integer", "The number of expressions.", path).render(Render::Count),
+        Column::new(
+            "ParamKind",
+            "string",
+            "The kind of the policy's params.",
+            ".spec.paramKind",
+        )
+        .render(Render::Param),
+        Column::age(),
+    ]
+}
+
+/// An admission policy binding's columns.
+fn binding_columns() -> Vec<Column> {
+    vec![
+        Column::name(),
+        Column::new(
+            "PolicyName",
+            "string",
+            "The policy the binding binds.",
+            ".spec.policyName",
+        ),
+        Column::new(
+            "ParamRef",
+            "string",
+            "The params the binding selects.",
+            ".spec.paramRef",
+        )
+        .render(Render::Param),
+        Column::age(),
     ]
 }
 

@@ -1058,61 +1058,27 @@ fn undefined_field(path: &[&str], mut schema: crate::managed::typed::Schema<'_>)
 
 /// Every select chain rooted at `object` or `oldObject` in `e`.
 fn object_paths<'e>(e: &'e ::cel::IdedExpr, out: &mut Vec<Vec<&'e str>>) {
-    use ::cel::common::ast::{EntryExpr, Expr};
-    match &e.expr {
-        Expr::Select(s) => {
-            let mut path = vec![s.field.as_str()];
-            let mut cur = &s.operand.expr;
-            loop {
-                match cur {
-                    Expr::Select(inner) => {
-                        path.push(inner.field.as_str());
-                        cur = &inner.operand.expr;
-                    }
-                    Expr::Ident(root) if root == "object" || root == "oldObject" => {
-                        path.reverse();
-                        out.push(path);
-                        return;
-                    }
-                    _ => break,
+    use ::cel::common::ast::Expr;
+    if let Expr::Select(s) = &e.expr {
+        let mut path = vec![s.field.as_str()];
+        let mut cur = &s.operand.expr;
+        loop {
+            match cur {
+                Expr::Select(inner) => {
+                    path.push(inner.field.as_str());
+                    cur = &inner.operand.expr;
                 }
-            }
-            object_paths(&s.operand, out);
-        }
-        Expr::Call(c) => {
-            if let Some(t) = &c.target {
-                object_paths(t, out);
-            }
-            c.args.iter().for_each(|a| object_paths(a, out));
-        }
-        Expr::Comprehension(c) => {
-            for x in [
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ] {
-                object_paths(x, out);
-            }
-        }
-        Expr::List(l) => l.elements.iter().for_each(|x| object_paths(x, out)),
-        Expr::Map(m) => {
-            for entry in &m.entries {
-                if let EntryExpr::MapEntry(me) = &entry.expr {
-                    object_paths(&me.key, out);
-                    object_paths(&me.value, out);
+                Expr::Ident(root) if root == "object" || root == "oldObject" => {
+                    path.reverse();
+                    out.push(path);
+                    return;
                 }
+                _ => break,
             }
         }
-        Expr::Struct(s) => {
-            for entry in &s.entries {
-                if let EntryExpr::StructField(f) = &entry.expr {
-                    object_paths(&f.value, out);
-                }
-            }
-        }
-        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => {}
+    }
+    for child in cel::children(e) {
+        object_paths(child, out);
     }
 }
 

@@ -47,6 +47,8 @@ pub mod cost;
 mod library;
 mod structs;
 
+pub(crate) use structs::children;
+
 pub use library::parse_quantity;
 
 use crate::error::Cause;

@@ -56,42 +56,44 @@ pub(crate) fn names(e: &IdedExpr) -> Vec<String> {
 }
 
 fn walk(e: &IdedExpr, out: &mut Vec<String>) {
+    if let Expr::Struct(s) = &e.expr {
+        out.push(s.type_name.clone());
+    }
+    for child in children(e) {
+        walk(child, out);
+    }
+}
+
+/// The direct subexpressions of `e`: what a walk over a syntax tree
+/// descends into.
+pub(crate) fn children(e: &IdedExpr) -> Vec<&IdedExpr> {
     match &e.expr {
-        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => {}
-        Expr::Call(c) => {
-            if let Some(t) = &c.target {
-                walk(t, out);
-            }
-            c.args.iter().for_each(|a| walk(a, out));
-        }
-        Expr::Comprehension(c) => {
-            for x in [
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ] {
-                walk(x, out);
-            }
-        }
-        Expr::List(l) => l.elements.iter().for_each(|x| walk(x, out)),
-        Expr::Map(m) => {
-            for entry in &m.entries {
-                if let EntryExpr::MapEntry(me) = &entry.expr {
-                    walk(&me.key, out);
-                    walk(&me.value, out);
-                }
-            }
-        }
-        Expr::Select(s) => walk(&s.operand, out),
-        Expr::Struct(s) => {
-            out.push(s.type_name.clone());
-            for entry in &s.entries {
-                if let EntryExpr::StructField(f) = &entry.expr {
-                    walk(&f.value, out);
-                }
-            }
-        }
+        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => Vec::new(),
+        Expr::Call(c) => c.target.as_deref().into_iter().chain(&c.args).collect(),
+        Expr::Comprehension(c) => vec![
+            &c.iter_range,
+            &c.accu_init,
+            &c.loop_cond,
+            &c.loop_step,
+            &c.result,
+        ],
+        Expr::List(l) => l.elements.iter().collect(),
+        Expr::Map(m) => m
+            .entries
+            .iter()
+            .flat_map(|entry| match &entry.expr {
+                EntryExpr::MapEntry(me) => vec![&me.key, &me.value],
+                EntryExpr::StructField(_) => Vec::new(),
+            })
+            .collect(),
+        Expr::Select(s) => vec![&*s.operand],
+        Expr::Struct(s) => s
+            .entries
+            .iter()
+            .filter_map(|entry| match &entry.expr {
+                EntryExpr::StructField(f) => Some(&f.value),
+                EntryExpr::MapEntry(_) => None,
+            })
+            .collect(),
     }
 }
