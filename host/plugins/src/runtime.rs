@@ -293,26 +293,9 @@ impl Runtime {
 
     /// Compiles `wasm` (or loads it from the cache) off the async executor.
     pub(crate) async fn compile(&self, name: &str, wasm: &[u8]) -> Result<Compiled, PluginError> {
-        let digest = hex(&Sha256::digest(wasm));
-        let engine = self.inner.engine.clone();
-        let bytes = wasm.to_vec();
-        let hits_before = self.cache_stats().hits;
-        let start = Instant::now();
-        let component = tokio::task::spawn_blocking(move || Component::new(&engine, bytes))
-            .await
-            .map_err(|e| PluginError::Engine(format!("compile task: {e}")))?
-            .map_err(|e| PluginError::Compile {
-                plugin: name.to_owned(),
-                message: format!("{e:#}"),
-            })?;
-        let cached = self.cache_stats().hits > hits_before;
-        tracing::info!(
-            plugin = name,
-            sha256 = %digest,
-            cached,
-            elapsed_ms = start.elapsed().as_secs_f64() * 1e3,
-            "plugin compiled"
-        );
+        let (component, digest) = self
+            .compile_with(name, wasm, "plugin compiled", Component::new)
+            .await?;
         Ok(Compiled { component, digest })
     }
 
@@ -323,12 +306,27 @@ impl Runtime {
         name: &str,
         wasm: &[u8],
     ) -> Result<CompiledModule, PluginError> {
+        let (module, digest) = self
+            .compile_with(name, wasm, "core module compiled", Module::new)
+            .await?;
+        Ok(CompiledModule { module, digest })
+    }
+
+    /// Runs `compile` on a blocking thread, logging whether the cache
+    /// served it; returns the artifact and the bytes' sha256.
+    async fn compile_with<T: Send + 'static>(
+        &self,
+        name: &str,
+        wasm: &[u8],
+        what: &'static str,
+        compile: fn(&wasmtime::Engine, Vec<u8>) -> wasmtime::Result<T>,
+    ) -> Result<(T, String), PluginError> {
         let digest = hex(&Sha256::digest(wasm));
         let engine = self.inner.engine.clone();
         let bytes = wasm.to_vec();
         let hits_before = self.cache_stats().hits;
         let start = Instant::now();
-        let module = tokio::task::spawn_blocking(move || Module::new(&engine, bytes))
+        let artifact = tokio::task::spawn_blocking(move || compile(&engine, bytes))
             .await
             .map_err(|e| PluginError::Engine(format!("compile task: {e}")))?
             .map_err(|e| PluginError::Compile {
@@ -341,9 +339,9 @@ impl Runtime {
             sha256 = %digest,
             cached,
             elapsed_ms = start.elapsed().as_secs_f64() * 1e3,
-            "core module compiled"
+            "{what}"
         );
-        Ok(CompiledModule { module, digest })
+        Ok((artifact, digest))
     }
 
     /// The shared part of a loaded plugin, after checking `limits` against
