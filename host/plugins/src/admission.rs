@@ -23,7 +23,7 @@ use std::time::Instant;
 macro_rules! binding {
     ($version:literal, $causes:expr) => {
         use crate::sandbox::{LogLevel, StoreState};
-        use crate::types::{AdmissionRequest, FieldCause, Gvk, Gvr, Operation};
+        use crate::types::{FieldCause, Gvk, Gvr, Operation};
         use crate::{PluginError, kind::Loaded};
         use exports::wasm_apiserver::plugin::admission as wit;
         use wasm_apiserver::plugin::{log, types as wit_types};
@@ -106,8 +106,8 @@ macro_rules! binding {
             }
         }
 
-        fn to_wit(r: &AdmissionRequest) -> wit::AdmissionRequest {
-            let json = |v: &Option<serde_json::Value>| v.as_ref().map(|v| v.to_string());
+        fn to_wit(e: &super::Encoded<'_>) -> wit::AdmissionRequest {
+            let r = e.request;
             wit::AdmissionRequest {
                 uid: r.uid.clone(),
                 kind: gvk(&r.kind),
@@ -121,9 +121,9 @@ macro_rules! binding {
                 operation: operation_to_wit(r.operation),
                 user_info: user_to_wit(&r.user),
                 dry_run: r.dry_run,
-                object: json(&r.object),
-                old_object: json(&r.old_object),
-                options: json(&r.options),
+                object: e.object.clone(),
+                old_object: e.old_object.clone(),
+                options: e.options.clone(),
             }
         }
 
@@ -142,21 +142,24 @@ macro_rules! binding {
         pub(super) async fn call(
             plugin: &Loaded<Pre>,
             phase: super::Phase,
-            request: &AdmissionRequest,
+            request: &super::Encoded<'_>,
         ) -> Result<super::RawResponse, PluginError> {
             let wit_request = to_wit(request);
             let r = plugin
-                .call(&request.uid, async move |instance, store, config| {
-                    let admission = instance.wasm_apiserver_plugin_admission();
-                    match phase {
-                        super::Phase::Validate => {
-                            admission.call_validate(store, config, &wit_request).await
+                .call(
+                    &request.request.uid,
+                    async move |instance, store, config| {
+                        let admission = instance.wasm_apiserver_plugin_admission();
+                        match phase {
+                            super::Phase::Validate => {
+                                admission.call_validate(store, config, &wit_request).await
+                            }
+                            super::Phase::Mutate => {
+                                admission.call_mutate(store, config, &wit_request).await
+                            }
                         }
-                        super::Phase::Mutate => {
-                            admission.call_mutate(store, config, &wit_request).await
-                        }
-                    }
-                })
+                    },
+                )
                 .await?;
             Ok(super::RawResponse {
                 allowed: r.allowed,
@@ -219,6 +222,37 @@ pub(crate) struct RawResponse {
     patch: Option<String>,
     warnings: Vec<String>,
     audit_annotations: Vec<(String, String)>,
+}
+
+/// An [`AdmissionRequest`] with its objects encoded (as the JSON text the
+/// plugin world takes) once, for every plugin the request goes to:
+/// encoding is the costly part of a call's input, and validating plugins
+/// all see the same object.
+pub struct Encoded<'a> {
+    request: &'a AdmissionRequest,
+    object: Option<String>,
+    old_object: Option<String>,
+    options: Option<String>,
+}
+
+impl AdmissionRequest {
+    /// Encodes the request's objects for plugin calls.
+    pub fn encode(&self) -> Encoded<'_> {
+        let json = |v: &Option<serde_json::Value>| v.as_ref().map(|v| v.to_string());
+        Encoded {
+            request: self,
+            object: json(&self.object),
+            old_object: json(&self.old_object),
+            options: json(&self.options),
+        }
+    }
+}
+
+impl Encoded<'_> {
+    /// The request this encodes.
+    pub fn request(&self) -> &AdmissionRequest {
+        self.request
+    }
 }
 
 /// Which export a call goes to.
@@ -386,6 +420,15 @@ impl AdmissionPlugin {
         &self,
         request: &AdmissionRequest,
     ) -> Result<AdmissionResponse, PluginError> {
+        self.call(Phase::Validate, &request.encode()).await
+    }
+
+    /// As [`AdmissionPlugin::validate`], for a request encoded once for
+    /// several plugins.
+    pub async fn validate_encoded(
+        &self,
+        request: &Encoded<'_>,
+    ) -> Result<AdmissionResponse, PluginError> {
         self.call(Phase::Validate, request).await
     }
 
@@ -394,13 +437,13 @@ impl AdmissionPlugin {
         &self,
         request: &AdmissionRequest,
     ) -> Result<AdmissionResponse, PluginError> {
-        self.call(Phase::Mutate, request).await
+        self.call(Phase::Mutate, &request.encode()).await
     }
 
     async fn call(
         &self,
         phase: Phase,
-        request: &AdmissionRequest,
+        request: &Encoded<'_>,
     ) -> Result<AdmissionResponse, PluginError> {
         let inner = &self.inner;
         let metrics = match phase {
@@ -420,13 +463,13 @@ impl AdmissionPlugin {
     async fn call_inner(
         &self,
         phase: Phase,
-        request: &AdmissionRequest,
+        request: &Encoded<'_>,
     ) -> Result<AdmissionResponse, PluginError> {
         let raw = match &self.inner.plugin {
             Backend::Component(Versioned::V0_1(p)) => v0_1::call(p, phase, request).await,
             Backend::Component(Versioned::V0_2(p)) => v0_2::call(p, phase, request).await,
             Backend::Kubewarden(p) => p
-                .validate(request, phase == Phase::Mutate)
+                .validate(request.request, phase == Phase::Mutate)
                 .await
                 .map(RawResponse::from),
         }?;

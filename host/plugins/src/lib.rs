@@ -83,7 +83,7 @@ mod sandbox;
 mod types;
 mod wapc;
 
-pub use admission::AdmissionPlugin;
+pub use admission::{AdmissionPlugin, Encoded};
 pub use authn::{AuthenticatorPlugin, AuthnOutcome, AuthnRequest, ClientCertificate};
 pub use authz::{AuthorizerPlugin, AuthzAttributes, AuthzDecision, AuthzRequest};
 pub use error::PluginError;

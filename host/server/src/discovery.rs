@@ -45,14 +45,10 @@ fn discovery(
     let Format::Aggregated(version) = format else {
         return json_response(StatusCode::OK, &legacy());
     };
-    let doc = discovery::aggregated(state.resources.snapshot().infos(), core, version);
-    let body = serde_json::to_vec(&doc).unwrap_or_default();
-    let etag = {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        body.hash(&mut h);
-        format!("\"{:016X}\"", h.finish())
-    };
+    let (body, etag) = state
+        .resources
+        .snapshot()
+        .aggregated_discovery(core, version);
     let vary = [(header::VARY, "Accept")];
     let matched = headers
         .get(header::IF_NONE_MATCH)

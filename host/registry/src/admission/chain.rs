@@ -35,8 +35,8 @@ use wasm_apiserver_api::admission::{
 use wasm_apiserver_api::selector::LabelSelector;
 use wasm_apiserver_api::{ApiError, Cause, ResourceInfo, meta, patch};
 use wasm_apiserver_plugins::{
-    AdmissionPlugin, AdmissionRequest, AdmissionResponse, FieldCause, Gvk, Gvr, Limits, Operation,
-    Runtime,
+    AdmissionPlugin, AdmissionRequest, AdmissionResponse, Encoded, FieldCause, Gvk, Gvr, Limits,
+    Operation, Runtime,
 };
 use wasm_apiserver_storage::Storage;
 
@@ -99,19 +99,32 @@ impl Active {
         }
     }
 
-    async fn call(
+    /// Calls the plugin or webhook's mutating phase.
+    async fn mutate(
         &self,
-        phase: Phase,
         req: &AdmissionRequest,
     ) -> Result<AdmissionResponse, (&'static str, String)> {
-        match (&self.backend, phase) {
-            (Backend::Wasm(p), Phase::Mutating) => {
-                p.mutate(req).await.map_err(|e| (e.kind(), e.to_string()))
-            }
-            (Backend::Wasm(p), Phase::Validating) => {
-                p.validate(req).await.map_err(|e| (e.kind(), e.to_string()))
-            }
-            (Backend::Webhook(w), _) => w.call(req).await.map_err(|e| (e.kind(), e.to_string())),
+        match &self.backend {
+            Backend::Wasm(p) => p.mutate(req).await.map_err(|e| (e.kind(), e.to_string())),
+            Backend::Webhook(w) => w.call(req).await.map_err(|e| (e.kind(), e.to_string())),
+        }
+    }
+
+    /// Calls the plugin or webhook's validating phase with a request
+    /// encoded once for every validating plugin.
+    async fn validate(
+        &self,
+        req: &Encoded<'_>,
+    ) -> Result<AdmissionResponse, (&'static str, String)> {
+        match &self.backend {
+            Backend::Wasm(p) => p
+                .validate_encoded(req)
+                .await
+                .map_err(|e| (e.kind(), e.to_string())),
+            Backend::Webhook(w) => w
+                .call(req.request())
+                .await
+                .map_err(|e| (e.kind(), e.to_string())),
         }
     }
 }
@@ -541,7 +554,7 @@ impl Admission {
         let mut patched_any = false;
         for p in self.matching(Phase::Mutating, a, Some(obj), old).await {
             let req = Self::request(a, Some(obj), old, ctx);
-            match p.call(Phase::Mutating, &req).await {
+            match p.mutate(&req).await {
                 Ok(resp) => {
                     Self::decide(&p, &resp, ctx)?;
                     if let Some(patch_doc) = resp.patch.as_ref().filter(|_| resp.allowed) {
@@ -573,8 +586,9 @@ impl Admission {
             return Ok(());
         }
         let req = Self::request(a, obj, old, ctx);
+        let encoded = req.encode();
         for p in plugins {
-            match p.call(Phase::Validating, &req).await {
+            match p.validate(&encoded).await {
                 Ok(resp) => Self::decide(&p, &resp, ctx)?,
                 Err((kind, e)) => Self::failed(&p, e, kind)?,
             }

@@ -50,6 +50,10 @@ const TARGET_FIVE_PLUGINS_THROUGHPUT: f64 = 0.8;
 const NO_ADMISSION: &str = "none";
 const ONE_PLUGIN: &str = "1 wasm plugin";
 const MANY_PLUGINS_LABEL: &str = "5 wasm plugins";
+/// The same plugins on a runtime that prepares no instances (every call
+/// instantiates on the request path), side by side with the default.
+const ONE_PLUGIN_ON_DEMAND: &str = "1 wasm plugin on demand";
+const MANY_PLUGINS_ON_DEMAND: &str = "5 wasm plugins on demand";
 const WEBHOOK: &str = "HTTPS webhook";
 /// Issue 15: the same check as a ValidatingAdmissionPolicy of three expressions.
 const VAP: &str = "1 ValidatingAdmissionPolicy (3 CEL expressions)";
@@ -101,17 +105,29 @@ pub(crate) async fn admission(
         NO_ADMISSION,
         ONE_PLUGIN,
         MANY_PLUGINS_LABEL,
+        ONE_PLUGIN_ON_DEMAND,
+        MANY_PLUGINS_ON_DEMAND,
         WEBHOOK,
         VAP,
         KUBEWARDEN,
     ];
+    let only = std::env::var("BENCH_ADMISSION_VARIANTS").ok();
+    let variants: Vec<&str> = variants
+        .into_iter()
+        .filter(|v| only.as_ref().is_none_or(|o| o.split(',').any(|x| x == *v)))
+        .collect();
     // (server, its address, unlabelled-create status, webhook)
     let mut servers = Vec::with_capacity(variants.len());
-    for (n, variant) in variants.into_iter().enumerate() {
+    for (n, &variant) in variants.iter().enumerate() {
         let store = dir.join(format!("admission-{n}.redb"));
         let cache = cache.clone();
+        let prepared = if [ONE_PLUGIN_ON_DEMAND, MANY_PLUGINS_ON_DEMAND].contains(&variant) {
+            0
+        } else {
+            RuntimeConfig::default().prepared_instances
+        };
         let (server, runtime) = srv
-            .spawn(serve_admission(store, cache, plugin_dir()))
+            .spawn(serve_admission(store, cache, plugin_dir(), prepared))
             .await??;
         let api = Api::new(server.addr);
         api.create_namespaces(&[NS_CREATE]).await?;
@@ -150,7 +166,7 @@ pub(crate) async fn admission(
                 hook = Some(h);
             }
             _ => {
-                let n = if variant == ONE_PLUGIN {
+                let n = if [ONE_PLUGIN, ONE_PLUGIN_ON_DEMAND].contains(&variant) {
                     1
                 } else {
                     MANY_PLUGINS
@@ -822,13 +838,21 @@ fn print_policy_table(rows: &[Row], none_p50: f64) {
         .map(|r| r.rate())
         .unwrap_or(0.0);
     println!(
-        "\npolicies doing the same check (require label {REQUIRED_LABEL:?} on ConfigMap creates):"
+        "\npolicies doing the same check (require label {REQUIRED_LABEL:?} on ConfigMap creates; \
+         wasm plugins with and without prepared instances):"
     );
     println!(
         "| policy | added p50, 1 client | creates/s, {ADMISSION_CLIENTS} clients | share of none |"
     );
     println!("|---|---|---|---|");
-    for variant in [ONE_PLUGIN, VAP, KUBEWARDEN] {
+    for variant in [
+        ONE_PLUGIN,
+        ONE_PLUGIN_ON_DEMAND,
+        MANY_PLUGINS_LABEL,
+        MANY_PLUGINS_ON_DEMAND,
+        VAP,
+        KUBEWARDEN,
+    ] {
         let one = find(rows, &admission_scenario(variant), 1).and_then(|r| r.percentile(0.5));
         let loaded = find(rows, &admission_scenario(variant), ADMISSION_CLIENTS);
         if let (Some(p50), Some(loaded)) = (one, loaded) {

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
+use wasm_apiserver_plugins::RuntimeConfig;
 
 const NS: &str = "bench-conversion";
 const OBJECTS: usize = 1000;
@@ -96,6 +97,7 @@ pub(crate) async fn conversion(srv: &Handle, dir: &Path) -> Result<Vec<Row>, Err
             dir.join("conversion.redb"),
             dir.join("conversion-cache"),
             plugin_dir(),
+            RuntimeConfig::default().prepared_instances,
         ))
         .await??
         .0;

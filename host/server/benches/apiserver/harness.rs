@@ -87,11 +87,13 @@ pub(crate) async fn serve_admission(
     store: PathBuf,
     cache: PathBuf,
     plugins: PathBuf,
+    prepared_instances: usize,
 ) -> Result<(Served, Runtime), Error> {
     let storage: Arc<dyn Storage> =
         Arc::new(EmbeddedStore::open(&store, EmbeddedOptions::default())?);
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: Some(cache),
+        prepared_instances,
         ..Default::default()
     })?;
     let admission = Admission::new(runtime.clone(), Some(plugins), storage.clone());

@@ -27,8 +27,14 @@
 //!   validating plugins (`require_labels.wasm`, built by
 //!   `scripts/build-plugins.sh`), and one HTTPS webhook on loopback doing the
 //!   same check; each on a fresh server, with 1 and [`ADMISSION_CLIENTS`]
-//!   clients. Plus the plugin runtime alone: cold compile, cached load, and
-//!   instantiate + `validate` per call.
+//!   clients; the one- and five-plugin rows also on a runtime that prepares
+//!   no instances (`... on demand`), a ValidatingAdmissionPolicy and a
+//!   Kubewarden policy doing the same check. Plus the plugin runtime alone:
+//!   cold compile, cached load, and instantiate + `validate` per call.
+//!   `BENCH_ADMISSION_VARIANTS` (comma-separated variant names, e.g.
+//!   `none,5 wasm plugins,5 wasm plugins on demand`) runs only those; the
+//!   issue-14 target lines need `none`, both `1 wasm plugin` and
+//!   `5 wasm plugins`, and `HTTPS webhook`.
 //! * `rbac`: GETs of one ConfigMap with a bearer token (token file) on two
 //!   fresh servers, one authorizing with RBAC (bootstrap policy plus a
 //!   RoleBinding of `view` to the token's user), one with AlwaysAllow; in
