@@ -144,22 +144,19 @@ macro_rules! binding {
             phase: super::Phase,
             request: &super::Encoded<'_>,
         ) -> Result<super::RawResponse, PluginError> {
-            let wit_request = to_wit(request);
+            let (uid, wit_request) = (&request.request.uid, to_wit(request));
             let r = plugin
-                .call(
-                    &request.request.uid,
-                    async move |instance, store, config| {
-                        let admission = instance.wasm_apiserver_plugin_admission();
-                        match phase {
-                            super::Phase::Validate => {
-                                admission.call_validate(store, config, &wit_request).await
-                            }
-                            super::Phase::Mutate => {
-                                admission.call_mutate(store, config, &wit_request).await
-                            }
+                .call(uid, async move |instance, store, config| {
+                    let admission = instance.wasm_apiserver_plugin_admission();
+                    match phase {
+                        super::Phase::Validate => {
+                            admission.call_validate(store, config, &wit_request).await
                         }
-                    },
-                )
+                        super::Phase::Mutate => {
+                            admission.call_mutate(store, config, &wit_request).await
+                        }
+                    }
+                })
                 .await?;
             Ok(super::RawResponse {
                 allowed: r.allowed,

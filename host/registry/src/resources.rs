@@ -107,14 +107,9 @@ impl Snapshot {
             return doc.clone();
         }
         let doc = wasm_apiserver_api::discovery::aggregated(&self.infos, core, version);
-        let body = Bytes::from(serde_json::to_vec(&doc).expect("JSON"));
-        let etag = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            body.hash(&mut h);
-            format!("\"{:016X}\"", h.finish())
-        };
-        let entry = (body, etag);
+        let body = serde_json::to_vec(&doc).expect("JSON");
+        let etag = format!("\"{}\"", content_hash(&body));
+        let entry = (Bytes::from(body), etag);
         self.discovery
             .lock()
             .expect("lock")
@@ -168,17 +163,24 @@ impl Snapshot {
 
     fn openapi(&self) -> &(Bytes, String) {
         self.openapi.get_or_init(|| {
-            use std::hash::{Hash, Hasher};
             let doc = wasm_apiserver_api::openapi::openapi_v2(
                 &self.infos,
                 wasm_apiserver_api::KUBERNETES_VERSION,
             );
             let json = serde_json::to_vec(&doc).expect("JSON");
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            json.hash(&mut h);
-            (json.into(), format!("{:016X}", h.finish()))
+            let hash = content_hash(&json);
+            (json.into(), hash)
         })
     }
+}
+
+/// A short hash of a served document, in hex: ETags and the
+/// `/openapi/v3` URLs' `hash` (changes whenever the document does).
+fn content_hash(bytes: &[u8]) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    format!("{:016X}", h.finish())
 }
 
 /// The live registry: lock-free reads of the current [`Snapshot`]; writers
