@@ -223,6 +223,11 @@ pub struct ResourceInfo {
     /// The kind's type in k8s-openapi, for a built-in kind: its OpenAPI
     /// definition comes from there (see `openapi::definitions`).
     pub type_schema: Option<TypeSchema>,
+    /// A digest of what this resource contributes to its group version's
+    /// `/openapi/v3` document, computed on first use (see
+    /// `openapi::v3_hash`); infos are shared between registry snapshots, so
+    /// each schema is digested once.
+    pub(crate) openapi_digest: std::sync::OnceLock<u64>,
 }
 
 /// How to write a built-in kind's OpenAPI definition: k8s-openapi's
@@ -303,6 +308,7 @@ impl ResourceInfo {
             schema: None,
             deprecation_warning: None,
             type_schema: None,
+            openapi_digest: std::sync::OnceLock::new(),
         }
     }
 
@@ -462,8 +468,11 @@ impl Registry {
         group: &'a str,
         version: &'a str,
     ) -> impl Iterator<Item = &'a ResourceInfo> + 'a {
-        self.all()
-            .filter(move |r| r.group == group && r.version == version)
+        let start = (group.to_string(), version.to_string(), String::new());
+        self.resources
+            .range(start..)
+            .take_while(move |((g, v, _), _)| g == group && v == version)
+            .map(|(_, i)| &**i)
     }
 
     /// Non-core groups with their versions (preferred first).

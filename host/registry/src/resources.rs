@@ -73,8 +73,8 @@ fn key(group: &str, version: &str, plural: &str) -> Key {
 pub struct Snapshot {
     entries: BTreeMap<Key, Arc<Resource>>,
     infos: Registry,
-    /// The OpenAPI v2 document (JSON) and its hash, built on first use.
-    openapi: OnceLock<(Bytes, String)>,
+    /// The OpenAPI v2 document (JSON), built on first use.
+    openapi: OnceLock<Bytes>,
     /// Its protobuf form, built when a client first asks for it.
     openapi_protobuf: OnceLock<Bytes>,
     /// `/openapi/v3` documents by path (`apis/apps/v1`), built on first use.
@@ -119,22 +119,17 @@ impl Snapshot {
 
     /// The OpenAPI v2 document of this snapshot as JSON, built once.
     pub fn openapi_v2(&self) -> Bytes {
-        self.openapi().0.clone()
+        self.openapi().clone()
     }
 
     /// The same document as gnostic protobuf (kubectl 1.27 and 1.28).
     pub fn openapi_v2_protobuf(&self) -> Bytes {
         self.openapi_protobuf
             .get_or_init(|| {
-                let doc: Value = serde_json::from_slice(&self.openapi().0).expect("own JSON");
+                let doc: Value = serde_json::from_slice(self.openapi()).expect("own JSON");
                 wasm_apiserver_api::openapi::proto::encode_v2(&doc).into()
             })
             .clone()
-    }
-
-    /// Changes whenever the set of resources does (part of `/openapi/v3` URLs).
-    pub fn openapi_hash(&self) -> &str {
-        &self.openapi().1
     }
 
     /// The `/openapi/v3/<path>` document (`path` as `api/v1` or
@@ -144,16 +139,14 @@ impl Snapshot {
         if let Some(doc) = self.openapi_v3.lock().expect("lock").get(path) {
             return Some(doc.clone());
         }
-        let (_, group, version) = wasm_apiserver_api::openapi::v3_group_versions(&self.infos)
-            .into_iter()
-            .find(|(p, _, _)| p == path)?;
+        let (group, version) = wasm_apiserver_api::openapi::v3_group_version(&self.infos, path)?;
         let doc = wasm_apiserver_api::openapi::openapi_v3(
             &self.infos,
-            &group,
-            &version,
+            group,
+            version,
             wasm_apiserver_api::KUBERNETES_VERSION,
         );
-        let bytes = Bytes::from(serde_json::to_vec(&doc).expect("JSON"));
+        let bytes = Bytes::from(doc);
         self.openapi_v3
             .lock()
             .expect("lock")
@@ -161,21 +154,18 @@ impl Snapshot {
         Some(bytes)
     }
 
-    fn openapi(&self) -> &(Bytes, String) {
+    fn openapi(&self) -> &Bytes {
         self.openapi.get_or_init(|| {
-            let doc = wasm_apiserver_api::openapi::openapi_v2(
+            wasm_apiserver_api::openapi::openapi_v2(
                 &self.infos,
                 wasm_apiserver_api::KUBERNETES_VERSION,
-            );
-            let json = serde_json::to_vec(&doc).expect("JSON");
-            let hash = content_hash(&json);
-            (json.into(), hash)
+            )
+            .into()
         })
     }
 }
 
-/// A short hash of a served document, in hex: ETags and the
-/// `/openapi/v3` URLs' `hash` (changes whenever the document does).
+/// A short hash of a served document, in hex (ETags).
 fn content_hash(bytes: &[u8]) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();

@@ -59,6 +59,11 @@ pub struct ServeArgs {
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub etcd_compaction_interval: Duration,
 
+    /// Memory the embedded store keeps of its file's pages, in bytes (the
+    /// OS page cache holds the rest).
+    #[arg(long, default_value_t = wasm_apiserver_storage::embedded::DEFAULT_CACHE_BYTES)]
+    pub storage_cache_bytes: usize,
+
     /// How often an idle watch receives a bookmark when it asked for them.
     #[arg(long, default_value = "5s", value_parser = parse_duration, hide = true)]
     pub watch_progress_interval: Duration,
@@ -159,6 +164,7 @@ impl ServeArgs {
             service_cluster_ip_range: "10.96.0.0/12".into(),
             service_node_port_range: "30000-32767".into(),
             watch_progress_interval: Duration::from_secs(5),
+            storage_cache_bytes: wasm_apiserver_storage::embedded::DEFAULT_CACHE_BYTES,
             max_request_bytes: 3 * 1024 * 1024,
             plugin_dir: None,
             admission_control_config_file: None,

@@ -180,8 +180,10 @@ pub async fn openapi_v2(State(state): State<Arc<AppState>>, headers: HeaderMap) 
 pub async fn openapi_v3_root(State(state): State<Arc<AppState>>) -> Response {
     let snapshot = state.resources.snapshot();
     let mut paths = serde_json::Map::new();
-    for (path, _, _) in wasm_apiserver_api::openapi::v3_group_versions(snapshot.infos()) {
-        let url = format!("/openapi/v3/{path}?hash={}", snapshot.openapi_hash());
+    use wasm_apiserver_api::{KUBERNETES_VERSION, openapi};
+    for (path, group, version) in openapi::v3_group_versions(snapshot.infos()) {
+        let hash = openapi::v3_hash(snapshot.infos(), &group, &version, KUBERNETES_VERSION);
+        let url = format!("/openapi/v3/{path}?hash={hash}");
         paths.insert(path, json!({"serverRelativeURL": url}));
     }
     json_response(StatusCode::OK, &json!({"paths": paths}))

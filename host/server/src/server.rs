@@ -215,6 +215,7 @@ async fn open_storage(args: &ServeArgs) -> anyhow::Result<Arc<dyn Storage>> {
             &args.data_dir.join("store.redb"),
             EmbeddedOptions {
                 progress_interval: args.watch_progress_interval,
+                cache_bytes: args.storage_cache_bytes,
                 ..Default::default()
             },
         )?;

@@ -41,13 +41,23 @@ pub struct EmbeddedOptions {
     /// Capacity of the in-memory event broadcast; a watcher further behind
     /// re-reads the log.
     pub broadcast_capacity: usize,
+    /// The most memory redb keeps of the file's pages (its read cache and
+    /// write buffer together). redb's own default is 1 GiB, which a burst
+    /// of large writes (a thousand CRDs and their history) fills and never
+    /// gives back; pages beyond it are read from the OS page cache. 8 MiB
+    /// measured no slower than 64 MiB on the create, get and list benches.
+    pub cache_bytes: usize,
 }
+
+/// [`EmbeddedOptions::cache_bytes`] by default.
+pub const DEFAULT_CACHE_BYTES: usize = 8 * 1024 * 1024;
 
 impl Default for EmbeddedOptions {
     fn default() -> Self {
         EmbeddedOptions {
             progress_interval: Duration::from_secs(5),
             broadcast_capacity: 8192,
+            cache_bytes: DEFAULT_CACHE_BYTES,
         }
     }
 }
@@ -372,7 +382,9 @@ fn writer_loop(
 impl EmbeddedStore {
     /// Opens (or creates) the store in `path` (a file).
     pub fn open(path: &Path, options: EmbeddedOptions) -> Result<Self> {
-        let db = Database::create(path)
+        let db = redb::Builder::new()
+            .set_cache_size(options.cache_bytes)
+            .create(path)
             .map_err(|e| StorageError::Unavailable(format!("{}: {e}", path.display())))?;
         {
             let txn = db.begin_write().map_err(internal)?;

@@ -21,6 +21,8 @@ impl Embedded {
         EmbeddedOptions {
             progress_interval: Duration::from_millis(200),
             broadcast_capacity: 16,
+            // Small, so the suite runs with pages evicted and re-read.
+            cache_bytes: 1024 * 1024,
         }
     }
 }

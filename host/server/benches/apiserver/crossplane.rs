@@ -4,7 +4,8 @@
 //! returns, discovery and OpenAPI latency, and a custom resource's create
 //! and get against one CRD alone; then deleting them all. Prints its own
 //! table of targets (run alone for clean RSS: `cargo bench ... --
-//! crossplane`; the RSS is this process's, client included).
+//! crossplane`; the RSS is this process's, client included, but the client
+//! keeps only names and file offsets of the generated CRDs).
 
 use crate::harness::{Api, Error, met, send, start_server};
 use hyper::{Method, StatusCode};
@@ -107,7 +108,18 @@ async fn cr_latency(api: &Api, round: &str) -> Result<(Duration, Duration), Erro
     Ok((creates[CR_OPS / 2], gets[CR_OPS / 2]))
 }
 
-fn generate(dir: &Path) -> Result<Vec<serde_json::Value>, Error> {
+/// One generated CRD: what the bench needs of it in memory, and where its
+/// document is in the generated file (read again for its create, so the
+/// client holds a few bytes per CRD and the RSS is the server's).
+struct Crd {
+    name: String,
+    group: String,
+    plural: String,
+    kind: String,
+    doc: std::ops::Range<usize>,
+}
+
+fn generate(dir: &Path) -> Result<(std::fs::File, Vec<Crd>, usize), Error> {
     let file = dir.join("crds.json");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gen-crds.py");
     let status = std::process::Command::new("python3")
@@ -119,15 +131,40 @@ fn generate(dir: &Path) -> Result<Vec<serde_json::Value>, Error> {
     if !status.success() {
         return Err("gen-crds.py failed".into());
     }
-    std::fs::read_to_string(&file)?
-        .split("---\n")
-        .map(|d| Ok(serde_json::from_str(d)?))
-        .collect()
+    let text = std::fs::read_to_string(&file)?;
+    let (mut crds, mut start, mut schema_kb) = (Vec::new(), 0, 0);
+    for d in text.split("---\n") {
+        let v: serde_json::Value = serde_json::from_str(d)?;
+        if crds.is_empty() {
+            schema_kb = serde_json::to_vec(&v["spec"]["versions"][0]["schema"])?.len() / 1024;
+        }
+        let s = |p: &str| {
+            v.pointer(p)
+                .and_then(|x| x.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        crds.push(Crd {
+            name: s("/metadata/name"),
+            group: s("/spec/group"),
+            plural: s("/spec/names/plural"),
+            kind: s("/spec/names/kind"),
+            doc: start..start + d.len(),
+        });
+        start += d.len() + "---\n".len();
+    }
+    Ok((std::fs::File::open(&file)?, crds, schema_kb))
+}
+
+fn read_doc(file: &std::fs::File, crd: &Crd) -> Result<String, Error> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0; crd.doc.len()];
+    file.read_exact_at(&mut buf, crd.doc.start as u64)?;
+    Ok(String::from_utf8(buf)?)
 }
 
 pub(crate) async fn crossplane(srv: &Handle, dir: &Path) -> Result<(), Error> {
-    let crds = generate(dir)?;
-    let schema_kb = serde_json::to_vec(&crds[0]["spec"]["versions"][0]["schema"])?.len() / 1024;
+    let (file, crds, schema_kb) = generate(dir)?;
     let store = dir.join("crossplane.redb");
     let addr = srv
         .spawn(async move { start_server(&store).await.map_err(|e| e.to_string()) })
@@ -141,11 +178,9 @@ pub(crate) async fn crossplane(srv: &Handle, dir: &Path) -> Result<(), Error> {
     let started = Instant::now();
     let mut single = None;
     for (i, crd) in crds.iter().enumerate() {
-        api.create(crd_path, crd.to_string()).await?;
+        api.create(crd_path, read_doc(&file, crd)?).await?;
         let created = Instant::now();
-        let group = crd["spec"]["group"].as_str().unwrap_or_default();
-        let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or_default();
-        let list = format!("/apis/{group}/v1beta1/{plural}");
+        let list = format!("/apis/{}/v1beta1/{}", crd.group, crd.plural);
         loop {
             if get(&api, &list, None).await?.0 == StatusCode::OK {
                 break;
@@ -190,9 +225,7 @@ pub(crate) async fn crossplane(srv: &Handle, dir: &Path) -> Result<(), Error> {
     // A few objects in every CRD.
     let mut conn = api.connect().await?;
     for crd in &crds {
-        let group = crd["spec"]["group"].as_str().unwrap_or_default();
-        let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or_default();
-        let kind = crd["spec"]["names"]["kind"].as_str().unwrap_or_default();
+        let (group, plural, kind) = (&crd.group, &crd.plural, &crd.kind);
         for j in 0..OBJECTS_PER_CRD {
             let body = serde_json::json!({
                 "apiVersion": format!("{group}/v1beta1"), "kind": kind,
@@ -213,7 +246,7 @@ pub(crate) async fn crossplane(srv: &Handle, dir: &Path) -> Result<(), Error> {
     let with_objects = rss_mib();
 
     for crd in &crds {
-        let name = crd["metadata"]["name"].as_str().unwrap_or_default();
+        let name = &crd.name;
         let req = api.request(Method::DELETE, format!("{crd_path}/{name}").parse()?, None);
         let (status, _) = send(&mut conn, req).await?;
         if !status.is_success() {
