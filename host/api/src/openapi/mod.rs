@@ -142,8 +142,8 @@ impl Serialize for Definition<'_> {
     }
 }
 
-/// Serializes `doc` as JSON with `definitions` under `key` (`definitions`
-/// in v2) or `components.schemas` (v3).
+/// Serializes `doc` as JSON with `definitions` added under `definitions`
+/// (v2) or `components.schemas` (v3).
 fn write(doc: Map<String, Value>, v3: bool, definitions: BTreeMap<String, Definition>) -> Vec<u8> {
     #[derive(Serialize)]
     struct Components<'a> {
