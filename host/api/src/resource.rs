@@ -227,7 +227,25 @@ pub struct ResourceInfo {
     /// `/openapi/v3` document, computed on first use (see
     /// `openapi::v3_hash`); infos are shared between registry snapshots, so
     /// each schema is digested once.
-    pub(crate) openapi_digest: std::sync::OnceLock<u64>,
+    pub(crate) openapi_digest: Derived<u64>,
+}
+
+/// A value derived from the rest of a struct, computed once on first use.
+/// A clone starts empty, so a copy whose fields are then changed never
+/// carries the original's value.
+#[derive(Debug, Default)]
+pub(crate) struct Derived<T>(std::sync::OnceLock<T>);
+
+impl<T> Derived<T> {
+    pub(crate) fn get_or_init(&self, f: impl FnOnce() -> T) -> &T {
+        self.0.get_or_init(f)
+    }
+}
+
+impl<T> Clone for Derived<T> {
+    fn clone(&self) -> Self {
+        Derived(std::sync::OnceLock::new())
+    }
 }
 
 /// How to write a built-in kind's OpenAPI definition: k8s-openapi's
@@ -308,7 +326,7 @@ impl ResourceInfo {
             schema: None,
             deprecation_warning: None,
             type_schema: None,
-            openapi_digest: std::sync::OnceLock::new(),
+            openapi_digest: Derived::default(),
         }
     }
 

@@ -491,6 +491,19 @@ mod tests {
         let after = v3_hash(&r, "example.com", "v1", "v1.33.0");
         assert_ne!(before, after);
         assert_eq!(core, v3_hash(&r, "", "v1", "v1.33.0"));
+        // A copy of an info whose digest is known, then changed, is digested
+        // anew.
+        let original = widget(json!({"type": "object"}));
+        original.openapi_digest.get_or_init(|| digest(&original));
+        let mut changed = original.clone();
+        changed.schema = Some(std::sync::Arc::new(json!({"type": "string"})));
+        let (mut copied, mut fresh) = (Registry::builtin(), Registry::builtin());
+        copied.insert(changed);
+        fresh.insert(widget(json!({"type": "string"})));
+        assert_eq!(
+            v3_hash(&copied, "example.com", "v1", "v1.33.0"),
+            v3_hash(&fresh, "example.com", "v1", "v1.33.0")
+        );
         assert_eq!(
             v3_group_version(&r, "apis/example.com/v1"),
             Some(("example.com", "v1"))

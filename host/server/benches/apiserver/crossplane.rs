@@ -2,7 +2,9 @@
 //! (`scripts/gen-crds.py`: 40-50 KB schemas, two served versions) on one
 //! fresh server: memory per CRD, how soon each is served after its create
 //! returns, discovery and OpenAPI latency, and a custom resource's create
-//! and get against one CRD alone; then deleting them all. Prints its own
+//! and get against a second server with one CRD alone (both started at
+//! the beginning, the two measured in interleaved rounds so the machine's
+//! noise falls on both alike); then deleting them all. Prints its own
 //! table of targets (run alone for clean RSS: `cargo bench ... --
 //! crossplane`; the RSS is this process's, client included, but the client
 //! keeps only names and file offsets of the generated CRDs).
@@ -17,8 +19,10 @@ const CRDS: usize = 1000;
 const SUFFIX: &str = "crossplane.example.com";
 /// Custom resources created per CRD for the "with objects" memory row.
 const OBJECTS_PER_CRD: usize = 3;
-/// Timed creates and gets of one custom resource kind, per measurement.
-const CR_OPS: usize = 300;
+/// Timed creates and gets of one custom resource kind, per round.
+const CR_OPS: usize = 100;
+/// Interleaved rounds of `CR_OPS` on each server (one CRD, all CRDs).
+const CR_ROUNDS: usize = 6;
 
 const TARGET_MB_PER_CRD: f64 = 1.0;
 const TARGET_SERVED: Duration = Duration::from_secs(1);
@@ -69,12 +73,17 @@ async fn median_get(
     Ok(times[n / 2])
 }
 
-/// p50 of creating then getting `CR_OPS` objects of CRD 0's kind.
-async fn cr_latency(api: &Api, round: &str) -> Result<(Duration, Duration), Error> {
+/// Times creating then getting `CR_OPS` objects of CRD 0's kind; appends
+/// each latency to `creates` and `gets`.
+async fn cr_latency(
+    api: &Api,
+    round: &str,
+    creates: &mut Vec<Duration>,
+    gets: &mut Vec<Duration>,
+) -> Result<(), Error> {
     let (group, plural, kind) = (format!("g0.{SUFFIX}"), "resource0s", "Resource0");
     let base = format!("/apis/{group}/v1beta1/{plural}");
     let mut conn = api.connect().await?;
-    let (mut creates, mut gets) = (Vec::new(), Vec::new());
     for i in 0..CR_OPS {
         let name = format!("{round}-{i}");
         let body = serde_json::json!({
@@ -103,9 +112,33 @@ async fn cr_latency(api: &Api, round: &str) -> Result<(Duration, Duration), Erro
             return Err(format!("get {name}: {status}").into());
         }
     }
-    creates.sort();
-    gets.sort();
-    Ok((creates[CR_OPS / 2], gets[CR_OPS / 2]))
+    Ok(())
+}
+
+fn p50(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// Creates `crd` through `api` and waits until its resource is served;
+/// returns how long that took after the create returned.
+async fn install(api: &Api, doc: String, crd: &Crd) -> Result<Duration, Error> {
+    api.create(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        doc,
+    )
+    .await?;
+    let created = Instant::now();
+    let list = format!("/apis/{}/v1beta1/{}", crd.group, crd.plural);
+    loop {
+        if get(api, &list, None).await?.0 == StatusCode::OK {
+            return Ok(created.elapsed());
+        }
+        if created.elapsed() > Duration::from_secs(30) {
+            return Err(format!("{list} not served 30 s after its CRD").into());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// One generated CRD: what the bench needs of it in memory, and where its
@@ -170,31 +203,21 @@ pub(crate) async fn crossplane(srv: &Handle, dir: &Path) -> Result<(), Error> {
         .spawn(async move { start_server(&store).await.map_err(|e| e.to_string()) })
         .await??;
     let api = Api::new(addr);
+    // The baseline: a server of its own with CRD 0 alone.
+    let store = dir.join("crossplane-one.redb");
+    let one_addr = srv
+        .spawn(async move { start_server(&store).await.map_err(|e| e.to_string()) })
+        .await??;
+    let one_api = Api::new(one_addr);
+    install(&one_api, read_doc(&file, &crds[0])?, &crds[0]).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = rss_mib();
 
     let crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
     let mut served_after = Vec::with_capacity(CRDS);
     let started = Instant::now();
-    let mut single = None;
-    for (i, crd) in crds.iter().enumerate() {
-        api.create(crd_path, read_doc(&file, crd)?).await?;
-        let created = Instant::now();
-        let list = format!("/apis/{}/v1beta1/{}", crd.group, crd.plural);
-        loop {
-            if get(&api, &list, None).await?.0 == StatusCode::OK {
-                break;
-            }
-            if created.elapsed() > Duration::from_secs(30) {
-                return Err(format!("{list} not served 30 s after its CRD").into());
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        served_after.push(created.elapsed());
-        if i == 0 {
-            // The baseline: one CRD installed.
-            single = Some(cr_latency(&api, "one").await?);
-        }
+    for crd in &crds {
+        served_after.push(install(&api, read_doc(&file, crd)?, crd).await?);
     }
     let all = started.elapsed();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -219,8 +242,19 @@ pub(crate) async fn crossplane(srv: &Handle, dir: &Path) -> Result<(), Error> {
     let (_, v2_bytes) = get(&api, "/openapi/v2", None).await?;
     let v2_first = t.elapsed();
     let v2 = median_get(&api, "/openapi/v2", None, 5).await?;
-    let (one_create, one_get) = single.ok_or("no baseline")?;
-    let (all_create, all_get) = cr_latency(&api, "all").await?;
+    let (mut one, mut many) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+    for r in 0..CR_ROUNDS {
+        // Alternate which server goes first.
+        for k in [r % 2, 1 - r % 2] {
+            if k == 0 {
+                cr_latency(&one_api, &format!("one{r}"), &mut one.0, &mut one.1).await?;
+            } else {
+                cr_latency(&api, &format!("all{r}"), &mut many.0, &mut many.1).await?;
+            }
+        }
+    }
+    let (one_create, one_get) = (p50(one.0), p50(one.1));
+    let (all_create, all_get) = (p50(many.0), p50(many.1));
 
     // A few objects in every CRD.
     let mut conn = api.connect().await?;
@@ -274,7 +308,8 @@ pub(crate) async fn crossplane(srv: &Handle, dir: &Path) -> Result<(), Error> {
     let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
     println!(
         "\ncrossplane scale: {CRDS} CRDs, {schema_kb} KB schema per version, 2 served versions; \
-         one fresh in-process server; RSS of this process (client included)"
+         one fresh in-process server (and one with a single CRD for the custom resource \
+         rows, interleaved); RSS of this process (client and that second server included)"
     );
     println!("| measure | value | target | |");
     println!("|---|---|---|---|");
