@@ -140,7 +140,11 @@ impl LogTags {
 
 /// The data of one component call's `Store`.
 pub(crate) struct StoreState {
-    wasi: WasiCtx,
+    /// Built on the guest's first WASI call: most calls make none (building
+    /// one seeds random generators from the OS, a tenth of a call's cost),
+    /// and a guest that imports no WASI never needs it.
+    wasi: Option<WasiCtx>,
+    output: Capture,
     table: ResourceTable,
     limiter: MemoryLimiter,
     tags: LogTags,
@@ -149,7 +153,8 @@ pub(crate) struct StoreState {
 impl CallState for StoreState {
     fn new(plugin: Arc<str>, uid: String, max_memory_bytes: u64, output: &Capture) -> Self {
         StoreState {
-            wasi: sealed_wasi(output).build(),
+            wasi: None,
+            output: output.clone(),
             table: ResourceTable::new(),
             limiter: MemoryLimiter::new(max_memory_bytes),
             tags: LogTags::new(plugin, uid),
@@ -178,8 +183,9 @@ impl StoreState {
 
 impl WasiView for StoreState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
+        let output = &self.output;
         WasiCtxView {
-            ctx: &mut self.wasi,
+            ctx: self.wasi.get_or_insert_with(|| sealed_wasi(output).build()),
             table: &mut self.table,
         }
     }
