@@ -140,9 +140,9 @@ impl LogTags {
 
 /// The data of one component call's `Store`.
 pub(crate) struct StoreState {
-    /// Built on the guest's first WASI call: most calls make none (building
-    /// one seeds random generators from the OS, a tenth of a call's cost),
-    /// and a guest that imports no WASI never needs it.
+    /// Built on the guest's first WASI call: most calls make none, and
+    /// building one seeds random generators from the OS (measured: about
+    /// 0.5 µs of an 11 µs on-demand call).
     wasi: Option<WasiCtx>,
     output: Capture,
     table: ResourceTable,

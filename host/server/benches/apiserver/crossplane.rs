@@ -17,6 +17,7 @@ use tokio::runtime::Handle;
 
 const CRDS: usize = 1000;
 const SUFFIX: &str = "crossplane.example.com";
+const CRD_PATH: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
 /// Custom resources created per CRD for the "with objects" memory row.
 const OBJECTS_PER_CRD: usize = 3;
 /// Timed creates and gets of one custom resource kind, per round.
@@ -123,11 +124,7 @@ fn p50(mut times: Vec<Duration>) -> Duration {
 /// Creates `crd` through `api` and waits until its resource is served;
 /// returns how long that took after the create returned.
 async fn install(api: &Api, doc: String, crd: &Crd) -> Result<Duration, Error> {
-    api.create(
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        doc,
-    )
-    .await?;
+    api.create(CRD_PATH, doc).await?;
     let created = Instant::now();
     let list = format!("/apis/{}/v1beta1/{}", crd.group, crd.plural);
     loop {
@@ -213,7 +210,6 @@ pub(crate) async fn crossplane(srv: &Handle, dir: &Path) -> Result<(), Error> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = rss_mib();
 
-    let crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
     let mut served_after = Vec::with_capacity(CRDS);
     let started = Instant::now();
     for crd in &crds {
@@ -281,7 +277,7 @@ pub(crate) async fn crossplane(srv: &Handle, dir: &Path) -> Result<(), Error> {
 
     for crd in &crds {
         let name = &crd.name;
-        let req = api.request(Method::DELETE, format!("{crd_path}/{name}").parse()?, None);
+        let req = api.request(Method::DELETE, format!("{CRD_PATH}/{name}").parse()?, None);
         let (status, _) = send(&mut conn, req).await?;
         if !status.is_success() {
             return Err(format!("delete {name}: {status}").into());
@@ -289,7 +285,7 @@ pub(crate) async fn crossplane(srv: &Handle, dir: &Path) -> Result<(), Error> {
     }
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let req = api.request(Method::GET, crd_path.parse()?, None);
+        let req = api.request(Method::GET, CRD_PATH.parse()?, None);
         let (_, body) = send(&mut conn, req).await?;
         let left: serde_json::Value = serde_json::from_slice(&body)?;
         if left["items"].as_array().is_some_and(|i| i.is_empty()) {
