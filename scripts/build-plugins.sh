@@ -1,21 +1,62 @@
 #!/usr/bin/env bash
-# Builds the first-party guest components in plugins/ for wasm32-wasip2.
+# Builds the first-party guest components in plugins/.
 #
 # Output: plugins/target/wasm32-wasip2/release/<crate_name>.wasm (e.g.
 # require_labels.wasm). Idempotent: cargo rebuilds only what changed, so a
-# second run takes well under a second.
+# second run takes about a second.
+#
+# Most crates build for wasm32-wasip2. The policies in `wasi_free` use
+# nothing of WASI: they build for wasm32-unknown-unknown, and wasm-tools
+# encodes the module as a component (from the WIT that wit-bindgen embeds).
+# A component without WASI imports links one core instance instead of
+# three and creates no WASI state, which makes a call cheaper (measured in
+# ARCHITECTURE.md, "Plugin call cost"); the hostile fixtures and the
+# plugins that print or read the environment keep WASI.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root/plugins"
 
-if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
-    rustup target add wasm32-wasip2
+wasi_free=(require-labels default-labels deny-privileged)
+wasm_tools_version=1.263.0
+
+for target in wasm32-wasip2 wasm32-unknown-unknown; do
+    if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+        rustup target add "$target"
+    fi
+done
+if ! wasm-tools --version 2>/dev/null | grep -q "^wasm-tools $wasm_tools_version"; then
+    cargo install --quiet --locked wasm-tools --version "$wasm_tools_version" \
+        --no-default-features --features component
 fi
 
-cargo build --target wasm32-wasip2 --release --quiet --target-dir "$root/plugins/target" "$@"
+exclude=()
+only=()
+for crate in "${wasi_free[@]}"; do
+    exclude+=(--exclude "$crate")
+    only+=(-p "$crate")
+done
+cargo build --target wasm32-wasip2 --release --quiet --target-dir "$root/plugins/target" \
+    --workspace "${exclude[@]}" "$@"
+cargo build --target wasm32-unknown-unknown --release --quiet --target-dir "$root/plugins/target" \
+    "${only[@]}" "$@"
 
 out="$root/plugins/target/wasm32-wasip2/release"
+core="$root/plugins/target/wasm32-unknown-unknown/release"
+mkdir -p "$out"
+for crate in "${wasi_free[@]}"; do
+    name="${crate//-/_}"
+    # Several test processes may run this at once: encode to a file of our
+    # own, then rename it into place if it differs.
+    tmp="$(mktemp "$out/.$name.XXXXXX")"
+    wasm-tools component new "$core/$name.wasm" -o "$tmp"
+    if cmp -s "$tmp" "$out/$name.wasm"; then
+        rm -f "$tmp"
+    else
+        mv -f "$tmp" "$out/$name.wasm"
+    fi
+done
+
 for wasm in "$out"/*.wasm; do
     printf '%8d  %s\n' "$(stat -c %s "$wasm")" "${wasm#"$root"/}"
 done

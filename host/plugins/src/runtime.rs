@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{
-    Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, Module,
+    Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationStrategy, Module,
     PoolingAllocationConfig, Store, Trap, UpdateDeadline,
 };
 
@@ -68,6 +68,12 @@ pub struct RuntimeConfig {
     /// all plugins at most a quarter of [`RuntimeConfig::max_instances`] are
     /// held prepared, so calls never starve for slots.
     pub prepared_instances: usize,
+    /// After a call, restore only the pages of the plugin's memory that the
+    /// call wrote (found with Linux's `PAGEMAP_SCAN`, kernel 6.7 or newer;
+    /// elsewhere this is ignored) instead of rewriting every page the pool
+    /// keeps resident. Either way the next call sees the memory exactly as
+    /// the component's image defines it.
+    pub reset_written_pages_only: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -79,6 +85,7 @@ impl Default for RuntimeConfig {
             pooling: true,
             epoch_tick: Duration::from_millis(5),
             prepared_instances: 2,
+            reset_written_pages_only: true,
         }
     }
 }
@@ -210,6 +217,11 @@ impl Runtime {
                 .table_keep_resident(64 << 10)
                 .async_stack_keep_resident(64 << 10)
                 .decommit_batch_size(1);
+            if config.reset_written_pages_only {
+                // Measured (the admission bench, side by side): see
+                // ARCHITECTURE.md, "Plugin call cost".
+                pool.pagemap_scan(Enabled::Auto);
+            }
             wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
         let engine = Engine::new(&wasm).map_err(|e| engine_err("engine", e))?;

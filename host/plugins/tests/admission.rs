@@ -326,6 +326,53 @@ async fn deeply_nested_objects_fit_the_guest_stack() {
     }
 }
 
+/// The policies `scripts/build-plugins.sh` builds without WASI import only
+/// the plugin package (the cheaper call, see ARCHITECTURE.md), and the
+/// fixtures that use WASI still import it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasi_free_policies_import_no_wasi() {
+    let runtime = runtime();
+    for (name, wasi) in [
+        ("require_labels", false),
+        ("default_labels", false),
+        ("deny_privileged", false),
+        ("hostile_io", true),
+    ] {
+        let inspection = runtime.inspect(&wasm(name)).await.unwrap();
+        assert!(inspection.loads(), "{name}: {inspection:?}");
+        let imports_wasi = inspection.imports.iter().any(|i| i.starts_with("wasi:"));
+        assert_eq!(imports_wasi, wasi, "{name}: {:?}", inspection.imports);
+    }
+}
+
+/// A WASI-free policy's allocator never frees across a call (the instance
+/// is dropped after it): an object near the API server's 3 MiB body limit,
+/// parsed and checked, still fits the default memory limit, call after call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_objects_fit_a_wasi_free_policys_memory() {
+    let runtime = runtime();
+    let plugin = require_labels(&runtime).await;
+    let mut object = configmap("large", Some(json!({"team": "a"})));
+    let data: serde_json::Map<String, Value> = (0..3000)
+        .map(|i| (format!("key-{i}"), json!("x".repeat(1000))))
+        .collect();
+    object["data"] = Value::Object(data);
+    for _ in 0..3 {
+        let response = plugin
+            .validate(&request(Operation::Create, Some(object.clone())))
+            .await
+            .unwrap();
+        assert!(response.allowed, "{response:?}");
+    }
+    let mut unlabelled = object;
+    unlabelled["metadata"]["labels"] = json!({});
+    let response = plugin
+        .validate(&request(Operation::Create, Some(unlabelled)))
+        .await
+        .unwrap();
+    assert!(!response.allowed, "{response:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_config_is_rejected_at_load() {
     let runtime = runtime();

@@ -52,6 +52,10 @@ wit_bindgen::generate!({
 });
 
 mod config;
+// Built without WASI (wasm32-unknown-unknown): the allocator of a
+// single-use instance.
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+mod heap;
 mod patch;
 pub mod policy;
 mod request;

@@ -54,6 +54,10 @@ const MANY_PLUGINS_LABEL: &str = "5 wasm plugins";
 /// instantiates on the request path), side by side with the default.
 const ONE_PLUGIN_ON_DEMAND: &str = "1 wasm plugin on demand";
 const MANY_PLUGINS_ON_DEMAND: &str = "5 wasm plugins on demand";
+/// The same again on a runtime that restores every resident page of a
+/// plugin's memory after a call, not only the pages the call wrote
+/// (`RuntimeConfig::reset_written_pages_only` off), side by side.
+const MANY_PLUGINS_FULL_RESET: &str = "5 wasm plugins on demand (full reset)";
 const WEBHOOK: &str = "HTTPS webhook";
 /// Issue 15: the same check as a ValidatingAdmissionPolicy of three expressions.
 const VAP: &str = "1 ValidatingAdmissionPolicy (3 CEL expressions)";
@@ -107,6 +111,7 @@ pub(crate) async fn admission(
         MANY_PLUGINS_LABEL,
         ONE_PLUGIN_ON_DEMAND,
         MANY_PLUGINS_ON_DEMAND,
+        MANY_PLUGINS_FULL_RESET,
         WEBHOOK,
         VAP,
         KUBEWARDEN,
@@ -120,14 +125,24 @@ pub(crate) async fn admission(
     let mut servers = Vec::with_capacity(variants.len());
     for (n, &variant) in variants.iter().enumerate() {
         let store = dir.join(format!("admission-{n}.redb"));
-        let cache = cache.clone();
-        let prepared = if [ONE_PLUGIN_ON_DEMAND, MANY_PLUGINS_ON_DEMAND].contains(&variant) {
-            0
-        } else {
-            RuntimeConfig::default().prepared_instances
+        let on_demand = [
+            ONE_PLUGIN_ON_DEMAND,
+            MANY_PLUGINS_ON_DEMAND,
+            MANY_PLUGINS_FULL_RESET,
+        ];
+        let defaults = RuntimeConfig::default();
+        let config = RuntimeConfig {
+            cache_dir: Some(cache.clone()),
+            prepared_instances: if on_demand.contains(&variant) {
+                0
+            } else {
+                defaults.prepared_instances
+            },
+            reset_written_pages_only: variant != MANY_PLUGINS_FULL_RESET,
+            ..defaults
         };
         let (server, runtime) = srv
-            .spawn(serve_admission(store, cache, plugin_dir(), prepared))
+            .spawn(serve_admission(store, plugin_dir(), config))
             .await??;
         let api = Api::new(server.addr);
         api.create_namespaces(&[NS_CREATE]).await?;
@@ -850,6 +865,7 @@ fn print_policy_table(rows: &[Row], none_p50: f64) {
         ONE_PLUGIN_ON_DEMAND,
         MANY_PLUGINS_LABEL,
         MANY_PLUGINS_ON_DEMAND,
+        MANY_PLUGINS_FULL_RESET,
         VAP,
         KUBEWARDEN,
     ] {

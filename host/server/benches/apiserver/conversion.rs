@@ -95,9 +95,11 @@ pub(crate) async fn conversion(srv: &Handle, dir: &Path) -> Result<Vec<Row>, Err
     let server = srv
         .spawn(serve_admission(
             dir.join("conversion.redb"),
-            dir.join("conversion-cache"),
             plugin_dir(),
-            RuntimeConfig::default().prepared_instances,
+            RuntimeConfig {
+                cache_dir: Some(dir.join("conversion-cache")),
+                ..RuntimeConfig::default()
+            },
         ))
         .await??
         .0;

@@ -80,22 +80,17 @@ pub(crate) async fn serve(
 }
 
 /// A fresh server (embedded store at `store`) with the admission chain on:
-/// AdmissionPlugin modules are read from `plugins` and compiled into `cache`;
-/// with its plugin runtime (for the prepared-instance counters). Call it on
+/// AdmissionPlugin modules are read from `plugins` and run on a plugin
+/// runtime set up as `runtime`; with that runtime (for the prepared-instance counters). Call it on
 /// the server runtime.
 pub(crate) async fn serve_admission(
     store: PathBuf,
-    cache: PathBuf,
     plugins: PathBuf,
-    prepared_instances: usize,
+    runtime: RuntimeConfig,
 ) -> Result<(Served, Runtime), Error> {
     let storage: Arc<dyn Storage> =
         Arc::new(EmbeddedStore::open(&store, EmbeddedOptions::default())?);
-    let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: Some(cache),
-        prepared_instances,
-        ..Default::default()
-    })?;
+    let runtime = Runtime::new(runtime)?;
     let admission = Admission::new(runtime.clone(), Some(plugins), storage.clone());
     Ok((serve(storage, Some(Arc::new(admission))).await?, runtime))
 }
