@@ -194,16 +194,23 @@ impl<P: WorldPre> Ready<P> {
     }
 
     /// Starts a background task that instantiates until `target` instances
-    /// wait (unless one runs already, or there is no tokio runtime). It
+    /// wait (unless one runs already, or there is no tokio runtime), on the
+    /// runtime's preparer thread when it has one. It
     /// holds the pool weakly: once the plugin is dropped it stops, and
     /// what it made in the meantime is dropped unused.
     fn refill(self: &Arc<Self>, pre: &P, sandboxes: &Sandboxes) {
         if self.target == 0 || self.refilling.swap(true, Ordering::AcqRel) {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            self.refilling.store(false, Ordering::Release);
-            return;
+        let rt = match &self.budget.preparer {
+            Some(preparer) => preparer.clone(),
+            None => match tokio::runtime::Handle::try_current() {
+                Ok(rt) => rt,
+                Err(_) => {
+                    self.refilling.store(false, Ordering::Release);
+                    return;
+                }
+            },
         };
         let (weak, pre, sandboxes): (Weak<Self>, P, Sandboxes) =
             (Arc::downgrade(self), pre.clone(), sandboxes.clone());

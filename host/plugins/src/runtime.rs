@@ -68,6 +68,12 @@ pub struct RuntimeConfig {
     /// all plugins at most a quarter of [`RuntimeConfig::max_instances`] are
     /// held prepared, so calls never starve for slots.
     pub prepared_instances: usize,
+    /// Prepare instances on a thread of the lowest priority (nice 19), so
+    /// that preparing uses only CPU time nothing else wants: under load the
+    /// pool runs dry and calls instantiate for themselves, instead of the
+    /// preparing competing with the requests. Off, instances are prepared
+    /// by tasks on the caller's tokio runtime.
+    pub prepare_in_idle_time: bool,
     /// After a call, restore only the pages of the plugin's memory that the
     /// call wrote (found with Linux's `PAGEMAP_SCAN`, kernel 6.7 or newer;
     /// elsewhere this is ignored) instead of rewriting every page the pool
@@ -85,6 +91,7 @@ impl Default for RuntimeConfig {
             pooling: true,
             epoch_tick: Duration::from_millis(5),
             prepared_instances: 2,
+            prepare_in_idle_time: true,
             reset_written_pages_only: true,
         }
     }
@@ -146,6 +153,12 @@ pub(crate) struct PreparedCount {
     /// instantiated on demand.
     pub(crate) hits: AtomicU64,
     pub(crate) misses: AtomicU64,
+    /// Where instances are prepared ([`RuntimeConfig::prepare_in_idle_time`]);
+    /// `None`: on the caller's tokio runtime.
+    pub(crate) preparer: Option<tokio::runtime::Handle>,
+    /// Dropped with the last plugin or runtime holding this budget: ends
+    /// the preparer thread (a plugin may outlive its `Runtime` handle).
+    _stop_preparer: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl PreparedCount {
@@ -226,9 +239,18 @@ impl Runtime {
         }
         let engine = Engine::new(&wasm).map_err(|e| engine_err("engine", e))?;
         spawn_epoch_ticker(&engine, config.epoch_tick);
+        let (preparer, stop_preparer) =
+            if config.prepared_instances > 0 && config.prepare_in_idle_time {
+                let (handle, stop) = spawn_preparer()?;
+                (Some(handle), Some(stop))
+            } else {
+                (None, None)
+            };
         let prepared = Arc::new(PreparedCount {
             held: AtomicUsize::new(0),
             limit: (config.max_instances as usize / 4).max(1),
+            preparer,
+            _stop_preparer: stop_preparer,
             ..PreparedCount::default()
         });
         Ok(Runtime {
@@ -398,6 +420,33 @@ pub(crate) struct CompiledModule {
 pub(crate) struct Compiled {
     pub(crate) component: Component,
     pub(crate) digest: String,
+}
+
+/// Starts the thread that prepares instances
+/// ([`RuntimeConfig::prepare_in_idle_time`]): a single-threaded tokio
+/// runtime at the lowest priority, running the refill tasks spawned on the
+/// returned handle until the returned sender is dropped.
+fn spawn_preparer()
+-> Result<(tokio::runtime::Handle, tokio::sync::oneshot::Sender<()>), PluginError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| PluginError::Engine(format!("preparer runtime: {e}")))?;
+    let handle = rt.handle().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("wasm-preparer".to_owned())
+        .spawn(move || {
+            // On Linux a thread's nice value is its own.
+            if let Err(e) = rustix::process::nice(19) {
+                tracing::warn!("cannot lower the preparer thread's priority: {e}");
+            }
+            // Returns when the runtime drops the sender; the runtime (and
+            // what it was preparing) is dropped here, off any async context.
+            let _ = rt.block_on(stopped);
+        })
+        .map_err(|e| PluginError::Engine(format!("preparer thread: {e}")))?;
+    Ok((handle, stop))
 }
 
 /// Increments `engine`'s epoch every `tick` for as long as the engine lives.

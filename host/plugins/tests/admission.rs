@@ -946,3 +946,61 @@ async fn a_swapped_plugins_prepared_instances_are_dropped_not_reused() {
     assert!(r.warnings.is_empty(), "an old instance answered: {r:?}");
     wait_for(target).await;
 }
+
+/// Instances are prepared on the runtime's lowest-priority thread (nice
+/// 19), so that preparing only uses CPU time no request wants.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_are_prepared_at_the_lowest_priority() {
+    let runtime = runtime();
+    let _plugin = require_labels(&runtime).await;
+    let target = RuntimeConfig::default().prepared_instances;
+    for _ in 0..500 {
+        if runtime.prepared_instances() == target {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(runtime.prepared_instances(), target);
+    let mut preparers = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let dir = task.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() == "wasm-preparer" {
+            // Field 19 of stat is the nice value; fields after the
+            // parenthesised command name are space-separated.
+            let stat = std::fs::read_to_string(dir.join("stat")).unwrap();
+            let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+            let nice: i32 = after_comm.split(' ').nth(16).unwrap().parse().unwrap();
+            preparers.push(nice);
+        }
+    }
+    // Other tests of this binary run their own runtimes, each with its own.
+    assert!(!preparers.is_empty(), "no preparer thread");
+    assert!(preparers.iter().all(|&n| n == 19), "{preparers:?}");
+}
+
+/// A plugin may outlive the `Runtime` handle it was loaded with (the
+/// server keeps plugins, not runtimes): its calls still find instances
+/// prepared for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_outliving_its_runtime_still_prepares_instances() {
+    let runtime = runtime();
+    let plugin = require_labels(&runtime).await;
+    drop(runtime);
+    let labelled = request(
+        Operation::Create,
+        Some(configmap("c", Some(json!({"team": "a"})))),
+    );
+    let (hits_before, _) = plugin.prepared_calls();
+    for _ in 0..20 {
+        assert!(plugin.validate(&labelled).await.unwrap().allowed);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (hits, misses) = plugin.prepared_calls();
+    assert!(
+        hits - hits_before >= 15,
+        "{} of 20 calls found a prepared instance ({misses} misses in all)",
+        hits - hits_before
+    );
+}

@@ -58,6 +58,11 @@ const MANY_PLUGINS_ON_DEMAND: &str = "5 wasm plugins on demand";
 /// plugin's memory after a call, not only the pages the call wrote
 /// (`RuntimeConfig::reset_written_pages_only` off), side by side.
 const MANY_PLUGINS_FULL_RESET: &str = "5 wasm plugins on demand (full reset)";
+/// The default plugins with their instances prepared by tasks on the
+/// server's tokio runtime instead of the runtime's lowest-priority thread
+/// (`RuntimeConfig::prepare_in_idle_time` off), side by side.
+const ONE_PLUGIN_TOKIO: &str = "1 wasm plugin (prepared by tokio tasks)";
+const MANY_PLUGINS_TOKIO: &str = "5 wasm plugins (prepared by tokio tasks)";
 const WEBHOOK: &str = "HTTPS webhook";
 /// Issue 15: the same check as a ValidatingAdmissionPolicy of three expressions.
 const VAP: &str = "1 ValidatingAdmissionPolicy (3 CEL expressions)";
@@ -112,6 +117,8 @@ pub(crate) async fn admission(
         ONE_PLUGIN_ON_DEMAND,
         MANY_PLUGINS_ON_DEMAND,
         MANY_PLUGINS_FULL_RESET,
+        ONE_PLUGIN_TOKIO,
+        MANY_PLUGINS_TOKIO,
         WEBHOOK,
         VAP,
         KUBEWARDEN,
@@ -139,6 +146,7 @@ pub(crate) async fn admission(
                 defaults.prepared_instances
             },
             reset_written_pages_only: variant != MANY_PLUGINS_FULL_RESET,
+            prepare_in_idle_time: ![ONE_PLUGIN_TOKIO, MANY_PLUGINS_TOKIO].contains(&variant),
             ..defaults
         };
         let (server, runtime) = srv
@@ -181,7 +189,7 @@ pub(crate) async fn admission(
                 hook = Some(h);
             }
             _ => {
-                let n = if [ONE_PLUGIN, ONE_PLUGIN_ON_DEMAND].contains(&variant) {
+                let n = if [ONE_PLUGIN, ONE_PLUGIN_ON_DEMAND, ONE_PLUGIN_TOKIO].contains(&variant) {
                     1
                 } else {
                     MANY_PLUGINS
@@ -866,6 +874,8 @@ fn print_policy_table(rows: &[Row], none_p50: f64) {
         MANY_PLUGINS_LABEL,
         MANY_PLUGINS_ON_DEMAND,
         MANY_PLUGINS_FULL_RESET,
+        ONE_PLUGIN_TOKIO,
+        MANY_PLUGINS_TOKIO,
         VAP,
         KUBEWARDEN,
     ] {
