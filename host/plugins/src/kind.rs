@@ -195,9 +195,9 @@ impl<P: WorldPre> Ready<P> {
 
     /// Starts a background task that instantiates until `target` instances
     /// wait (unless one runs already, or there is no tokio runtime), on the
-    /// runtime's preparer thread when it has one. It
-    /// holds the pool weakly: once the plugin is dropped it stops, and
-    /// what it made in the meantime is dropped unused.
+    /// runtime's preparer thread when it has one. It holds the pool weakly:
+    /// once the plugin is dropped it stops, and what it made in the
+    /// meantime is dropped unused.
     fn refill(self: &Arc<Self>, pre: &P, sandboxes: &Sandboxes) {
         if self.target == 0 || self.refilling.swap(true, Ordering::AcqRel) {
             return;

@@ -11,6 +11,13 @@
 //! * **Epoch ticker**: a thread increments the engine's epoch every
 //!   [`RuntimeConfig::epoch_tick`]; it holds only a weak reference, so it ends
 //!   once the engine and every plugin compiled by it are gone.
+//! * **Preparer**: a thread at nice 19 running a single-threaded tokio
+//!   runtime, on which each plugin's prepared instances are made (and used
+//!   stores dropped) with CPU time nothing else wants
+//!   ([`RuntimeConfig::prepare_in_idle_time`]); it ends with the last
+//!   plugin or runtime holding it.
+//! * **Memory reset**: the pool restores only the pages a call wrote
+//!   ([`RuntimeConfig::reset_written_pages_only`]).
 //! * **Compilation cache**: wasmtime's own on-disk cache of compiled
 //!   artifacts ([`RuntimeConfig::cache_dir`]). Entries are keyed by a
 //!   SHA-256 of the wasm bytes together with the engine's compilation
