@@ -8,10 +8,10 @@
 # Most crates build for wasm32-wasip2. The policies in `wasi_free` use
 # nothing of WASI: they build for wasm32-unknown-unknown, and wasm-tools
 # encodes the module as a component (from the WIT that wit-bindgen embeds).
-# A component without WASI imports links one core instance instead of
-# three and creates no WASI state, which makes a call cheaper (measured in
-# ARCHITECTURE.md, "Plugin call cost"); the hostile fixtures and the
-# plugins that print or read the environment keep WASI.
+# A component without WASI imports links one imported interface instead of
+# sixteen and creates no WASI state, which makes a call cheaper (measured
+# in ARCHITECTURE.md, "Plugin call cost"); the hostile fixtures and the
+# other plugins keep WASI.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -81,8 +81,8 @@ pub(crate) async fn serve(
 
 /// A fresh server (embedded store at `store`) with the admission chain on:
 /// AdmissionPlugin modules are read from `plugins` and run on a plugin
-/// runtime set up as `runtime`; with that runtime (for the prepared-instance counters). Call it on
-/// the server runtime.
+/// runtime set up as `runtime`; returned with that runtime (for the
+/// prepared-instance counters). Call it on the server runtime.
 pub(crate) async fn serve_admission(
     store: PathBuf,
     plugins: PathBuf,
