@@ -105,9 +105,14 @@ pub(crate) async fn admission(
             path.display()
         )
     })?;
-    let mut rows = srv
-        .spawn(plugin_costs(wasm, dir.join("plugin-costs")))
-        .await??;
+    // `BENCH_ADMISSION_COSTS=0` skips the plugin runtime's own rows, so that
+    // a profiler attached to the whole run sees only the admission variants.
+    let mut rows = if std::env::var("BENCH_ADMISSION_COSTS").as_deref() == Ok("0") {
+        Vec::new()
+    } else {
+        srv.spawn(plugin_costs(wasm, dir.join("plugin-costs")))
+            .await??
+    };
 
     let cache = dir.join("plugin-cache");
     let variants = [

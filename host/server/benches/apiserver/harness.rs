@@ -333,6 +333,9 @@ pub(crate) fn cpu_sample() -> Option<CpuSample> {
         if let Some((comm, ticks)) = parse(&stat)
             && (comm.starts_with("srv-")
                 || comm.starts_with("hook-")
+                // The plugin runtime's threads (the preparer, the epoch
+                // ticker) work for the server too.
+                || comm.starts_with("wasm-")
                 || comm.starts_with("embedded-store"))
         {
             server += ticks;
