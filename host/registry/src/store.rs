@@ -528,6 +528,9 @@ impl Objects {
         mut obj: Value,
         opts: &WriteOptions,
     ) -> Result<Value> {
+        // Admission may take a while: let the store know a write is coming,
+        // so that concurrent creates can share a commit.
+        let announced = (!opts.dry_run).then(|| self.storage.announce_write());
         self.normalize(info, ns, &mut obj)?;
         check_fields(info, &mut obj, opts)?;
         let generate = meta::str_field(&obj, "generateName").map(String::from);
@@ -572,6 +575,7 @@ impl Objects {
             Ok(c) => {
                 converted = c;
                 let bytes = encode(converted.as_mut().unwrap_or(&mut obj));
+                drop(announced);
                 self.storage
                     .create(&key, bytes)
                     .await
@@ -614,6 +618,8 @@ impl Objects {
         F: FnMut(&Value) -> Result<Value>,
     {
         let key = info.object_key(ns, name);
+        // As in `create`: a write is coming, once admission is done.
+        let mut announced = (!opts.dry_run).then(|| self.storage.announce_write());
         for _ in 0..MAX_RETRIES {
             let Some(cur_kv) = self.storage.get(&key).await.map_err(storage_error)? else {
                 return Err(ApiError::NotFound(target(info, name)));
@@ -653,6 +659,7 @@ impl Objects {
                 if opts.dry_run {
                     return Ok(new);
                 }
+                announced.take();
                 match self.storage.delete(&key, Some(cur_kv.mod_revision)).await {
                     Ok(kv) => {
                         meta::set_resource_version(&mut new, kv.mod_revision);
@@ -678,6 +685,7 @@ impl Objects {
             }
             let mut converted = info.strategy.to_storage(info, &new).await?;
             let bytes = encode(converted.as_mut().unwrap_or(&mut new));
+            announced.take();
             match self.storage.update(&key, bytes, cur_kv.mod_revision).await {
                 Ok(kv) => {
                     meta::set_resource_version(&mut new, kv.mod_revision);

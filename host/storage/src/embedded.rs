@@ -7,7 +7,9 @@
 //!   queued, applies each operation in order inside one write transaction,
 //!   commits once (fsync), and only then answers the callers and broadcasts
 //!   the events. Concurrency becomes throughput (group commit) without giving
-//!   up durability: an acknowledged write has reached the disk.
+//!   up durability: an acknowledged write has reached the disk. When more
+//!   writes are announced than queued (callers still running admission),
+//!   the writer waits [`EmbeddedOptions::commit_delay`] once for them.
 //! * Readers use redb's MVCC read transactions and never block the writer.
 //! * A watch subscribes to the broadcast first, then replays the log, and
 //!   drops duplicates by revision, so nothing is skipped or repeated; a
@@ -15,13 +17,14 @@
 
 use crate::{
     Event, EventKind, KeyValue, ListOptions, ListResult, Result, Storage, StorageError, WatchItem,
-    WatchStream, prefix_end,
+    WatchStream, WriteAnnouncement, prefix_end,
 };
 use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -47,7 +50,22 @@ pub struct EmbeddedOptions {
     /// gives back; pages beyond it are read from the OS page cache. 8 MiB
     /// measured no slower than 64 MiB on the create, get and list benches.
     pub cache_bytes: usize,
+    /// Group commit under load, as PostgreSQL's `commit_delay`: when the
+    /// writer has drained its queue and at least [`COMMIT_SIBLINGS`] more
+    /// writes are announced ([`Storage::announce_write`]) but not yet
+    /// queued, it waits this long once before committing, so that they
+    /// share the commit (and its `fsync`) instead of each paying for one.
+    /// A lone writer never waits. Zero turns it off.
+    pub commit_delay: Duration,
 }
+
+/// Announced writes beyond the drained batch that make the writer wait
+/// [`EmbeddedOptions::commit_delay`]: more than one, so that a single
+/// client (whose next write cannot be on its way) never waits.
+pub const COMMIT_SIBLINGS: usize = 2;
+
+/// [`EmbeddedOptions::commit_delay`] by default.
+pub const DEFAULT_COMMIT_DELAY: Duration = Duration::from_micros(100);
 
 /// [`EmbeddedOptions::cache_bytes`] by default.
 pub const DEFAULT_CACHE_BYTES: usize = 8 * 1024 * 1024;
@@ -58,6 +76,7 @@ impl Default for EmbeddedOptions {
             progress_interval: Duration::from_secs(5),
             broadcast_capacity: 8192,
             cache_bytes: DEFAULT_CACHE_BYTES,
+            commit_delay: DEFAULT_COMMIT_DELAY,
         }
     }
 }
@@ -91,6 +110,10 @@ struct Inner {
     writer: mpsc::UnboundedSender<Request>,
     events: broadcast::Sender<Arc<Vec<Event>>>,
     options: EmbeddedOptions,
+    /// Writes announced and not yet queued.
+    announced: Arc<AtomicUsize>,
+    /// Write transactions committed so far.
+    commits: Arc<AtomicU64>,
 }
 
 /// The embedded, persistent, crash-safe store (see the module docs).
@@ -344,21 +367,37 @@ fn write_batch(db: &Database, batch: &[Request]) -> Result<BatchOutcome> {
     Ok((results, events))
 }
 
+/// Moves what is queued into `batch`, up to [`MAX_BATCH`].
+fn drain(rx: &mut mpsc::UnboundedReceiver<Request>, batch: &mut Vec<Request>) {
+    while batch.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(r) => batch.push(r),
+            Err(_) => break,
+        }
+    }
+}
+
 fn writer_loop(
     db: Arc<Database>,
     mut rx: mpsc::UnboundedReceiver<Request>,
     events: broadcast::Sender<Arc<Vec<Event>>>,
+    announced: Arc<AtomicUsize>,
+    commit_delay: Duration,
+    commits: Arc<AtomicU64>,
 ) {
     while let Some(first) = rx.blocking_recv() {
         let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(r) => batch.push(r),
-                Err(_) => break,
-            }
+        drain(&mut rx, &mut batch);
+        if !commit_delay.is_zero()
+            && batch.len() < MAX_BATCH
+            && announced.load(Ordering::Acquire) >= COMMIT_SIBLINGS
+        {
+            std::thread::sleep(commit_delay);
+            drain(&mut rx, &mut batch);
         }
         match write_batch(&db, &batch) {
             Ok((results, evs)) => {
+                commits.fetch_add(1, Ordering::Relaxed);
                 for (req, res) in batch.into_iter().zip(results) {
                     let _ = req.reply.send(res);
                 }
@@ -396,10 +435,18 @@ impl EmbeddedStore {
         let db = Arc::new(db);
         let (tx, rx) = mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(options.broadcast_capacity);
-        let (wdb, wev) = (db.clone(), events.clone());
+        let announced = Arc::new(AtomicUsize::new(0));
+        let commits = Arc::new(AtomicU64::new(0));
+        let (wdb, wev, wann, delay, wcommits) = (
+            db.clone(),
+            events.clone(),
+            announced.clone(),
+            options.commit_delay,
+            commits.clone(),
+        );
         std::thread::Builder::new()
             .name("embedded-store-writer".into())
-            .spawn(move || writer_loop(wdb, rx, wev))
+            .spawn(move || writer_loop(wdb, rx, wev, wann, delay, wcommits))
             .map_err(internal)?;
         Ok(EmbeddedStore {
             inner: Arc::new(Inner {
@@ -407,8 +454,16 @@ impl EmbeddedStore {
                 writer: tx,
                 events,
                 options,
+                announced,
+                commits,
             }),
         })
+    }
+
+    /// How many write transactions (each a batch of writes, one `fsync`)
+    /// the store has committed since it was opened.
+    pub fn commits(&self) -> u64 {
+        self.inner.commits.load(Ordering::Relaxed)
     }
 
     async fn write(&self, op: Op) -> Result<Option<KeyValue>> {
@@ -649,6 +704,10 @@ impl Storage for EmbeddedStore {
     async fn current_revision(&self) -> Result<u64> {
         let txn = self.inner.db.begin_read().map_err(internal)?;
         Ok(Self::revisions(&txn)?.0)
+    }
+
+    fn announce_write(&self) -> WriteAnnouncement {
+        WriteAnnouncement::counted(&self.inner.announced)
     }
 
     async fn compact(&self, revision: u64) -> Result<()> {

@@ -12,6 +12,7 @@
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 pub mod embedded;
@@ -138,6 +139,37 @@ pub trait Storage: Send + Sync + 'static {
     async fn current_revision(&self) -> Result<u64>;
     /// Forgets history up to and including `revision`.
     async fn compact(&self, revision: u64) -> Result<()>;
+    /// Announces a write on its way: the caller has work to do (admission,
+    /// validation) before it calls [`Storage::create`], `update` or
+    /// `delete`, and drops the returned guard just before that call (or when
+    /// it gives up). A store that commits writes in groups may wait briefly
+    /// for announced writes, so that concurrent writes share one commit.
+    /// Stores that gain nothing from it keep this default, which counts
+    /// nothing.
+    fn announce_write(&self) -> WriteAnnouncement {
+        WriteAnnouncement(None)
+    }
+}
+
+/// A write on its way to the store ([`Storage::announce_write`]); dropping
+/// it withdraws the announcement.
+#[must_use = "the announcement lasts as long as the guard"]
+pub struct WriteAnnouncement(Option<Arc<AtomicUsize>>);
+
+impl WriteAnnouncement {
+    /// An announcement counted in `pending` until dropped.
+    pub fn counted(pending: &Arc<AtomicUsize>) -> Self {
+        pending.fetch_add(1, Ordering::AcqRel);
+        WriteAnnouncement(Some(pending.clone()))
+    }
+}
+
+impl Drop for WriteAnnouncement {
+    fn drop(&mut self) {
+        if let Some(pending) = &self.0 {
+            pending.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 /// Compacts history like kube-apiserver's compactor: at every tick, compact up

@@ -16,6 +16,7 @@ use wasm_apiserver_plugins::{
     AdmissionPlugin, AdmissionRequest, Gvk, Gvr, Limits, Operation, Runtime, RuntimeConfig,
     UserInfo,
 };
+use wasm_apiserver_storage::embedded::EmbeddedOptions;
 
 #[path = "../../tests/support/webhook.rs"]
 mod webhook_support;
@@ -63,6 +64,11 @@ const MANY_PLUGINS_FULL_RESET: &str = "5 wasm plugins on demand (full reset)";
 /// (`RuntimeConfig::prepare_in_idle_time` off), side by side.
 const ONE_PLUGIN_TOKIO: &str = "1 wasm plugin (prepared by tokio tasks)";
 const MANY_PLUGINS_TOKIO: &str = "5 wasm plugins (prepared by tokio tasks)";
+/// No admission and five plugins on a store that commits whatever is
+/// queued at once, never waiting for announced writes
+/// (`EmbeddedOptions::commit_delay` zero), side by side.
+const NO_ADMISSION_NO_DELAY: &str = "none (no commit delay)";
+const MANY_PLUGINS_NO_DELAY: &str = "5 wasm plugins (no commit delay)";
 const WEBHOOK: &str = "HTTPS webhook";
 /// Issue 15: the same check as a ValidatingAdmissionPolicy of three expressions.
 const VAP: &str = "1 ValidatingAdmissionPolicy (3 CEL expressions)";
@@ -124,6 +130,8 @@ pub(crate) async fn admission(
         MANY_PLUGINS_FULL_RESET,
         ONE_PLUGIN_TOKIO,
         MANY_PLUGINS_TOKIO,
+        NO_ADMISSION_NO_DELAY,
+        MANY_PLUGINS_NO_DELAY,
         WEBHOOK,
         VAP,
         KUBEWARDEN,
@@ -154,14 +162,27 @@ pub(crate) async fn admission(
             prepare_in_idle_time: ![ONE_PLUGIN_TOKIO, MANY_PLUGINS_TOKIO].contains(&variant),
             ..defaults
         };
+        let no_delay = [NO_ADMISSION_NO_DELAY, MANY_PLUGINS_NO_DELAY].contains(&variant);
+        let options = EmbeddedOptions {
+            commit_delay: if no_delay {
+                Duration::ZERO
+            } else {
+                std::env::var("BENCH_COMMIT_DELAY_US")
+                    .ok()
+                    .and_then(|us| us.parse().ok())
+                    .map(Duration::from_micros)
+                    .unwrap_or(EmbeddedOptions::default().commit_delay)
+            },
+            ..EmbeddedOptions::default()
+        };
         let (server, runtime) = srv
-            .spawn(serve_admission(store, plugin_dir(), config))
+            .spawn(serve_admission(store, plugin_dir(), config, options))
             .await??;
         let api = Api::new(server.addr);
         api.create_namespaces(&[NS_CREATE]).await?;
         let mut hook = None;
         match variant {
-            NO_ADMISSION => {}
+            NO_ADMISSION | NO_ADMISSION_NO_DELAY => {}
             KUBEWARDEN => {
                 api.create(
                     "/apis/admission.wasm-apiserver.io/v1alpha1/admissionplugins",
@@ -225,7 +246,7 @@ pub(crate) async fn admission(
             ),
         )
         .await?;
-        let expect = if variant == NO_ADMISSION {
+        let expect = if [NO_ADMISSION, NO_ADMISSION_NO_DELAY].contains(&variant) {
             StatusCode::CREATED
         } else {
             StatusCode::FORBIDDEN

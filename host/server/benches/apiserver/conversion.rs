@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 use wasm_apiserver_plugins::RuntimeConfig;
+use wasm_apiserver_storage::embedded::EmbeddedOptions;
 
 const NS: &str = "bench-conversion";
 const OBJECTS: usize = 1000;
@@ -100,6 +101,7 @@ pub(crate) async fn conversion(srv: &Handle, dir: &Path) -> Result<Vec<Row>, Err
                 cache_dir: Some(dir.join("conversion-cache")),
                 ..RuntimeConfig::default()
             },
+            EmbeddedOptions::default(),
         ))
         .await??
         .0;

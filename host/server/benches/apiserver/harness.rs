@@ -87,9 +87,9 @@ pub(crate) async fn serve_admission(
     store: PathBuf,
     plugins: PathBuf,
     runtime: RuntimeConfig,
+    options: EmbeddedOptions,
 ) -> Result<(Served, Runtime), Error> {
-    let storage: Arc<dyn Storage> =
-        Arc::new(EmbeddedStore::open(&store, EmbeddedOptions::default())?);
+    let storage: Arc<dyn Storage> = Arc::new(EmbeddedStore::open(&store, options)?);
     let runtime = Runtime::new(runtime)?;
     let admission = Admission::new(runtime.clone(), Some(plugins), storage.clone());
     Ok((serve(storage, Some(Arc::new(admission))).await?, runtime))
