@@ -803,6 +803,8 @@ impl Objects {
         opts: &WriteOptions,
     ) -> Result<Deleted> {
         let key = info.object_key(ns, name);
+        // As in `create`: a write is coming, once admission is done.
+        let mut announced = (!opts.dry_run).then(|| self.storage.announce_write());
         for _ in 0..MAX_RETRIES {
             let Some(cur_kv) = self.storage.get(&key).await.map_err(storage_error)? else {
                 return Err(ApiError::NotFound(target(info, name)));
@@ -831,6 +833,7 @@ impl Objects {
                 if opts.dry_run {
                     return Ok(Deleted::Pending(present(info, marked).await?));
                 }
+                announced.take();
                 match self
                     .storage
                     .update(&key, encode(&mut marked), cur_kv.mod_revision)
@@ -848,6 +851,7 @@ impl Objects {
             if opts.dry_run {
                 return Ok(Deleted::Now(shown));
             }
+            announced.take();
             match self.storage.delete(&key, Some(cur_kv.mod_revision)).await {
                 Ok(kv) => {
                     let mut last = cur;
