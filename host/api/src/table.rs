@@ -362,10 +362,11 @@ mod tests {
                    "type": "Warning", "reason": "Boom", "message": "m",
                    "involvedObject": {"kind": "Pod", "name": "web"}}),
         );
+        // The age is rendered from the clock now: a slow run may see 31s.
+        assert!(matches!(ev[0].as_str(), Some("30s" | "31s")), "{ev:?}");
         assert_eq!(
-            ev,
-            vec![
-                json!("30s"),
+            ev[1..],
+            [
                 json!("Warning"),
                 json!("Boom"),
                 json!("pod/web"),

@@ -998,8 +998,11 @@ async fn a_plugin_outliving_its_runtime_still_prepares_instances() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let (hits, misses) = plugin.prepared_calls();
+    // With the bug this guards against, none did; the preparer runs at
+    // nice 19, so on a busy machine (a parallel test run) it may fall
+    // behind for a few calls.
     assert!(
-        hits - hits_before >= 15,
+        hits - hits_before >= 10,
         "{} of 20 calls found a prepared instance ({misses} misses in all)",
         hits - hits_before
     );
