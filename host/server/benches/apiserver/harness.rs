@@ -549,12 +549,29 @@ pub(crate) async fn closed_loop(
     expect: StatusCode,
     make: MakeRequest,
 ) -> Result<Row, Error> {
+    paced_loop(api, scenario, clients, window, expect, make, None).await
+}
+
+/// [`closed_loop`], except that each client, when `interval` is given,
+/// starts a request at most once per `interval` (on a fixed schedule; one
+/// that falls behind it starts its next request at once, without catching
+/// up the ones it missed): load at a set rate, so that variants can be
+/// compared at equal throughput.
+pub(crate) async fn paced_loop(
+    api: &Api,
+    scenario: &str,
+    clients: usize,
+    window: Duration,
+    expect: StatusCode,
+    make: MakeRequest,
+    interval: Option<Duration>,
+) -> Result<Row, Error> {
     let begin = Instant::now() + WARMUP;
     let end = begin + window;
     let tasks: Vec<_> = (0..clients)
         .map(|w| {
             let (api, make) = (Api::new(api.addr), make.clone());
-            tokio::spawn(async move { worker(&api, w, begin, end, expect, &*make).await })
+            tokio::spawn(async move { worker(&api, w, begin, end, expect, &*make, interval).await })
         })
         .collect();
     tokio::time::sleep_until(begin.into()).await;
@@ -589,6 +606,7 @@ async fn worker(
     end: Instant,
     expect: StatusCode,
     make: &(dyn Fn(&Api, usize, u64) -> Request<Body> + Send + Sync),
+    interval: Option<Duration>,
 ) -> Result<WorkerStats, Error> {
     let mut conn = api.connect().await?;
     let mut stats = WorkerStats {
@@ -597,7 +615,13 @@ async fn worker(
         latencies: Vec::with_capacity(1 << 16),
     };
     let mut first_error = None;
+    // Clients start spread over one interval, not all at once.
+    let mut next = interval.map(|i| Instant::now() + i.mul_f64(((w * 37) % 64) as f64 / 64.0));
     for i in 0.. {
+        if let (Some(at), Some(interval)) = (&mut next, interval) {
+            tokio::time::sleep_until((*at).into()).await;
+            *at = (*at + interval).max(Instant::now());
+        }
         let start = Instant::now();
         if start >= end {
             break;

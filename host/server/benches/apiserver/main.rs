@@ -35,7 +35,10 @@
 //!   `none,5 wasm plugins,5 wasm plugins on demand`) runs only those; the
 //!   issue-14 target lines need `none`, both `1 wasm plugin` and
 //!   `5 wasm plugins`, and `HTTPS webhook`. `BENCH_ADMISSION_COSTS=0`
-//!   skips the plugin-runtime rows (for a profiler attached to the run).
+//!   skips the plugin-runtime rows (for a profiler attached to the run);
+//!   `BENCH_ADMISSION_RATE=N` adds a phase where [`ADMISSION_CLIENTS`]
+//!   paced clients send N creates/s in all to every variant, and prints
+//!   server CPU per create at that equal load.
 //! * `rbac`: GETs of one ConfigMap with a bearer token (token file) on two
 //!   fresh servers, one authorizing with RBAC (bootstrap policy plus a
 //!   RoleBinding of `view` to the token's user), one with AlwaysAllow; in
