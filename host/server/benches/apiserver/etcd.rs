@@ -106,13 +106,17 @@ pub(crate) async fn etcd(
     // Raw puts, raw create transactions and the API server's creates take
     // turns, so that a slow patch of the shared machine hits all three.
     let slice = window / ETCD_ROUNDS as u32;
-    let mut writes: [Option<Row>; 3] = [None, None, None];
+    let burn = std::env::var("BENCH_ETCD_BURN_US")
+        .ok()
+        .and_then(|us| us.parse::<u64>().ok())
+        .filter(|us| *us > 0);
+    let mut modes = vec![Some(RawWrite::Put), Some(RawWrite::CreateTxn)];
+    modes.extend(burn.map(|us| Some(RawWrite::CreateTxnBurning(us))));
+    modes.push(None);
+    let mut writes: Vec<Option<Row>> = modes.iter().map(|_| None).collect();
     let mut put_revisions = (0, 0);
     for round in 0..ETCD_ROUNDS {
-        for (i, mode) in [Some(RawWrite::Put), Some(RawWrite::CreateTxn), None]
-            .into_iter()
-            .enumerate()
-        {
+        for (i, &mode) in modes.iter().enumerate() {
             let before = etcd.counters(&mut raw).await?;
             let mut row = match mode {
                 Some(mode) => etcd_raw_put(&raw, clients, slice, value_size, mode, round).await?,
@@ -138,14 +142,17 @@ pub(crate) async fn etcd(
             }
         }
     }
-    let [put, txn, api_create] = writes;
-    let names = [
-        "raw put (etcd-client)",
-        "raw create txn (etcd-client)",
-        "apiserver create ConfigMap (POST)",
-    ];
     let mut rows = Vec::new();
-    for (mut row, name) in [put, txn, api_create].into_iter().flatten().zip(names) {
+    for (row, mode) in writes.into_iter().zip(&modes) {
+        let Some(mut row) = row else { continue };
+        let name = match mode {
+            Some(RawWrite::Put) => "raw put (etcd-client)".to_owned(),
+            Some(RawWrite::CreateTxn) => "raw create txn (etcd-client)".to_owned(),
+            Some(RawWrite::CreateTxnBurning(us)) => {
+                format!("raw create txn (etcd-client) + {us} µs client CPU")
+            }
+            None => "apiserver create ConfigMap (POST)".to_owned(),
+        };
         row.scenario = format!("{prefix}{name}");
         row.latencies.sort_unstable();
         rows.push(row);
@@ -347,7 +354,13 @@ async fn etcd_raw_put(
                     if start >= end {
                         break;
                     }
-                    let key = format!("/bench-raw/{mode:?}/{round}/{w}/{i}");
+                    let key = format!("/bench-raw/{}/{round}/{w}/{i}", mode.label());
+                    if let RawWrite::CreateTxnBurning(us) = mode {
+                        let spin = Instant::now();
+                        while spin.elapsed() < Duration::from_micros(us) {
+                            std::hint::spin_loop();
+                        }
+                    }
                     let write = async {
                         if mode == RawWrite::Put {
                             client.put(key, value.clone(), None).await.map(|_| ())
@@ -427,6 +440,21 @@ enum RawWrite {
     Put,
     /// A create-if-absent transaction: what the API server sends per create.
     CreateTxn,
+    /// The same, each after spinning this many µs on the client's thread:
+    /// how the raw rate falls as the client side of a create costs more
+    /// CPU on the cores etcd runs on (`BENCH_ETCD_BURN_US`).
+    CreateTxnBurning(u64),
+}
+
+impl RawWrite {
+    /// The key segment of this mode's writes.
+    fn label(self) -> String {
+        match self {
+            RawWrite::Put => "Put".into(),
+            RawWrite::CreateTxn => "CreateTxn".into(),
+            RawWrite::CreateTxnBurning(us) => format!("CreateTxnBurning{us}"),
+        }
+    }
 }
 
 /// Replays revisions `from..=to` (the raw puts) through one prefix watch
@@ -441,7 +469,10 @@ async fn etcd_raw_replay(client: &etcd_client::Client, from: i64, to: i64) -> Re
         .with_prefix()
         .with_start_revision(from);
     let mut stream = client
-        .watch(format!("/bench-raw/{:?}/", RawWrite::Put), Some(options))
+        .watch(
+            format!("/bench-raw/{}/", RawWrite::Put.label()),
+            Some(options),
+        )
         .await?;
     let deadline = tokio::time::Instant::now() + ETCD_REPLAY;
     let mut events = 0u64;
@@ -654,6 +685,19 @@ pub(crate) fn print_targets(rows: &[Row]) {
             api.clients,
             pattern.clients
         );
+        if let Some(burning) = by("µs client CPU") {
+            let client_us = |r: &Row| r.cpu.map_or(0.0, |c| c.client * 1e6 / r.rate().max(1.0));
+            println!(
+                "{}: {:.0}/s = {:.2}x the raw create txn, client CPU per txn {:.0} vs {:.0} µs \
+                 (what the API server would keep if a create cost it only that much more CPU \
+                 than the raw client, HTTP client included)",
+                burning.scenario,
+                burning.rate(),
+                burning.rate() / pattern.rate(),
+                client_us(burning),
+                client_us(pattern)
+            );
+        }
     }
     if let Some(replay) = by("raw watch replay") {
         println!(

@@ -47,7 +47,10 @@
 //!   puts, create transactions and watches, then the API server on etcd
 //!   (creates and watch delivery). etcd runs with [`ETCD_ARGS`] unless
 //!   `BENCH_ETCD_ARGS` gives other flags (`BENCH_ETCD_ARGS=` for etcd's
-//!   defaults). Run it with `create watch` for the embedded-store rows to
+//!   defaults). `BENCH_ETCD_BURN_US=N` adds a raw create txn row whose
+//!   clients spin N µs before each txn: how the raw rate falls as the client
+//!   side costs more CPU on etcd's cores (the API server's share of a
+//!   create). Run it with `create watch` for the embedded-store rows to
 //!   compare with.
 //!
 //! The server and the load generator live in one process but in two tokio
