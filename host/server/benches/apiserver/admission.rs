@@ -858,8 +858,7 @@ pub(crate) fn print_targets(rows: &[Row]) {
             one.rate() / hook.rate()
         );
         // Server CPU per create (webhook threads included), from the CPU columns.
-        let cpu_us = |r: &Row| r.cpu.map(|c| c.server * 1e6 / r.rate().max(1.0));
-        if let (Some(n), Some(o), Some(h)) = (cpu_us(none), cpu_us(one), cpu_us(hook)) {
+        if let (Some(n), Some(o), Some(h)) = (server_us(none), server_us(one), server_us(hook)) {
             println!(
                 "server CPU per create ({ADMISSION_CLIENTS} clients): none {n:.0} µs; 1 wasm \
                  plugin {o:.0} µs ({:+.0}); HTTPS webhook incl. the webhook's own {h:.0} µs \
@@ -967,15 +966,15 @@ fn print_equal_load(rows: &[Row], slowest: f64) {
     else {
         return;
     };
-    let cpu_us = |r: &Row| r.cpu.map(|c| c.server * 1e6 / r.rate().max(1.0));
-    let (Some(n), Some(o), Some(h)) = (cpu_us(none), cpu_us(one), cpu_us(hook)) else {
+    let (Some(n), Some(o), Some(h)) = (server_us(none), server_us(one), server_us(hook)) else {
         return;
     };
     let five = at(MANY_PLUGINS_LABEL)
-        .and_then(cpu_us)
+        .and_then(server_us)
         .map_or_else(String::new, |f| {
             format!("; {MANY_PLUGINS} wasm plugins {f:.0} µs ({:+.0})", f - n)
         });
+    let cpu_ratio = (h - n) / (o - n).max(1.0);
     let reached = [none, one, hook]
         .iter()
         .map(|r| r.rate())
@@ -984,13 +983,11 @@ fn print_equal_load(rows: &[Row], slowest: f64) {
         "server CPU per create at {rate} creates/s, {ADMISSION_CLIENTS} paced clients (equal \
          load; lowest rate reached {reached:.0}/s): none {n:.0} µs; 1 wasm plugin {o:.0} µs \
          ({:+.0}){five}; HTTPS webhook incl. the webhook's own {h:.0} µs ({:+.0}); added-CPU \
-         ratio webhook / wasm = {:.1}x",
+         ratio webhook / wasm = {cpu_ratio:.1}x",
         o - n,
         h - n,
-        (h - n) / (o - n).max(1.0)
     );
     let equal = reached >= rate as f64 * 0.95 && (rate as f64) < slowest * 0.8;
-    let cpu_ratio = (h - n) / (o - n).max(1.0);
     println!(
         "target wasm's added server CPU per create <= 1/{TARGET_WEBHOOK_CPU_RATIO:.0} of the \
          webhook's, at equal load ({rate}/s): {} ({cpu_ratio:.1}x: {:+.0} µs vs {:+.0} µs){}",
@@ -1004,4 +1001,9 @@ fn print_equal_load(rows: &[Row], slowest: f64) {
              the slowest closed-loop rate (BENCH_ADMISSION_RATE)"
         }
     );
+}
+
+/// Server CPU per create of `r` (webhook threads included), in µs.
+fn server_us(r: &Row) -> Option<f64> {
+    r.cpu.map(|c| c.server * 1e6 / r.rate().max(1.0))
 }

@@ -615,12 +615,13 @@ async fn worker(
         latencies: Vec::with_capacity(1 << 16),
     };
     let mut first_error = None;
-    // Clients start spread over one interval, not all at once.
-    let mut next = interval.map(|i| Instant::now() + i.mul_f64(((w * 37) % 64) as f64 / 64.0));
+    // When paced: the interval and the next start, the clients' first
+    // starts spread over one interval rather than all at once.
+    let mut pace = interval.map(|i| (i, Instant::now() + i.mul_f64(((w * 37) % 64) as f64 / 64.0)));
     for i in 0.. {
-        if let (Some(at), Some(interval)) = (&mut next, interval) {
+        if let Some((interval, at)) = &mut pace {
             tokio::time::sleep_until((*at).into()).await;
-            *at = (*at + interval).max(Instant::now());
+            *at = (*at + *interval).max(Instant::now());
         }
         let start = Instant::now();
         if start >= end {
