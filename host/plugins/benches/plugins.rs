@@ -7,7 +7,9 @@
 //!
 //! Run with `cargo bench -p wasm-apiserver-plugins` (build the guests first
 //! with `scripts/build-plugins.sh` and `scripts/build-kubewarden-policies.sh`).
-//! `BENCH_CALLS` sets the number of calls.
+//! `BENCH_CALLS` sets the number of calls; `BENCH_PREPARED=N` the runtime's
+//! prepared instances per plugin (0: every call instantiates, for profiling
+//! instantiation).
 
 use serde_json::json;
 use std::path::Path;
@@ -133,9 +135,14 @@ async fn main() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(5000);
     let cache = tempfile::tempdir().expect("tempdir");
+    let defaults = RuntimeConfig::default();
     let config = RuntimeConfig {
         cache_dir: Some(cache.path().to_owned()),
-        ..RuntimeConfig::default()
+        prepared_instances: std::env::var("BENCH_PREPARED")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(defaults.prepared_instances),
+        ..defaults
     };
 
     let cold_runtime = Runtime::new(config.clone()).expect("runtime");

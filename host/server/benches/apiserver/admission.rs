@@ -7,6 +7,7 @@ use crate::harness::{
 };
 use hyper::{Method, StatusCode, Uri};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use wasm_apiserver_plugins::{
     AdmissionPlugin, AdmissionRequest, Gvk, Gvr, Limits, Operation, Runtime, RuntimeConfig,
     UserInfo,
 };
+use wasm_apiserver_registry::webhook::Webhook;
 use wasm_apiserver_storage::embedded::EmbeddedOptions;
 
 #[path = "../../tests/support/webhook.rs"]
@@ -44,6 +46,8 @@ const COLD_LOADS: usize = 3;
 const CACHED_LOADS: usize = 5;
 /// Sequential `validate` calls timed (after [`PLUGIN_WARMUP_CALLS`]).
 const PLUGIN_CALLS: usize = 5000;
+/// Calls of the concurrent rows (long enough for the CPU columns' 10 ms ticks).
+const CONCURRENT_CALLS: usize = 40000;
 const PLUGIN_WARMUP_CALLS: usize = 200;
 /// Issue 14: one validating plugin adds at most this to a create's p50 (1 client).
 const TARGET_ADDED_P50: Duration = Duration::from_micros(25);
@@ -86,6 +90,9 @@ const KUBEWARDEN: &str = "1 Kubewarden policy";
 const PLUGIN_CALL_SCENARIO: &str = "plugin: validate on a prepared instance, per call";
 const PLUGIN_ON_DEMAND_SCENARIO: &str = "plugin: instantiate + validate, per call";
 const PLUGIN_RSS_SCENARIO: &str = "plugin: memory of prepared instances";
+const PLUGIN_CONCURRENT_SCENARIO: &str = "plugin: validate, 16 concurrent";
+const PLUGIN_ON_DEMAND_CONCURRENT_SCENARIO: &str = "plugin: instantiate + validate, 16 concurrent";
+const WEBHOOK_CALL_SCENARIO: &str = "webhook: call, 16 concurrent";
 /// How many plugins the memory row loads.
 const TEN_PLUGINS: usize = 10;
 const PLUGIN_COLD_SCENARIO: &str = "plugin: validate on a prepared instance, cold caches";
@@ -125,8 +132,12 @@ pub(crate) async fn admission(
     let mut rows = if std::env::var("BENCH_ADMISSION_COSTS").as_deref() == Ok("0") {
         Vec::new()
     } else {
-        srv.spawn(plugin_costs(wasm, dir.join("plugin-costs")))
-            .await??
+        srv.spawn(plugin_costs(
+            wasm,
+            dir.join("plugin-costs"),
+            hook_rt.clone(),
+        ))
+        .await??
     };
 
     let cache = dir.join("plugin-cache");
@@ -275,10 +286,21 @@ pub(crate) async fn admission(
 
     // Interleaved rounds (A B C D A B C D ...), so that a change in the
     // machine's background load hits every variant alike.
-    let slice = window / ADMISSION_ROUNDS as u32;
+    // `BENCH_ADMISSION_ROUNDS` interleaves finer, for comparisons on a noisy machine.
+    let rounds = std::env::var("BENCH_ADMISSION_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .filter(|&r: &usize| r > 0)
+        .unwrap_or(ADMISSION_ROUNDS);
+    let slice = window / rounds as u32;
     let paced = paced_rate();
-    let phases = [(1, None), (ADMISSION_CLIENTS, None)]
+    // `BENCH_ADMISSION_ONE_CLIENT=0` skips the 1-client phase, so that a
+    // profiler attached to the whole run sees only the loaded one.
+    let one_client = std::env::var("BENCH_ADMISSION_ONE_CLIENT").as_deref() != Ok("0");
+    let phases = one_client
+        .then_some((1, None))
         .into_iter()
+        .chain([(ADMISSION_CLIENTS, None)])
         .chain((paced > 0).then_some((ADMISSION_CLIENTS, Some(paced))));
     for (clients, rate) in phases {
         let mut calls_before = Vec::new();
@@ -286,7 +308,7 @@ pub(crate) async fn admission(
             calls_before.push((plugin_calls(api).await?, rt.prepared_calls()));
         }
         let mut merged: Vec<Option<Row>> = variants.iter().map(|_| None).collect();
-        for round in 0..ADMISSION_ROUNDS {
+        for round in 0..rounds {
             for ((_, api, _, _, _), (variant, slot)) in
                 servers.iter().zip(variants.iter().zip(&mut merged))
             {
@@ -304,7 +326,7 @@ pub(crate) async fn admission(
             row.latencies.sort_unstable();
             row.note = format!(
                 "~200 B objects, all allowed; unlabelled create: {status}; \
-                 {ADMISSION_ROUNDS} interleaved rounds"
+                 {rounds} interleaved rounds"
             );
             let (sum, count) = plugin_calls(api).await?;
             if count > before.1 {
@@ -495,7 +517,7 @@ fn webhook_configuration(url: &str, ca_bundle: &str) -> String {
 /// empty cache dir), cached load (a new runtime on a filled one), and
 /// instantiate + `validate` per call. Loads include instantiating the
 /// plugin once to check its configuration. Run it on the server runtime.
-async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf) -> Result<Vec<Row>, Error> {
+async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf, hook_rt: Handle) -> Result<Vec<Row>, Error> {
     let config = format!(r#"{{"labels":["{REQUIRED_LABEL}"]}}"#);
     let runtime = |cache: PathBuf| {
         Runtime::new(RuntimeConfig {
@@ -621,6 +643,14 @@ async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf) -> Result<Vec<Row>, Error> {
         "prepared_instances: 0, each call instantiates; {}",
         on_demand_row.note
     );
+    // The same from ADMISSION_CLIENTS tasks at once, every call instantiating.
+    let shared = Arc::new(request.clone());
+    let on_demand_concurrent = concurrent_calls(
+        PLUGIN_ON_DEMAND_CONCURRENT_SCENARIO.to_owned(),
+        CONCURRENT_CALLS,
+        validating(on_demand.clone(), shared),
+    )
+    .await?;
     drop(on_demand);
 
     // The memory prepared instances cost: RSS with TEN_PLUGINS loaded,
@@ -684,20 +714,83 @@ async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf) -> Result<Vec<Row>, Error> {
 
     // The same calls from ADMISSION_CLIENTS tasks at once: throughput and
     // CPU per call when instances run side by side (as under load).
-    let per_task = PLUGIN_CALLS / ADMISSION_CLIENTS;
     let request = Arc::new(request);
+    let concurrent = concurrent_calls(
+        PLUGIN_CONCURRENT_SCENARIO.to_owned(),
+        CONCURRENT_CALLS,
+        validating(plugin.clone(), request.clone()),
+    )
+    .await?;
+
+    // The same check by the loopback HTTPS webhook, called by the server's
+    // webhook client from as many tasks, with no server around either: CPU
+    // per call of each alone, hot, side by side in one run. The
+    // in-server ratio is measured on creates (`print_targets`).
+    let hook = hook_rt
+        .spawn(webhook_support::start(REQUIRED_LABEL))
+        .await?;
+    let client = Arc::new(Webhook::new(&hook.url, &hook.ca_bundle, REQUEST_TIMEOUT)?);
+    for _ in 0..PLUGIN_WARMUP_CALLS {
+        client.call(&request).await?;
+    }
+    let webhook_calls = concurrent_calls(
+        WEBHOOK_CALL_SCENARIO.to_owned(),
+        CONCURRENT_CALLS,
+        move || {
+            let (client, request) = (client.clone(), request.clone());
+            async move { Ok(client.call(&request).await?.allowed) }
+        },
+    )
+    .await?;
+    drop(hook);
+
+    Ok(vec![
+        cold,
+        cached,
+        per_call,
+        on_demand_row,
+        cold_calls,
+        concurrent,
+        on_demand_concurrent,
+        webhook_calls,
+        rss_row,
+    ])
+}
+
+/// A call of `plugin`'s `validate` on `request`, for [`concurrent_calls`].
+fn validating(
+    plugin: AdmissionPlugin,
+    request: Arc<AdmissionRequest>,
+) -> impl Fn() -> Pin<Box<dyn Future<Output = Result<bool, Error>> + Send>> + Send + Sync + 'static
+{
+    move || {
+        let (plugin, request) = (plugin.clone(), request.clone());
+        Box::pin(async move { Ok(plugin.validate(&request).await?.allowed) })
+    }
+}
+
+/// `n` calls of `call()` (each answering whether it allowed) from
+/// [`ADMISSION_CLIENTS`] tasks at once: a row of their latencies and the
+/// server's CPU per call (the webhook's threads included).
+async fn concurrent_calls<F, Fut>(scenario: String, n: usize, call: F) -> Result<Row, Error>
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<bool, Error>> + Send + 'static,
+{
+    let per_task = n / ADMISSION_CLIENTS;
+    let call = Arc::new(call);
     let cpu = cpu_sample();
     let started = Instant::now();
     let tasks: Vec<_> = (0..ADMISSION_CLIENTS)
         .map(|_| {
-            let (plugin, request) = (plugin.clone(), request.clone());
+            let call = call.clone();
             tokio::spawn(async move {
                 let mut lat = Vec::with_capacity(per_task);
                 let mut errors = 0u64;
                 for _ in 0..per_task {
                     let t = Instant::now();
-                    match plugin.validate(&request).await {
-                        Ok(r) if r.allowed => lat.push(t.elapsed().as_micros() as u32),
+                    match call().await {
+                        Ok(true) => lat.push(t.elapsed().as_micros() as u32),
                         _ => errors += 1,
                     }
                 }
@@ -705,8 +798,8 @@ async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf) -> Result<Vec<Row>, Error> {
             })
         })
         .collect();
-    let mut concurrent = Row {
-        scenario: format!("plugin: validate, {ADMISSION_CLIENTS} concurrent"),
+    let mut row = Row {
+        scenario,
         clients: ADMISSION_CLIENTS,
         ops: 0,
         errors: 0,
@@ -717,28 +810,20 @@ async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf) -> Result<Vec<Row>, Error> {
     };
     for t in tasks {
         let (lat, errors) = timeout(REQUEST_TIMEOUT, t).await??;
-        concurrent.ops += lat.len() as u64;
-        concurrent.errors += errors;
-        concurrent.latencies.extend(lat);
+        row.ops += lat.len() as u64;
+        row.errors += errors;
+        row.latencies.extend(lat);
     }
-    concurrent.seconds = started.elapsed().as_secs_f64();
-    concurrent.cpu = cpu_since(&cpu);
-    concurrent.latencies.sort_unstable();
-    if let Some(c) = concurrent.cpu {
-        concurrent.note = format!(
+    row.seconds = started.elapsed().as_secs_f64();
+    row.cpu = cpu_since(&cpu);
+    row.latencies.sort_unstable();
+    if let Some(c) = row.cpu {
+        row.note = format!(
             "server CPU per call {:.1} µs",
-            c.server * 1e6 / concurrent.rate().max(1.0)
+            c.server * 1e6 / row.rate().max(1.0)
         );
     }
-    Ok(vec![
-        cold,
-        cached,
-        per_call,
-        on_demand_row,
-        cold_calls,
-        concurrent,
-        rss_row,
-    ])
+    Ok(row)
 }
 
 /// `n` sequential `validate` calls of `plugin`, each after an untimed
@@ -911,6 +996,28 @@ pub(crate) fn print_targets(rows: &[Row]) {
                 r.note
             );
         }
+    }
+    // The CPU ratio with nothing else on the cores: both checks called
+    // alone from 16 tasks, hot. The server's request path around a call
+    // adds to each (see ARCHITECTURE.md, "Plugin call cost").
+    let per_call = |scenario: &str| {
+        rows.iter()
+            .find(|r| r.scenario == scenario)
+            .and_then(|r| r.cpu.map(|c| c.server * 1e6 / r.rate().max(1.0)))
+    };
+    if let (Some(p), Some(d), Some(w)) = (
+        per_call(PLUGIN_CONCURRENT_SCENARIO),
+        per_call(PLUGIN_ON_DEMAND_CONCURRENT_SCENARIO),
+        per_call(WEBHOOK_CALL_SCENARIO),
+    ) {
+        println!(
+            "CPU per call alone ({ADMISSION_CLIENTS} tasks, no API server around it): HTTPS \
+             webhook {w:.1} µs incl. its own; wasm plugin {p:.1} µs with prepared instances, \
+             {d:.1} µs instantiating each call; webhook / wasm = {:.1}x and {:.1}x (the CPU \
+             target asks {TARGET_WEBHOOK_CPU_RATIO:.0}x of the additions to a create)",
+            w / p.max(0.1),
+            w / d.max(0.1)
+        );
     }
     if let Some(r) = rows.iter().find(|r| r.scenario == PLUGIN_RSS_SCENARIO) {
         println!("{PLUGIN_RSS_SCENARIO}: {}", r.note);

@@ -446,6 +446,7 @@ enum RawWrite {
     CreateTxnBurning(u64),
 }
 
+#[cfg(feature = "etcd")]
 impl RawWrite {
     /// The key segment of this mode's writes.
     fn label(self) -> String {

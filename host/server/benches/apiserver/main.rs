@@ -30,12 +30,17 @@
 //!   clients; the one- and five-plugin rows also on a runtime that prepares
 //!   no instances (`... on demand`), a ValidatingAdmissionPolicy and a
 //!   Kubewarden policy doing the same check. Plus the plugin runtime alone:
-//!   cold compile, cached load, and instantiate + `validate` per call.
+//!   cold compile, cached load, instantiate + `validate` per call, and
+//!   CPU per call from [`ADMISSION_CLIENTS`] tasks at once of a plugin and
+//!   of the webhook (client and server), with no API server around either.
 //!   `BENCH_ADMISSION_VARIANTS` (comma-separated variant names, e.g.
 //!   `none,5 wasm plugins,5 wasm plugins on demand`) runs only those; the
 //!   issue-14 target lines need `none`, both `1 wasm plugin` and
 //!   `5 wasm plugins`, and `HTTPS webhook`. `BENCH_ADMISSION_COSTS=0`
-//!   skips the plugin-runtime rows (for a profiler attached to the run);
+//!   skips the plugin-runtime rows and `BENCH_ADMISSION_ONE_CLIENT=0` the
+//!   1-client phase (for a profiler attached to the run);
+//!   `BENCH_ADMISSION_ROUNDS=N` interleaves the variants in N rounds
+//!   instead of 3 (finer, for comparisons on a noisy machine);
 //!   `BENCH_ADMISSION_RATE=N` adds a phase where [`ADMISSION_CLIENTS`]
 //!   paced clients send N creates/s in all to every variant, and prints
 //!   server CPU per create at that equal load.
