@@ -884,6 +884,7 @@ fn rss_kib() -> u64 {
 /// Issues 3 and 14: what one wasm plugin adds to a create, how much cheaper
 /// it is than a webhook doing the same check, and what five cost.
 pub(crate) fn print_targets(rows: &[Row]) {
+    print_alone(rows);
     let p50 = |v: &str, clients| {
         find(rows, &admission_scenario(v), clients)
             .and_then(|r| r.percentile(0.5))
@@ -997,28 +998,6 @@ pub(crate) fn print_targets(rows: &[Row]) {
             );
         }
     }
-    // The CPU ratio with nothing else on the cores: both checks called
-    // alone from 16 tasks, hot. The server's request path around a call
-    // adds to each (see ARCHITECTURE.md, "Plugin call cost").
-    let per_call = |scenario: &str| {
-        rows.iter()
-            .find(|r| r.scenario == scenario)
-            .and_then(|r| r.cpu.map(|c| c.server * 1e6 / r.rate().max(1.0)))
-    };
-    if let (Some(p), Some(d), Some(w)) = (
-        per_call(PLUGIN_CONCURRENT_SCENARIO),
-        per_call(PLUGIN_ON_DEMAND_CONCURRENT_SCENARIO),
-        per_call(WEBHOOK_CALL_SCENARIO),
-    ) {
-        println!(
-            "CPU per call alone ({ADMISSION_CLIENTS} tasks, no API server around it): HTTPS \
-             webhook {w:.1} µs incl. its own; wasm plugin {p:.1} µs with prepared instances, \
-             {d:.1} µs instantiating each call; webhook / wasm = {:.1}x and {:.1}x (the CPU \
-             target asks {TARGET_WEBHOOK_CPU_RATIO:.0}x of the additions to a create)",
-            w / p.max(0.1),
-            w / d.max(0.1)
-        );
-    }
     if let Some(r) = rows.iter().find(|r| r.scenario == PLUGIN_RSS_SCENARIO) {
         println!("{PLUGIN_RSS_SCENARIO}: {}", r.note);
     }
@@ -1110,7 +1089,34 @@ fn print_equal_load(rows: &[Row], slowest: f64) {
     );
 }
 
-/// Server CPU per create of `r` (webhook threads included), in µs.
+/// The CPU ratio with nothing else on the cores: both checks called alone
+/// from [`ADMISSION_CLIENTS`] tasks, hot (the runtime rows, so it prints
+/// whatever variants ran). The server's request path around a call adds
+/// to each (see ARCHITECTURE.md, "Plugin call cost").
+fn print_alone(rows: &[Row]) {
+    let per_call = |scenario: &str| {
+        rows.iter()
+            .find(|r| r.scenario == scenario)
+            .and_then(server_us)
+    };
+    if let (Some(p), Some(d), Some(w)) = (
+        per_call(PLUGIN_CONCURRENT_SCENARIO),
+        per_call(PLUGIN_ON_DEMAND_CONCURRENT_SCENARIO),
+        per_call(WEBHOOK_CALL_SCENARIO),
+    ) {
+        println!(
+            "CPU per call alone ({ADMISSION_CLIENTS} tasks, no API server around it): HTTPS \
+             webhook {w:.1} µs incl. its own; wasm plugin {p:.1} µs with prepared instances, \
+             {d:.1} µs instantiating each call; webhook / wasm = {:.1}x and {:.1}x (the CPU \
+             target asks {TARGET_WEBHOOK_CPU_RATIO:.0}x of the additions to a create)",
+            w / p.max(0.1),
+            w / d.max(0.1)
+        );
+    }
+}
+
+/// Server CPU per create (or per call, for the runtime rows) of `r`
+/// (webhook threads included), in µs.
 fn server_us(r: &Row) -> Option<f64> {
     r.cpu.map(|c| c.server * 1e6 / r.rate().max(1.0))
 }
