@@ -17,7 +17,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root/plugins"
 
-wasi_free=(require-labels default-labels deny-privileged)
+wasi_free=(require-labels default-labels deny-privileged allow-all)
 wasm_tools_version=1.263.0
 
 for target in wasm32-wasip2 wasm32-unknown-unknown; do

@@ -9,7 +9,8 @@
 //! with `scripts/build-plugins.sh` and `scripts/build-kubewarden-policies.sh`).
 //! `BENCH_CALLS` sets the number of calls; `BENCH_PREPARED=N` the runtime's
 //! prepared instances per plugin (0: every call instantiates, for profiling
-//! instantiation).
+//! instantiation); `BENCH_PLUGIN=allow_all` runs the first part with the
+//! no-op fixture instead of `require_labels` (the host's share of a call).
 
 use serde_json::json;
 use std::path::Path;
@@ -122,8 +123,12 @@ fn us(d: Duration) -> String {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../plugins/target/wasm32-wasip2/release/require_labels.wasm");
+    // `BENCH_PLUGIN=allow_all` times the no-op fixture instead: the host's
+    // own share of a call.
+    let name = std::env::var("BENCH_PLUGIN").unwrap_or_else(|_| "require_labels".to_owned());
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../../plugins/target/wasm32-wasip2/release/{name}.wasm"
+    ));
     let wasm = std::fs::read(&path).unwrap_or_else(|e| {
         panic!(
             "{}: {e}; run scripts/build-plugins.sh first",

@@ -29,6 +29,8 @@ const FIXTURES: &[&str] = &[
     "hostile_io",
     "echo_request",
     "global_counter",
+    // The no-op floor of the admission bench.
+    "allow_all",
     // Other plugin kinds, exercised by tests/access.rs.
     "token_authenticator",
     "namespace_authorizer",
@@ -336,12 +338,44 @@ async fn wasi_free_policies_import_no_wasi() {
         ("require_labels", false),
         ("default_labels", false),
         ("deny_privileged", false),
+        ("allow_all", false),
         ("hostile_io", true),
     ] {
         let inspection = runtime.inspect(&wasm(name)).await.unwrap();
         assert!(inspection.loads(), "{name}: {inspection:?}");
         let imports_wasi = inspection.imports.iter().any(|i| i.starts_with("wasi:"));
         assert_eq!(imports_wasi, wasi, "{name}: {:?}", inspection.imports);
+    }
+}
+
+/// The bench's no-op fixture allows what `require-labels` denies, in both
+/// phases, without a patch, and the calls are counted like any plugin's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_all_allows_everything_unchanged() {
+    let runtime = runtime();
+    let plugin = runtime
+        .load_admission("allow-all", &wasm("allow_all"), "", Limits::default())
+        .await
+        .unwrap();
+    let strict = require_labels(&runtime).await;
+    let unlabelled = request(Operation::Create, Some(configmap("web", None)));
+    assert!(!strict.validate(&unlabelled).await.unwrap().allowed);
+    for req in [unlabelled, request(Operation::Delete, None)] {
+        let validated = plugin.validate(&req).await.unwrap();
+        assert!(validated.allowed, "{validated:?}");
+        let mutated = plugin.mutate(&req).await.unwrap();
+        assert!(mutated.allowed && mutated.patch.is_none(), "{mutated:?}");
+    }
+    let metrics = runtime.metrics_text();
+    for (name, op, n) in [
+        ("calls_total", "validate", 2),
+        ("calls_total", "mutate", 2),
+        ("denials_total", "validate", 0),
+    ] {
+        let line = format!(
+            "wasm_apiserver_plugin_{name}{{plugin=\"allow-all\",kind=\"admission\",op=\"{op}\"}} {n}"
+        );
+        assert!(metrics.contains(&line), "no {line:?} in {metrics}");
     }
 }
 

@@ -5,11 +5,11 @@ use crate::harness::{
     Api, Error, MakeRequest, REQUEST_TIMEOUT, Row, configmap, configmap_labelled, cpu_sample,
     cpu_since, find, merge, met, ms, paced_loop, percentile_us, send, serve_admission,
 };
+use crate::hook::Hook;
 use hyper::{Method, StatusCode, Uri};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 use tokio::time::timeout;
@@ -19,9 +19,6 @@ use wasm_apiserver_plugins::{
 };
 use wasm_apiserver_registry::webhook::Webhook;
 use wasm_apiserver_storage::embedded::EmbeddedOptions;
-
-#[path = "../../tests/support/webhook.rs"]
-mod webhook_support;
 
 /// Concurrency of the loaded admission rows (each variant also runs with 1
 /// client, for latency without queueing).
@@ -82,7 +79,17 @@ const MANY_PLUGINS_TOKIO: &str = "5 wasm plugins (prepared by tokio tasks)";
 /// (`EmbeddedOptions::commit_delay` zero), side by side.
 const NO_ADMISSION_NO_DELAY: &str = "none (no commit delay)";
 const MANY_PLUGINS_NO_DELAY: &str = "5 wasm plugins (no commit delay)";
+/// The webhook in a process of its own, as issue 14 counts it (and as
+/// webhooks run).
 const WEBHOOK: &str = "HTTPS webhook";
+/// A plugin that allows everything without reading the request
+/// (`allow_all.wasm`): the host's own cost of a call, the floor under any
+/// policy's.
+const NOOP_PLUGIN: &str = "1 no-op wasm plugin";
+/// The same webhook on a tokio runtime of the bench's process, side by side
+/// (how the bench ran it before; its threads share the server's address
+/// space and heap).
+const WEBHOOK_IN_PROCESS: &str = "HTTPS webhook (in the bench process)";
 /// Issue 15: the same check as a ValidatingAdmissionPolicy of three expressions.
 const VAP: &str = "1 ValidatingAdmissionPolicy (3 CEL expressions)";
 /// Issue 15: the same check as a Kubewarden policy (waPC module).
@@ -93,6 +100,9 @@ const PLUGIN_RSS_SCENARIO: &str = "plugin: memory of prepared instances";
 const PLUGIN_CONCURRENT_SCENARIO: &str = "plugin: validate, 16 concurrent";
 const PLUGIN_ON_DEMAND_CONCURRENT_SCENARIO: &str = "plugin: instantiate + validate, 16 concurrent";
 const WEBHOOK_CALL_SCENARIO: &str = "webhook: call, 16 concurrent";
+const NOOP_CONCURRENT_SCENARIO: &str =
+    "plugin: instantiate + validate, 16 concurrent, no-op plugin (allow_all.wasm)";
+const WEBHOOK_IN_PROCESS_CALL_SCENARIO: &str = "webhook in the bench process: call, 16 concurrent";
 /// How many plugins the memory row loads.
 const TEN_PLUGINS: usize = 10;
 const PLUGIN_COLD_SCENARIO: &str = "plugin: validate on a prepared instance, cold caches";
@@ -153,6 +163,8 @@ pub(crate) async fn admission(
         NO_ADMISSION_NO_DELAY,
         MANY_PLUGINS_NO_DELAY,
         WEBHOOK,
+        WEBHOOK_IN_PROCESS,
+        NOOP_PLUGIN,
         VAP,
         KUBEWARDEN,
     ];
@@ -223,13 +235,32 @@ pub(crate) async fn admission(
                 )
                 .await?;
             }
-            WEBHOOK => {
-                let h = hook_rt
-                    .spawn(webhook_support::start(REQUIRED_LABEL))
-                    .await?;
+            NOOP_PLUGIN => {
+                let plugin = serde_json::json!({
+                    "apiVersion": "admission.wasm-apiserver.io/v1alpha1",
+                    "kind": "AdmissionPlugin",
+                    "metadata": {"name": "allow-all"},
+                    "spec": {
+                        "module": {"file": "allow_all.wasm"},
+                        "phases": ["Validating"],
+                        "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+                    }
+                });
+                api.create(
+                    "/apis/admission.wasm-apiserver.io/v1alpha1/admissionplugins",
+                    plugin.to_string(),
+                )
+                .await?;
+            }
+            WEBHOOK | WEBHOOK_IN_PROCESS => {
+                let h = if variant == WEBHOOK {
+                    Hook::own_process()?
+                } else {
+                    Hook::in_process(hook_rt).await?
+                };
                 api.create(
                     "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
-                    webhook_configuration(&h.url, &h.ca_bundle),
+                    webhook_configuration(h.url(), h.ca_bundle()),
                 )
                 .await?;
                 hook = Some(h);
@@ -266,7 +297,8 @@ pub(crate) async fn admission(
             ),
         )
         .await?;
-        let expect = if [NO_ADMISSION, NO_ADMISSION_NO_DELAY].contains(&variant) {
+        // (The no-op plugin allows it: its calls are counted below instead.)
+        let expect = if [NO_ADMISSION, NO_ADMISSION_NO_DELAY, NOOP_PLUGIN].contains(&variant) {
             StatusCode::CREATED
         } else {
             StatusCode::FORBIDDEN
@@ -278,8 +310,8 @@ pub(crate) async fn admission(
             .into());
         }
 
-        if let Some(h) = &hook {
-            h.calls.store(0, Ordering::Relaxed);
+        if let Some(h) = &mut hook {
+            h.take_calls()?;
         }
         servers.push((server, api, status, hook, runtime));
     }
@@ -320,7 +352,7 @@ pub(crate) async fn admission(
             }
         }
         for (((_, api, status, hook, rt), row), (before, prepared_before)) in
-            servers.iter().zip(merged).zip(calls_before)
+            servers.iter_mut().zip(merged).zip(calls_before)
         {
             let mut row = row.ok_or("no admission row")?;
             row.latencies.sort_unstable();
@@ -342,7 +374,7 @@ pub(crate) async fn admission(
                 ));
             }
             if let Some(h) = hook {
-                let calls = h.calls.swap(0, Ordering::Relaxed);
+                let calls = h.take_calls()?;
                 row.note
                     .push_str(&format!("; webhook answered {calls} reviews"));
             }
@@ -652,6 +684,27 @@ async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf, hook_rt: Handle) -> Result<Ve
     )
     .await?;
     drop(on_demand);
+    // The same with a plugin that does nothing: the host's share of a call.
+    let noop_path = plugin_dir().join("allow_all.wasm");
+    let noop_wasm = std::fs::read(&noop_path).map_err(|e| {
+        format!(
+            "{}: {e} (run scripts/build-plugins.sh first)",
+            noop_path.display()
+        )
+    })?;
+    let noop = on_demand_rt
+        .load_admission("bench-noop", &noop_wasm, "", Limits::default())
+        .await?;
+    for _ in 0..PLUGIN_WARMUP_CALLS {
+        noop.validate(&request).await?;
+    }
+    let noop_concurrent = concurrent_calls(
+        NOOP_CONCURRENT_SCENARIO.to_owned(),
+        CONCURRENT_CALLS,
+        validating(noop.clone(), Arc::new(request.clone())),
+    )
+    .await?;
+    drop(noop);
 
     // The memory prepared instances cost: RSS with TEN_PLUGINS loaded,
     // each with its prepared instances waiting, against the same runtime
@@ -722,29 +775,36 @@ async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf, hook_rt: Handle) -> Result<Ve
     )
     .await?;
 
-    // The same check by the loopback HTTPS webhook, called by the server's
-    // webhook client from as many tasks, with no server around either: CPU
-    // per call of each alone, hot, side by side in one run. The
-    // in-server ratio is measured on creates (`print_targets`).
-    let hook = hook_rt
-        .spawn(webhook_support::start(REQUIRED_LABEL))
-        .await?;
-    let client = Arc::new(Webhook::new(&hook.url, &hook.ca_bundle, REQUEST_TIMEOUT)?);
-    for _ in 0..PLUGIN_WARMUP_CALLS {
-        client.call(&request).await?;
+    // The same check by the loopback HTTPS webhook (in its own process, and
+    // in this one), called by the server's webhook client from as many
+    // tasks, with no server around either: CPU per call of each alone, hot,
+    // side by side in one run. The in-server ratio is measured on creates
+    // (`print_targets`).
+    let mut webhook_calls = Vec::new();
+    for (scenario, own) in [
+        (WEBHOOK_CALL_SCENARIO, true),
+        (WEBHOOK_IN_PROCESS_CALL_SCENARIO, false),
+    ] {
+        let hook = if own {
+            Hook::own_process()?
+        } else {
+            Hook::in_process(&hook_rt).await?
+        };
+        let client = Arc::new(Webhook::new(hook.url(), hook.ca_bundle(), REQUEST_TIMEOUT)?);
+        for _ in 0..PLUGIN_WARMUP_CALLS {
+            client.call(&request).await?;
+        }
+        let request = request.clone();
+        webhook_calls.push(
+            concurrent_calls(scenario.to_owned(), CONCURRENT_CALLS, move || {
+                let (client, request) = (client.clone(), request.clone());
+                async move { Ok(client.call(&request).await?.allowed) }
+            })
+            .await?,
+        );
     }
-    let webhook_calls = concurrent_calls(
-        WEBHOOK_CALL_SCENARIO.to_owned(),
-        CONCURRENT_CALLS,
-        move || {
-            let (client, request) = (client.clone(), request.clone());
-            async move { Ok(client.call(&request).await?.allowed) }
-        },
-    )
-    .await?;
-    drop(hook);
 
-    Ok(vec![
+    let mut rows = vec![
         cold,
         cached,
         per_call,
@@ -752,9 +812,11 @@ async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf, hook_rt: Handle) -> Result<Ve
         cold_calls,
         concurrent,
         on_demand_concurrent,
-        webhook_calls,
-        rss_row,
-    ])
+        noop_concurrent,
+    ];
+    rows.extend(webhook_calls);
+    rows.push(rss_row);
+    Ok(rows)
 }
 
 /// A call of `plugin`'s `validate` on `request`, for [`concurrent_calls`].
@@ -898,6 +960,7 @@ pub(crate) fn print_targets(rows: &[Row]) {
     ) else {
         return;
     };
+    let none_p50 = none;
     let (added_one, added_five, added_hook) = (one - none, five - none, hook - none);
     println!(
         "\nadmission, 1 client, p50 of a create: none {none:.0} µs; 1 wasm plugin {one:.0} µs \
@@ -976,6 +1039,7 @@ pub(crate) fn print_targets(rows: &[Row]) {
                 h - n,
                 o - n
             );
+            print_references(rows, (none_p50, n), (added_one, o - n), (added_hook, h - n));
         }
         print_equal_load(rows, none.rate().min(hook.rate()).min(five.rate()));
         let share = five.rate() / none.rate();
@@ -1089,6 +1153,43 @@ fn print_equal_load(rows: &[Row], slowest: f64) {
     );
 }
 
+/// Side by side with the target lines: the webhook in the bench's own
+/// process (how the bench ran it before; not the target's definition), and
+/// the no-op plugin (the host's own cost of a call: the floor under any
+/// plugin's), each when it ran. `none` is (p50 at 1 client, server CPU per
+/// create at 16 clients) of no admission; `plugin` and `hook` are the
+/// additions of one plugin and of the webhook.
+fn print_references(rows: &[Row], none: (f64, f64), plugin: (f64, f64), hook: (f64, f64)) {
+    for variant in [WEBHOOK_IN_PROCESS, NOOP_PLUGIN] {
+        let scenario = admission_scenario(variant);
+        let (Some(one), Some(loaded)) = (
+            find(rows, &scenario, 1).and_then(|r| r.percentile(0.5)),
+            find(rows, &scenario, ADMISSION_CLIENTS).and_then(server_us),
+        ) else {
+            continue;
+        };
+        let p50 = one.as_micros() as f64 - none.0;
+        let cpu = loaded - none.1;
+        let ratios = if variant == NOOP_PLUGIN {
+            format!(
+                "the webhook's are {:.1}x and {:.1}x of these",
+                hook.0 / p50.max(1.0),
+                hook.1 / cpu.max(1.0)
+            )
+        } else {
+            format!(
+                "{:.1}x and {:.1}x the plugin's",
+                p50 / plugin.0.max(1.0),
+                cpu / plugin.1.max(1.0)
+            )
+        };
+        println!(
+            "  {variant}: added p50 {p50:+.0} µs (1 client), added server CPU per create \
+             {cpu:+.0} µs ({ADMISSION_CLIENTS} clients); {ratios}"
+        );
+    }
+}
+
 /// The CPU ratio with nothing else on the cores: both checks called alone
 /// from [`ADMISSION_CLIENTS`] tasks, hot (the runtime rows, so it prints
 /// whatever variants ran). The server's request path around a call adds
@@ -1099,18 +1200,28 @@ fn print_alone(rows: &[Row]) {
             .find(|r| r.scenario == scenario)
             .and_then(server_us)
     };
-    if let (Some(p), Some(d), Some(w)) = (
+    if let (Some(p), Some(d), Some(w), Some(i)) = (
         per_call(PLUGIN_CONCURRENT_SCENARIO),
         per_call(PLUGIN_ON_DEMAND_CONCURRENT_SCENARIO),
         per_call(WEBHOOK_CALL_SCENARIO),
+        per_call(WEBHOOK_IN_PROCESS_CALL_SCENARIO),
     ) {
         println!(
             "CPU per call alone ({ADMISSION_CLIENTS} tasks, no API server around it): HTTPS \
-             webhook {w:.1} µs incl. its own; wasm plugin {p:.1} µs with prepared instances, \
-             {d:.1} µs instantiating each call; webhook / wasm = {:.1}x and {:.1}x (the CPU \
-             target asks {TARGET_WEBHOOK_CPU_RATIO:.0}x of the additions to a create)",
+             webhook {w:.1} µs incl. its own process ({i:.1} µs in the bench's process); wasm \
+             plugin {p:.1} µs with prepared instances, {d:.1} µs instantiating each call; \
+             webhook / wasm = {:.1}x and {:.1}x ({:.1}x and {:.1}x in the bench's process; the \
+             CPU target asks {TARGET_WEBHOOK_CPU_RATIO:.0}x of the additions to a create)",
             w / p.max(0.1),
-            w / d.max(0.1)
+            w / d.max(0.1),
+            i / p.max(0.1),
+            i / d.max(0.1)
+        );
+    }
+    if let Some(n) = per_call(NOOP_CONCURRENT_SCENARIO) {
+        println!(
+            "  the no-op plugin (allow_all.wasm), instantiating each call: {n:.1} µs, the host's \
+             share of a call"
         );
     }
 }

@@ -28,6 +28,9 @@ pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Pid of the `etcd` the `etcd` scenario runs (0: none), for its CPU column.
 pub(crate) static ETCD_PID: AtomicU32 = AtomicU32::new(0);
+/// Pid of the admission scenario's webhook when it runs in its own process
+/// (0: none); its CPU counts as the server's.
+pub(crate) static WEBHOOK_PID: AtomicU32 = AtomicU32::new(0);
 
 type Body = Full<Bytes>;
 pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -305,6 +308,8 @@ pub(crate) struct CpuSample {
     total: u64,
     /// The `etcd` process, when one runs.
     etcd: Option<u64>,
+    /// The webhook's own process, when one runs.
+    webhook: Option<u64>,
     machine: u64,
 }
 
@@ -360,7 +365,7 @@ pub(crate) fn cpu_sample() -> Option<CpuSample> {
         .filter(|(i, _)| !matches!(i, 3 | 4))
         .map(|(_, t)| t)
         .sum();
-    let etcd = match ETCD_PID.load(Ordering::Relaxed) {
+    let process = |pid: &AtomicU32| match pid.load(Ordering::Relaxed) {
         0 => None,
         pid => std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
@@ -371,7 +376,8 @@ pub(crate) fn cpu_sample() -> Option<CpuSample> {
         server,
         store,
         total,
-        etcd,
+        etcd: process(&ETCD_PID),
+        webhook: process(&WEBHOOK_PID),
         machine,
     })
 }
@@ -379,6 +385,8 @@ pub(crate) fn cpu_sample() -> Option<CpuSample> {
 /// Cores used by this process's server and client, and by other processes.
 #[derive(Clone, Copy)]
 pub(crate) struct Cpu {
+    /// The server's threads, and the webhook's (its runtime's threads here,
+    /// or its own process).
     pub(crate) server: f64,
     /// The embedded store's writer thread, of `server`.
     pub(crate) store: f64,
@@ -396,16 +404,18 @@ pub(crate) fn cpu_since(before: &Option<CpuSample>) -> Option<Cpu> {
     let server = cores(now.server, before.server);
     let total = cores(now.total, before.total);
     let machine = cores(now.machine, before.machine);
-    let etcd = match (before.etcd, now.etcd) {
+    let child = |b: Option<u64>, n: Option<u64>| match (b, n) {
         (Some(b), Some(n)) => Some(cores(n, b)),
         _ => None,
     };
+    let etcd = child(before.etcd, now.etcd);
+    let webhook = child(before.webhook, now.webhook).unwrap_or(0.0);
     Some(Cpu {
-        server,
+        server: server + webhook,
         store: cores(now.store, before.store),
         client: (total - server).max(0.0),
         etcd,
-        others: (machine - total - etcd.unwrap_or(0.0)).max(0.0),
+        others: (machine - total - webhook - etcd.unwrap_or(0.0)).max(0.0),
     })
 }
 

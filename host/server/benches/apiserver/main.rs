@@ -62,8 +62,8 @@
 //! runtimes (threads `srv-*` and `cli-*`), so they compete for the same cores
 //! as two processes would; per-thread CPU time from `/proc/self/task` splits
 //! the cores used between server (including the store's writer thread and the
-//! webhook's runtime, `hook-*`) and client; etcd's CPU is read from its
-//! process. Each closed-loop client owns one keep-alive connection. The
+//! webhook's runtime, `hook-*`, or its own process) and client; etcd's CPU
+//! is read from its process. Each closed-loop client owns one keep-alive connection. The
 //! server binary serves HTTPS; here the router is served over plain HTTP, so
 //! client-side TLS is not part of any number (the webhook's TLS is).
 //!
@@ -80,6 +80,7 @@ mod crossplane;
 mod crud;
 mod etcd;
 mod harness;
+mod hook;
 mod rbac;
 mod watch;
 mod workloads;
@@ -93,6 +94,9 @@ use std::time::{Duration, Instant};
 use watch::{WATCH_PACE, WATCH_WRITES, WATCHERS, watch};
 
 fn main() -> Result<(), Error> {
+    if std::env::var_os(hook::CHILD_ENV).is_some() {
+        return hook::serve_child();
+    }
     let filters: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
