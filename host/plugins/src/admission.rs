@@ -235,7 +235,12 @@ pub struct Encoded<'a> {
 impl AdmissionRequest {
     /// Encodes the request's objects for plugin calls.
     pub fn encode(&self) -> Encoded<'_> {
-        let json = |v: &Option<serde_json::Value>| v.as_ref().map(|v| v.to_string());
+        // `to_string` straight into a buffer: `Display` (`v.to_string()`)
+        // goes through a formatter adapter, measurably slower.
+        let json = |v: &Option<serde_json::Value>| {
+            v.as_ref()
+                .map(|v| serde_json::to_string(v).unwrap_or_else(|_| v.to_string()))
+        };
         Encoded {
             request: self,
             object: json(&self.object),
