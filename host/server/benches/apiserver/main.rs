@@ -26,13 +26,18 @@
 //! * `admission`: creates with no admission plugin, one and five wasm
 //!   validating plugins (`require_labels.wasm`, built by
 //!   `scripts/build-plugins.sh`), and one HTTPS webhook on loopback doing the
-//!   same check; each on a fresh server, with 1 and [`ADMISSION_CLIENTS`]
+//!   same check in a process of its own (this binary again, see `hook.rs`;
+//!   its CPU counts as the server's) and, side by side, on a runtime of this
+//!   process; each on a fresh server, with 1 and [`ADMISSION_CLIENTS`]
 //!   clients; the one- and five-plugin rows also on a runtime that prepares
 //!   no instances (`... on demand`), a ValidatingAdmissionPolicy and a
-//!   Kubewarden policy doing the same check. Plus the plugin runtime alone:
+//!   Kubewarden policy doing the same check, and a no-op plugin
+//!   (`allow_all.wasm`: the host's own cost of a call, the floor under any
+//!   policy's). Plus the plugin runtime alone:
 //!   cold compile, cached load, instantiate + `validate` per call, and
-//!   CPU per call from [`ADMISSION_CLIENTS`] tasks at once of a plugin and
-//!   of the webhook (client and server), with no API server around either.
+//!   CPU per call from [`ADMISSION_CLIENTS`] tasks at once of a plugin, of
+//!   the no-op plugin and of the webhook (client and server), with no API
+//!   server around either.
 //!   `BENCH_ADMISSION_VARIANTS` (comma-separated variant names, e.g.
 //!   `none,5 wasm plugins,5 wasm plugins on demand`) runs only those; the
 //!   issue-14 target lines need `none`, both `1 wasm plugin` and
