@@ -118,6 +118,18 @@ fn plugin_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugins/target/wasm32-wasip2/release")
 }
 
+/// The component `name` that `scripts/build-plugins.sh` built.
+fn read_plugin(name: &str) -> Result<Vec<u8>, Error> {
+    let path = plugin_dir().join(format!("{name}.wasm"));
+    std::fs::read(&path).map_err(|e| {
+        format!(
+            "{}: {e} (run scripts/build-plugins.sh first)",
+            path.display()
+        )
+        .into()
+    })
+}
+
 /// The cost of admission on `create`: the plugin runtime alone, then one
 /// fresh server (embedded store, admission chain on) per variant, loaded
 /// with 1 and then [`ADMISSION_CLIENTS`] clients, the variants taking turns
@@ -130,13 +142,7 @@ pub(crate) async fn admission(
     dir: &Path,
     window: Duration,
 ) -> Result<Vec<Row>, Error> {
-    let path = plugin_dir().join("require_labels.wasm");
-    let wasm = std::fs::read(&path).map_err(|e| {
-        format!(
-            "{}: {e} (run scripts/build-plugins.sh first)",
-            path.display()
-        )
-    })?;
+    let wasm = read_plugin("require_labels")?;
     // `BENCH_ADMISSION_COSTS=0` skips the plugin runtime's own rows, so that
     // a profiler attached to the whole run sees only the admission variants.
     let mut rows = if std::env::var("BENCH_ADMISSION_COSTS").as_deref() == Ok("0") {
@@ -685,13 +691,7 @@ async fn plugin_costs(wasm: Vec<u8>, dir: PathBuf, hook_rt: Handle) -> Result<Ve
     .await?;
     drop(on_demand);
     // The same with a plugin that does nothing: the host's share of a call.
-    let noop_path = plugin_dir().join("allow_all.wasm");
-    let noop_wasm = std::fs::read(&noop_path).map_err(|e| {
-        format!(
-            "{}: {e} (run scripts/build-plugins.sh first)",
-            noop_path.display()
-        )
-    })?;
+    let noop_wasm = read_plugin("allow_all")?;
     let noop = on_demand_rt
         .load_admission("bench-noop", &noop_wasm, "", Limits::default())
         .await?;
