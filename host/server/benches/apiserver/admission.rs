@@ -242,19 +242,9 @@ pub(crate) async fn admission(
                 .await?;
             }
             NOOP_PLUGIN => {
-                let plugin = serde_json::json!({
-                    "apiVersion": "admission.wasm-apiserver.io/v1alpha1",
-                    "kind": "AdmissionPlugin",
-                    "metadata": {"name": "allow-all"},
-                    "spec": {
-                        "module": {"file": "allow_all.wasm"},
-                        "phases": ["Validating"],
-                        "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
-                    }
-                });
                 api.create(
                     "/apis/admission.wasm-apiserver.io/v1alpha1/admissionplugins",
-                    plugin.to_string(),
+                    admission_plugin("allow-all", "allow_all.wasm", serde_json::json!({})),
                 )
                 .await?;
             }
@@ -280,7 +270,9 @@ pub(crate) async fn admission(
                 let plugins = "/apis/admission.wasm-apiserver.io/v1alpha1/admissionplugins";
                 for i in 0..n {
                     let name = format!("require-team-{i}");
-                    api.create(plugins, admission_plugin(&name)).await?;
+                    let config = serde_json::json!({"labels": [REQUIRED_LABEL]});
+                    let plugin = admission_plugin(&name, "require_labels.wasm", config);
+                    api.create(plugins, plugin).await?;
                     // Active once the POST has returned.
                     let req = api.request(Method::GET, format!("{plugins}/{name}").parse()?, None);
                     let (_, body) = send(&mut api.connect().await?, req).await?;
@@ -461,17 +453,18 @@ fn paced_scenario(variant: &str, rate: Option<u64>) -> String {
     }
 }
 
-/// An AdmissionPlugin running `require_labels.wasm` on ConfigMap creates.
-fn admission_plugin(name: &str) -> String {
+/// A validating AdmissionPlugin running the component `file` with `config` on
+/// ConfigMap creates.
+fn admission_plugin(name: &str, file: &str, config: serde_json::Value) -> String {
     serde_json::json!({
         "apiVersion": "admission.wasm-apiserver.io/v1alpha1",
         "kind": "AdmissionPlugin",
         "metadata": {"name": name},
         "spec": {
-            "module": {"file": "require_labels.wasm"},
+            "module": {"file": file},
             "phases": ["Validating"],
             "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
-            "config": {"labels": [REQUIRED_LABEL]},
+            "config": config,
         }
     })
     .to_string()

@@ -38,6 +38,19 @@ pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 #[global_allocator]
 static ALLOC: wasm_apiserver::Allocator = wasm_apiserver::Allocator;
 
+/// A multi-threaded tokio runtime with a worker per core, its threads
+/// named `name` (the CPU accounting tells them apart by name).
+pub(crate) fn runtime(name: &str) -> std::io::Result<tokio::runtime::Runtime> {
+    let cores = std::thread::available_parallelism()
+        .map(usize::from)
+        .unwrap_or(1);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores)
+        .thread_name(name)
+        .enable_all()
+        .build()
+}
+
 // --- servers under test ------------------------------------------------------------
 
 /// Opens the store, serves the router on a free loopback port and creates the

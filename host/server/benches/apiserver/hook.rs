@@ -9,7 +9,7 @@
 //! closes (the parent dropped it or died).
 
 use crate::admission::REQUIRED_LABEL;
-use crate::harness::{Error, WEBHOOK_PID};
+use crate::harness::{Error, WEBHOOK_PID, runtime};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::Ordering;
@@ -117,14 +117,7 @@ impl Drop for WebhookProcess {
 /// The body of the webhook's own process (see the module docs): a runtime
 /// with as many workers as cores, like the server's.
 pub(crate) fn serve_child() -> Result<(), Error> {
-    let cores = std::thread::available_parallelism()
-        .map(usize::from)
-        .unwrap_or(1);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cores)
-        .thread_name("hook-worker")
-        .enable_all()
-        .build()?;
+    let rt = runtime("hook-worker")?;
     let hook = rt.block_on(async { webhook_support::start(REQUIRED_LABEL).await });
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}\n{}", hook.url, hook.ca_bundle)?;

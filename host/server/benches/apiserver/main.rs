@@ -93,7 +93,7 @@ mod workloads;
 use admission::admission;
 use crud::{LIST_CLIENTS, create, get, list_1k};
 use etcd::etcd;
-use harness::{Api, Error, Row, WARMUP, print_table, start_server};
+use harness::{Api, Error, Row, WARMUP, print_table, runtime, start_server};
 use rbac::rbac;
 use std::time::{Duration, Instant};
 use watch::{WATCH_PACE, WATCH_WRITES, WATCHERS, watch};
@@ -120,22 +120,11 @@ fn main() -> Result<(), Error> {
         .map(usize::from)
         .unwrap_or(1);
 
-    let server_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cores)
-        .thread_name("srv-worker")
-        .enable_all()
-        .build()?;
-    let client_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cores)
-        .thread_name("cli-worker")
-        .enable_all()
-        .build()?;
-    // The webhook of the `admission` scenario: another process in real life.
-    let hook_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cores)
-        .thread_name("hook-worker")
-        .enable_all()
-        .build()?;
+    let server_rt = runtime("srv-worker")?;
+    let client_rt = runtime("cli-worker")?;
+    // The `admission` scenario's webhook when it runs in this process (see
+    // `hook.rs`; by default it runs in its own).
+    let hook_rt = runtime("hook-worker")?;
     let (srv, hook) = (server_rt.handle().clone(), hook_rt.handle().clone());
 
     let dir = tempfile::tempdir()?;
