@@ -190,7 +190,7 @@ async fn main() {
     samples.sort();
     let pct = |p: f64| samples[((samples.len() - 1) as f64 * p) as usize];
 
-    println!("require-labels ({} bytes), {calls} calls", wasm.len());
+    println!("{name} ({} bytes), {calls} calls", wasm.len());
     println!("{:<44} {:>12}", "measure", "value");
     println!(
         "{:<44} {:>12}",
