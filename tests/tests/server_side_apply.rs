@@ -363,3 +363,73 @@ print(json.dumps({"data": out.data.to_dict(), "managers": [e.manager for e in ou
     assert_eq!(got["data"], json!({"a": "1"}));
     assert_eq!(got["managers"], json!(["python"]));
 }
+
+/// Issue 38: a map applied as `{}` and then filled again keeps what was
+/// applied (it used to be dropped with a success answer), through kubectl
+/// and through the Python client, with managedFields agreeing.
+#[test]
+fn an_emptied_map_takes_later_applies() {
+    let server = Server::start();
+    let cm = |data: &str| {
+        format!(
+            r#"{{"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {{"name": "k", "namespace": "default", "labels": {data}}}, "data": {data}}}"#
+        )
+    };
+    for data in [r#"{"a": "1", "b": "2"}"#, "{}", r#"{"a": "3"}"#] {
+        let out = apply(&server, &cm(data), &["--field-manager=k"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = kubectl_json(
+            &server,
+            None,
+            &["get", "cm", "k", "-o", "json", "--show-managed-fields"],
+        );
+        let want: Value = serde_json::from_str(data).unwrap();
+        let stored = |v: &Value| if v.is_null() { json!({}) } else { v.clone() };
+        assert_eq!(
+            stored(&got["data"]),
+            want,
+            "data after applying {data}: {got}"
+        );
+        assert_eq!(
+            stored(&got["metadata"]["labels"]),
+            want,
+            "labels after applying {data}: {got}"
+        );
+        let owned = &entry(&got, "k", "Apply")["fieldsV1"]["f:data"];
+        for key in want.as_object().unwrap().keys() {
+            assert!(owned.get(format!("f:{key}")).is_some(), "{owned}");
+        }
+    }
+
+    let script = r#"
+import sys, json
+from kubernetes import config, dynamic
+from kubernetes.client import api_client
+client = dynamic.DynamicClient(api_client.ApiClient(configuration=config.load_kube_config(config_file=sys.argv[1])))
+cms = client.resources.get(api_version="v1", kind="ConfigMap")
+seen = []
+for data in [{"a": "1", "b": "2"}, {}, {"a": "3"}]:
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "py", "namespace": "default"}, "data": data}
+    cms.server_side_apply(body=body, field_manager="python", namespace="default")
+    got = cms.get(name="py", namespace="default")
+    seen.append(got.to_dict().get("data") or {})
+print(json.dumps(seen))
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(server.kubeconfig_path())
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(got, json!([{"a": "1", "b": "2"}, {}, {"a": "3"}]));
+}

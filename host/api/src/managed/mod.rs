@@ -11,6 +11,8 @@
 //! ([`typed`]); the sets are [`fieldset`]s.
 
 pub mod fieldset;
+#[cfg(test)]
+mod sequences;
 pub mod typed;
 
 use crate::error::Cause;
@@ -297,10 +299,14 @@ pub fn apply(
         .map_or_else(|| m.now.to_string(), |e| e.time.clone());
     let previous = previous_entry.map(|e| e.set.clone()).unwrap_or_default();
     let mut dropped = previous.difference(&applied);
+    let mut owned = applied.clone();
     for e in entries.iter().filter(|e| !e.is(m, "Apply")) {
         dropped = dropped.difference(&e.set);
+        owned.union(&e.set);
     }
-    typed::remove(&mut merged, &dropped, schema);
+    if !dropped.is_empty() {
+        typed::remove(&mut merged, &dropped, &owned, schema);
+    }
     let at = entries
         .iter()
         .position(|e| e.is(m, "Apply"))

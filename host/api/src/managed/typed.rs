@@ -330,16 +330,28 @@ fn diff(a: &Value, b: &Value, schema: Schema<'_>, set: &mut FieldSet) {
     }
 }
 
-/// Removes the value at each member path of `paths` from `v`.
-pub fn remove(v: &mut Value, paths: &FieldSet, schema: Schema<'_>) {
+/// Removes the value at each member path of `paths` from `v`, except what
+/// `keep` names (upstream's prune: remove what the applier no longer
+/// applies, then add back what any manager still owns). A member path with
+/// owned paths below it is not removed whole: only its parts nobody owns
+/// go, so a map a manager once applied as `{}` keeps the keys it (or
+/// anyone) applies later.
+pub fn remove(v: &mut Value, paths: &FieldSet, keep: &FieldSet, schema: Schema<'_>) {
+    let empty = FieldSet::default();
+    let kept = |e: &Element| keep.children.get(e).unwrap_or(&empty);
     match (schema.shape(), v) {
         (_, Value::Object(m)) => {
             for (e, sub) in &paths.children {
                 let Element::Field(k) = e else { continue };
-                if sub.member {
+                let keep = kept(e);
+                if sub.member && keep.is_empty() {
                     m.remove(k);
                 } else if let Some(child) = m.get_mut(k) {
-                    remove(child, sub, schema.field(k));
+                    if sub.member {
+                        retain(child, keep, schema.field(k));
+                    } else {
+                        remove(child, sub, keep, schema.field(k));
+                    }
                 }
             }
         }
@@ -348,14 +360,57 @@ pub fn remove(v: &mut Value, paths: &FieldSet, schema: Schema<'_>) {
             items.retain(|item| {
                 let e = item_element(&ty, elem, i, item);
                 i += 1;
-                !paths.children.get(&e).is_some_and(|s| s.member)
+                !paths
+                    .children
+                    .get(&e)
+                    .is_some_and(|s| s.member && kept(&e).is_empty())
             });
             for (i, item) in items.iter_mut().enumerate() {
                 let e = item_element(&ty, elem, i, item);
                 if let Some(sub) = paths.children.get(&e) {
-                    remove(item, sub, elem);
+                    if sub.member {
+                        retain(item, kept(&e), elem);
+                    } else {
+                        remove(item, sub, kept(&e), elem);
+                    }
                 }
             }
+        }
+        _ => {}
+    }
+}
+
+/// Keeps of `v` only what `keep` names (all of it where `keep` is a
+/// member): the owned parts of a value whose whole was dropped.
+fn retain(v: &mut Value, keep: &FieldSet, schema: Schema<'_>) {
+    if keep.member {
+        return;
+    }
+    match (schema.shape(), v) {
+        (_, Value::Object(m)) => {
+            m.retain(|k, _| {
+                keep.children
+                    .get(&Element::Field(k.clone()))
+                    .is_some_and(|c| !c.is_empty())
+            });
+            for (k, child) in m.iter_mut() {
+                if let Some(c) = keep.children.get(&Element::Field(k.clone())) {
+                    retain(child, c, schema.field(k));
+                }
+            }
+        }
+        (Shape::List { ty, elem }, Value::Array(items)) => {
+            let mut i = 0;
+            let mut out = Vec::new();
+            for mut item in std::mem::take(items) {
+                let e = item_element(&ty, elem, i, &item);
+                i += 1;
+                if let Some(c) = keep.children.get(&e).filter(|c| !c.is_empty()) {
+                    retain(&mut item, c, elem);
+                    out.push(item);
+                }
+            }
+            *items = out;
         }
         _ => {}
     }
@@ -441,7 +496,7 @@ mod tests {
             Element::Field("containers".into()),
             item,
         ]);
-        remove(&mut d, &gone, deployment());
+        remove(&mut d, &gone, &FieldSet::default(), deployment());
         assert!(d["spec"].get("paused").is_none());
         assert_eq!(
             d["spec"]["template"]["spec"]["containers"]
