@@ -777,6 +777,64 @@ fn cluster_role_binding(name: &str, role: &str, groups: &[&str]) -> Value {
     })
 }
 
+/// The server's own controllers: each runs as the ServiceAccount
+/// `kube-system/<name>` with upstream's `system:controller:<name>` role
+/// (`plugin/pkg/auth/authorizer/rbac/bootstrappolicy/controller_policy.go`),
+/// so a controller can do only what its role allows.
+pub const CONTROLLERS: &[&str] = &[
+    "generic-garbage-collector",
+    "service-account-controller",
+    "root-ca-cert-publisher",
+];
+
+fn controller_roles() -> Vec<Value> {
+    let events = || {
+        [
+            PolicyRule::new(&["create", "patch", "update"], &[""], &["events"]),
+            PolicyRule::new(
+                &["create", "patch", "update"],
+                &["events.k8s.io"],
+                &["events"],
+            ),
+        ]
+    };
+    let rules = |name: &str| -> Vec<PolicyRule> {
+        let mut rules = match name {
+            "generic-garbage-collector" => vec![PolicyRule::new(
+                &["delete", "get", "list", "patch", "update", "watch"],
+                &["*"],
+                &["*"],
+            )],
+            "service-account-controller" => {
+                vec![PolicyRule::new(&["create"], &[""], &["serviceaccounts"])]
+            }
+            "root-ca-cert-publisher" => {
+                vec![PolicyRule::new(
+                    &["create", "update"],
+                    &[""],
+                    &["configmaps"],
+                )]
+            }
+            _ => Vec::new(),
+        };
+        rules.extend(events());
+        rules
+    };
+    let mut out = Vec::new();
+    for name in CONTROLLERS {
+        let role = format!("system:controller:{name}");
+        out.push(cluster_role(&role, &[], rules(name)));
+        out.push(json!({
+            "apiVersion": API_VERSION,
+            "kind": "ClusterRoleBinding",
+            "metadata": bootstrap_meta(&role, &[]),
+            "roleRef": {"apiGroup": GROUP, "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "kube-system"}],
+        }));
+    }
+    out
+}
+
 const READ: &[&str] = &["get", "list", "watch"];
 const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
 const READ_WRITE: &[&str] = &[
@@ -908,6 +966,7 @@ pub fn bootstrap_policy() -> Vec<Value> {
         ),
     ];
     let mut out = aggregate(&roles);
+    out.extend(controller_roles());
     out.extend([
         cluster_role_binding("cluster-admin", "cluster-admin", &[SYSTEM_MASTERS]),
         cluster_role_binding(

@@ -75,6 +75,18 @@ impl Ranges {
         let n = u32::from(ip);
         n >= self.ip_base && self.ip_offsets().contains(&(n - self.ip_base))
     }
+
+    /// The `kubernetes` Service's address: the range's first.
+    pub fn kubernetes_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::from(self.ip_base + 1)
+    }
+
+    /// Addresses a Service may ask for: the dynamic ones, and the
+    /// `kubernetes` address, which only an explicit request gets (as the
+    /// bootstrap controller makes).
+    fn requestable(&self, ip: Ipv4Addr) -> bool {
+        self.contains_ip(ip) || ip == self.kubernetes_ip()
+    }
 }
 
 /// Allocates and frees cluster IPs and node ports in storage.
@@ -136,7 +148,7 @@ impl Allocator {
                     "failed to allocate IP {ip}: not a valid IPv4 address"
                 ))
             })?;
-            if !self.ranges.contains_ip(parsed) {
+            if !self.ranges.requestable(parsed) {
                 return Err(Ok(format!(
                     "failed to allocate IP {ip}: the provided IP ({ip}) is not in the valid range. The range of valid IPs is {}/{}",
                     Ipv4Addr::from(self.ranges.ip_base),

@@ -16,6 +16,10 @@
 //!   controller that loads it from API objects; [`webhook`] is the webhook
 //!   client;
 //! * [`namespaces`]: the namespace controller;
+//! * [`controllers`]: logic that acts by itself (garbage collector,
+//!   service accounts, the `kubernetes` Service), each controller a client
+//!   of the registry with a work queue and leader election; [`informer`]
+//!   is the metadata view of every object they follow;
 //! * [`workloads`]: pods, workloads and services: defaulting, validation
 //!   and the `scale` subresource;
 //! * [`options`]: the options and outcomes of store operations.
@@ -30,9 +34,11 @@ pub mod allocator;
 pub mod autoscaling;
 pub mod builtin;
 pub mod codec;
+pub mod controllers;
 pub mod crd;
 pub mod error;
 pub mod handlers;
+pub mod informer;
 pub mod namespaces;
 pub mod options;
 pub mod resources;
@@ -41,7 +47,9 @@ pub mod strategy;
 pub mod webhook;
 pub mod workloads;
 
-pub use options::{Deleted, FieldValidation, ListOutcome, ListParams, Preconditions, WriteOptions};
+pub use options::{
+    Deleted, FieldValidation, ListOutcome, ListParams, Preconditions, Propagation, WriteOptions,
+};
 pub use resources::{Resource, Resources, Snapshot};
 pub use store::Objects;
 pub use strategy::{CreateRequest, Creater, Escalation, Strategy};

@@ -105,11 +105,83 @@ impl WriteOptions {
     }
 }
 
-/// `DeleteOptions` preconditions.
+/// `DeleteOptions`: preconditions and what happens to dependents.
 #[derive(Debug, Clone, Default)]
 pub struct Preconditions {
     pub uid: Option<String>,
     pub resource_version: Option<u64>,
+    /// `propagationPolicy` (or the legacy `orphanDependents`); `None`: the
+    /// object's own GC finalizers, else the resource's default.
+    pub propagation: Option<Propagation>,
+}
+
+/// What a delete does to the objects that name the deleted one in their
+/// `ownerReferences` (upstream's `DeletionPropagation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    /// Dependents lose the reference and stay (the `orphan` finalizer
+    /// holds the owner until the garbage collector has done that).
+    Orphan,
+    /// The owner goes now; the garbage collector deletes dependents after.
+    Background,
+    /// The owner stays (finalizer `foregroundDeletion`) until every
+    /// dependent whose reference has `blockOwnerDeletion` is gone.
+    Foreground,
+}
+
+/// The finalizer of an orphaning delete.
+pub const FINALIZER_ORPHAN: &str = "orphan";
+/// The finalizer of a foreground delete.
+pub const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
+
+impl Propagation {
+    /// `propagationPolicy` as the API spells it.
+    pub fn parse(s: &str) -> Option<Propagation> {
+        Some(match s {
+            "Orphan" => Propagation::Orphan,
+            "Background" => Propagation::Background,
+            "Foreground" => Propagation::Foreground,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Propagation::Orphan => "Orphan",
+            Propagation::Background => "Background",
+            Propagation::Foreground => "Foreground",
+        }
+    }
+
+    /// The finalizers a delete leaves on `finalizers` (upstream's
+    /// `deletionFinalizersForGarbageCollection`): an explicit policy
+    /// replaces the object's GC finalizer; without one, a GC finalizer the
+    /// object has stays, else the resource's default applies.
+    pub fn finalizers(
+        explicit: Option<Propagation>,
+        default: Propagation,
+        finalizers: &[String],
+    ) -> Vec<String> {
+        let has = |f: &str| finalizers.iter().any(|x| x == f);
+        let policy = explicit.unwrap_or(if has(FINALIZER_ORPHAN) {
+            Propagation::Orphan
+        } else if has(FINALIZER_FOREGROUND) {
+            Propagation::Foreground
+        } else {
+            default
+        });
+        let mut out: Vec<String> = finalizers
+            .iter()
+            .filter(|f| *f != FINALIZER_ORPHAN && *f != FINALIZER_FOREGROUND)
+            .cloned()
+            .collect();
+        match policy {
+            Propagation::Orphan => out.push(FINALIZER_ORPHAN.into()),
+            Propagation::Foreground => out.push(FINALIZER_FOREGROUND.into()),
+            Propagation::Background => {}
+        }
+        out
+    }
 }
 
 /// Parameters of a list (and of a watch's initial state).

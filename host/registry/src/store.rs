@@ -821,15 +821,42 @@ impl Objects {
             let shown = present(info, cur.clone()).await?;
             self.admit_validating(&attrs, None, Some(&shown), opts)
                 .await?;
-            if info.strategy.graceful_delete(&cur) {
-                if meta::str_field(&cur, "deletionTimestamp").is_some() {
-                    return Ok(Deleted::Pending(shown));
-                }
-                let mut marked = cur.clone();
+            // The garbage collector's finalizers, as the request's
+            // propagation policy says (upstream's
+            // `deletionFinalizersForGarbageCollection`).
+            let old_finalizers = meta::finalizers(&cur);
+            let finalizers = crate::options::Propagation::finalizers(
+                pre.propagation,
+                info.strategy.default_propagation(info),
+                &old_finalizers,
+            );
+            let mut marked = cur.clone();
+            let gc_changed = {
+                let (mut a, mut b) = (old_finalizers.clone(), finalizers.clone());
+                a.sort();
+                b.sort();
+                a != b
+            };
+            if gc_changed {
                 let m = meta::metadata_mut(&mut marked);
-                m.insert("deletionTimestamp".into(), json!(now()));
-                m.insert("deletionGracePeriodSeconds".into(), json!(0));
-                info.strategy.prepare_for_delete(&mut marked);
+                if finalizers.is_empty() {
+                    m.remove("finalizers");
+                } else {
+                    m.insert("finalizers".into(), json!(finalizers));
+                }
+            }
+            let terminating = meta::str_field(&cur, "deletionTimestamp").is_some();
+            let held = !finalizers.is_empty() || info.strategy.holds_deletion(&marked);
+            if terminating && !gc_changed {
+                return Ok(Deleted::Pending(shown));
+            }
+            if (terminating && held) || (!terminating && info.strategy.graceful_delete(&marked)) {
+                if !terminating {
+                    let m = meta::metadata_mut(&mut marked);
+                    m.insert("deletionTimestamp".into(), json!(now()));
+                    m.insert("deletionGracePeriodSeconds".into(), json!(0));
+                    info.strategy.prepare_for_delete(&mut marked);
+                }
                 if opts.dry_run {
                     return Ok(Deleted::Pending(present(info, marked).await?));
                 }
@@ -875,6 +902,7 @@ impl Objects {
         info: &Resource,
         ns: Option<&str>,
         p: &ListParams,
+        propagation: Option<crate::options::Propagation>,
         opts: &WriteOptions,
     ) -> Result<ListOutcome> {
         let mut listed = self
@@ -897,7 +925,10 @@ impl Objects {
                     info,
                     obj_ns.as_deref(),
                     &name,
-                    &Preconditions::default(),
+                    &Preconditions {
+                        propagation,
+                        ..Default::default()
+                    },
                     opts,
                 )
                 .await

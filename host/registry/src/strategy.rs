@@ -143,6 +143,12 @@ pub trait Strategy: Send + Sync {
         !meta::finalizers(obj).is_empty()
     }
 
+    /// What a delete does to dependents when the request does not say
+    /// (upstream's `DefaultGarbageCollectionPolicy`).
+    fn default_propagation(&self, _info: &ResourceInfo) -> crate::options::Propagation {
+        crate::options::Propagation::Background
+    }
+
     /// Changes to an object as it is marked for deletion.
     fn prepare_for_delete(&self, _marked: &mut Value) {}
 

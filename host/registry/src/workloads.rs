@@ -474,6 +474,17 @@ fn validate_service(spec: &Value, out: &mut Vec<Cause>) {
 }
 
 impl Strategy for Workloads {
+    fn default_propagation(&self, info: &ResourceInfo) -> crate::options::Propagation {
+        // Upstream keeps core/v1 ReplicationControllers orphaning their
+        // pods by default, for backward compatibility.
+        match self.0 {
+            Kind::ReplicationController if info.version == "v1" => {
+                crate::options::Propagation::Orphan
+            }
+            _ => crate::options::Propagation::Background,
+        }
+    }
+
     fn prepare_for_create(&self, obj: &mut Value) {
         match self.0 {
             Kind::Pod => {

@@ -46,6 +46,31 @@ pub struct ServeArgs {
     #[arg(long)]
     pub etcd_keyfile: Option<PathBuf>,
 
+    /// The address this replica publishes in the `kubernetes` Service's
+    /// endpoints; default: the bind address (127.0.0.1 when it is
+    /// unspecified).
+    #[arg(long)]
+    pub advertise_address: Option<IpAddr>,
+
+    /// Controllers to run (kube-controller-manager's flag): `*` for all,
+    /// `-name` to turn one off: `garbage-collector-controller`,
+    /// `serviceaccount-controller`, `root-ca-certificate-publisher-controller`.
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    pub controllers: Vec<String>,
+
+    /// How long a leader's Lease lasts without renewal before another
+    /// replica takes over (replicas on etcd only).
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+
+    /// How long a leader keeps trying to renew before it steps down.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// How often candidates try to take, and the leader to renew, the Lease.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Duration,
+
     /// The CIDR cluster IPs of Services come from (kube-apiserver's flag).
     #[arg(long, default_value = "10.96.0.0/12")]
     pub service_cluster_ip_range: String,
@@ -188,7 +213,26 @@ impl ServeArgs {
             service_account_signing_key_file: None,
             service_account_key_file: Vec::new(),
             service_account_issuer: Vec::new(),
+            advertise_address: None,
+            controllers: vec!["*".into()],
+            leader_elect_lease_duration: Duration::from_secs(15),
+            leader_elect_renew_deadline: Duration::from_secs(10),
+            leader_elect_retry_period: Duration::from_secs(2),
         }
+    }
+
+    /// Whether `--controllers` turns on controller `name` (as
+    /// kube-controller-manager reads it: a name turns it on, `-name` off,
+    /// `*` all that are not turned off).
+    pub fn controller_enabled(&self, name: &str) -> bool {
+        if self
+            .controllers
+            .iter()
+            .any(|c| c.strip_prefix('-') == Some(name))
+        {
+            return false;
+        }
+        self.controllers.iter().any(|c| c == name || c == "*")
     }
 }
 

@@ -207,12 +207,13 @@ pub async fn openapi_v3_doc(
 
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let text = state
+    let mut text = state
         .objects
         .admission
         .as_ref()
         .map(|a| a.metrics_text())
         .unwrap_or_default();
+    text.push_str(&state.controllers.text());
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

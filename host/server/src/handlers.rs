@@ -26,12 +26,12 @@ use wasm_apiserver_api::patch::{self, PatchType};
 use wasm_apiserver_api::request::query_pairs;
 use wasm_apiserver_api::selector::{FieldSelector, LabelSelector};
 use wasm_apiserver_api::table::{IncludeObject, to_table};
-use wasm_apiserver_api::{ApiError, RequestInfo, ResourceInfo, meta};
+use wasm_apiserver_api::{ApiError, Cause, RequestInfo, ResourceInfo, meta};
 use wasm_apiserver_plugins::UserInfo;
 use wasm_apiserver_registry::builtin::is_remote_api_service;
 use wasm_apiserver_registry::{
     CreateRequest, Creater, Deleted, FieldValidation, ListOutcome, ListParams, Preconditions,
-    Resource, WriteOptions,
+    Propagation, Resource, WriteOptions,
 };
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
@@ -423,7 +423,7 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
         "update" => update(&call, body).await,
         "patch" => patch(&call, body).await,
         "delete" => delete(&call, body).await,
-        "deletecollection" => delete_collection(&call).await,
+        "deletecollection" => delete_collection(&call, body).await,
         _ => Err(ApiError::MethodNotAllowed),
     }?;
     // A deprecated version warns on every request, as upstream.
@@ -755,13 +755,14 @@ async fn delete(call: &Call<'_>, body: Body) -> Result<Response> {
     Ok(with_warnings(resp, &opts))
 }
 
-async fn delete_collection(call: &Call<'_>) -> Result<Response> {
-    let opts = call.write_options()?;
+async fn delete_collection(call: &Call<'_>, body: Body) -> Result<Response> {
+    let bytes = call.body(body).await?;
+    let (opts, pre) = delete_options(call.q, call.user, call.audit, call.headers, &bytes)?;
     let params = list_params(call.q, call.res)?;
     let out = call
         .state
         .objects
-        .delete_collection(call.res, call.ns, &params, &opts)
+        .delete_collection(call.res, call.ns, &params, pre.propagation, &opts)
         .await?;
     Ok(json_response(StatusCode::OK, &list_body(call.res, out)))
 }
@@ -776,6 +777,7 @@ fn delete_options(
 ) -> Result<(WriteOptions, Preconditions)> {
     let mut opts = write_options(q, user, audit, headers)?;
     let mut pre = Preconditions::default();
+    let (mut policy, mut orphan) = (None, None);
     if !body.iter().all(u8::is_ascii_whitespace) {
         let doc = decode_body(headers, body)?;
         if let Some(dry) = doc.get("dryRun").and_then(Value::as_array) {
@@ -802,7 +804,40 @@ fn delete_options(
         pre.resource_version =
             meta::parse_resource_version(p["resourceVersion"].as_str().unwrap_or(""))
                 .map_err(ApiError::BadRequest)?;
+        policy = doc["propagationPolicy"].as_str().map(String::from);
+        orphan = doc["orphanDependents"].as_bool();
     }
+    // The query's values win over the body's, as upstream decodes both
+    // into one DeleteOptions with the query last.
+    if let Some(p) = q.get("propagationPolicy") {
+        policy = Some(p.to_string());
+    }
+    if q.get("orphanDependents").is_some() {
+        orphan = Some(q.flag("orphanDependents"));
+    }
+    let invalid =
+        |cause| ApiError::Invalid(Target::new("meta.k8s.io", "DeleteOptions", ""), vec![cause]);
+    pre.propagation = match (policy.as_deref(), orphan) {
+        (Some(p), Some(_)) => {
+            return Err(invalid(Cause::invalid(
+                "propagationPolicy",
+                p,
+                "orphanDependents and deletionPropagation cannot be both set",
+            )));
+        }
+        (Some(p), None) => Some(Propagation::parse(p).ok_or_else(|| {
+            invalid(Cause {
+                reason: "FieldValueNotSupported".into(),
+                field: "propagationPolicy".into(),
+                message: format!(
+                    "Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+                ),
+            })
+        })?),
+        (None, Some(true)) => Some(Propagation::Orphan),
+        (None, Some(false)) => Some(Propagation::Background),
+        (None, None) => None,
+    };
     Ok((opts, pre))
 }
 

@@ -57,6 +57,7 @@ impl AppState {
             authz,
             audit: None,
             crds: installed.crds,
+            controllers: Default::default(),
         }
     }
 }
@@ -357,7 +358,8 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         &args.service_node_port_range,
     )
     .map_err(anyhow::Error::msg)?;
-    let allocator = wasm_apiserver_registry::allocator::Allocator::new(storage.clone(), ranges);
+    let allocator =
+        wasm_apiserver_registry::allocator::Allocator::new(storage.clone(), ranges.clone());
     state.resources.update("", "v1", "services", |svc| {
         svc.with_strategy(Arc::new(wasm_apiserver_registry::workloads::Services {
             allocator,
@@ -405,9 +407,73 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     let client_cas = Arc::new(crate::tls::ClientCas::from_pems(&ca_pems)?);
     let tls = crate::tls::server_config(&cert_pem, &key_pem, &client_cas)?;
 
+    start_controllers(&state, &args, &ranges, address, &pki.ca_pem);
+
     write_kubeconfig(&args.data_dir, address, &pki)?;
     tracing::info!(%address, kubeconfig = %args.data_dir.join("admin.kubeconfig").display(), "serving HTTPS");
     serve_tls(listener, tls, client_cas, router(state)).await
+}
+
+/// Starts the controllers `--controllers` enables (singletons under leader
+/// election when replicas share etcd) and the `kubernetes` Service's
+/// publisher (on every replica).
+fn start_controllers(
+    state: &AppState,
+    args: &ServeArgs,
+    ranges: &wasm_apiserver_registry::allocator::Ranges,
+    address: SocketAddr,
+    ca_pem: &str,
+) {
+    use wasm_apiserver_registry::controllers::{
+        Client, apiservice, gc, hostname, leader, serviceaccounts,
+    };
+    let objects = &state.objects;
+    let election = if args.etcd_servers.is_empty() {
+        leader::Election::Alone
+    } else {
+        leader::Election::Lease {
+            lease: "wasm-apiserver-controllers".into(),
+            identity: format!("{}_{}", hostname(), uuid::Uuid::new_v4()),
+            timing: leader::Timing {
+                lease_duration: args.leader_elect_lease_duration,
+                renew_deadline: args.leader_elect_renew_deadline,
+                retry_period: args.leader_elect_retry_period,
+            },
+        }
+    };
+    let leadership = leader::start(objects.clone(), election);
+    let authorize: Arc<dyn wasm_apiserver_api::cel::authz::Authorize> = state.authz.clone();
+    let client = |name: &str| Client::new(objects.clone(), name, Some(authorize.clone()));
+    if args.controller_enabled("garbage-collector-controller") {
+        gc::spawn(client(gc::NAME), leadership.clone(), &state.controllers);
+    }
+    if args.controller_enabled("serviceaccount-controller")
+        || args.controller_enabled("root-ca-certificate-publisher-controller")
+    {
+        serviceaccounts::spawn(
+            client(serviceaccounts::SA_CONTROLLER),
+            client(serviceaccounts::ROOT_CA_PUBLISHER),
+            ca_pem.to_string(),
+            leadership.clone(),
+            &state.controllers,
+        );
+    }
+    let advertise = args
+        .advertise_address
+        .unwrap_or(if address.ip().is_unspecified() {
+            std::net::IpAddr::from([127, 0, 0, 1])
+        } else {
+            address.ip()
+        });
+    apiservice::spawn(
+        objects.clone(),
+        apiservice::Endpoint {
+            address: advertise,
+            port: address.port(),
+            cluster_ip: ranges.kubernetes_ip().into(),
+            id: format!("{:x}", uuid::Uuid::new_v4().as_u128() >> 64),
+        },
+    );
 }
 
 async fn shutdown() {

@@ -24,4 +24,6 @@ pub struct AppState {
     pub audit: Option<Arc<AuditLog>>,
     /// The resources CRDs serve (the CRD controller's bookkeeping).
     pub crds: Arc<wasm_apiserver_registry::crd::Served>,
+    /// The controllers' work queues, for `/metrics`.
+    pub controllers: Arc<wasm_apiserver_registry::controllers::Metrics>,
 }

@@ -400,11 +400,9 @@ fn retain(v: &mut Value, keep: &FieldSet, schema: Schema<'_>) {
             }
         }
         (Shape::List { ty, elem }, Value::Array(items)) => {
-            let mut i = 0;
             let mut out = Vec::new();
-            for mut item in std::mem::take(items) {
+            for (i, mut item) in std::mem::take(items).into_iter().enumerate() {
                 let e = item_element(&ty, elem, i, &item);
-                i += 1;
                 if let Some(c) = keep.children.get(&e).filter(|c| !c.is_empty()) {
                     retain(&mut item, c, elem);
                     out.push(item);
