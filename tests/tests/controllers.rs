@@ -291,6 +291,8 @@ fn the_kubernetes_service_and_its_endpoints() {
         get_in(&server, "default", "svc", "kubernetes")
     });
     assert_eq!(svc["spec"]["clusterIP"], "10.96.0.1");
+    // Upstream's default status of a Service.
+    assert_eq!(svc["status"], json!({"loadBalancer": {}}));
     assert_eq!(
         svc["spec"]["ports"],
         json!([{"name": "https", "port": 443, "protocol": "TCP", "targetPort": server.port()}])

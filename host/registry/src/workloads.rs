@@ -651,8 +651,17 @@ impl Strategy for Services {
         }
     }
 
+    fn prepare_for_create(&self, obj: &mut Value) {
+        Self::base().prepare_for_create(obj);
+        // Upstream resets a new Service's status: `{"loadBalancer": {}}`.
+        obj["status"] = json!({"loadBalancer": {}});
+    }
+
     fn canonicalize(&self, obj: &mut Value) {
         Self::base().canonicalize(obj);
+        if obj.get("status").is_none_or(Value::is_null) {
+            obj["status"] = json!({"loadBalancer": {}});
+        }
     }
 
     fn validate(

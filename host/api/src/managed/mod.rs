@@ -119,6 +119,68 @@ fn write(obj: &mut Value, entries: &[Entry]) {
     }
 }
 
+/// Most `Update` managers an object keeps (upstream's
+/// `DefaultMaxUpdateManagers`).
+pub const MAX_UPDATE_MANAGERS: usize = 10;
+/// The entry the oldest `Update` managers are merged into beyond the cap.
+pub const ANCIENT_CHANGES: &str = "ancient-changes";
+
+/// Upstream's `capUpdateManagers`: beyond [`MAX_UPDATE_MANAGERS`] `Update`
+/// entries, the oldest (by time, then name) are merged, one API version
+/// each, into an `ancient-changes` entry of that version, until the count
+/// is under the cap.
+fn cap_updates(entries: &mut Vec<Entry>) {
+    let is_update = |e: &Entry| e.operation == "Update" && !e.set.is_empty();
+    let mut length = entries.iter().filter(|e| is_update(e)).count();
+    if length <= MAX_UPDATE_MANAGERS {
+        return;
+    }
+    let mut oldest: Vec<usize> = (0..entries.len())
+        .filter(|&i| is_update(&entries[i]) && entries[i].manager != ANCIENT_CHANGES)
+        .collect();
+    oldest.sort_by(|&a, &b| {
+        (&entries[a].time, &entries[a].manager).cmp(&(&entries[b].time, &entries[b].manager))
+    });
+    let mut merged = std::collections::BTreeSet::new();
+    for i in oldest {
+        if length <= MAX_UPDATE_MANAGERS {
+            break;
+        }
+        let e = entries[i].clone();
+        let bucket = entries.iter().position(|b| {
+            b.manager == ANCIENT_CHANGES
+                && b.operation == "Update"
+                && b.api_version == e.api_version
+                && b.subresource.is_none()
+        });
+        match bucket {
+            Some(b) => {
+                entries[b].set.union(&e.set);
+                entries[b].time = e.time.clone();
+            }
+            None => entries.push(Entry {
+                manager: ANCIENT_CHANGES.into(),
+                operation: "Update".into(),
+                api_version: e.api_version.clone(),
+                time: e.time.clone(),
+                subresource: None,
+                set: e.set.clone(),
+            }),
+        }
+        // A manager merged into a new bucket is replaced by it: the count
+        // only falls when the bucket was already there.
+        if bucket.is_some() {
+            length -= 1;
+        }
+        merged.insert(i);
+    }
+    let mut i = 0;
+    entries.retain(|_| {
+        i += 1;
+        !merged.contains(&(i - 1))
+    });
+}
+
 /// Fields no manager owns: the type, server-set metadata, and what the
 /// subresource does not write (status from the main resource when the
 /// kind has a status subresource; all but status from `status`).
@@ -226,6 +288,7 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, schema: Schema<'_>, m
         // Removed fields leave even the writer's own entry.
         e.set = e.set.difference(&changed);
     }
+    cap_updates(&mut entries);
     write(new, &entries);
 }
 
@@ -323,6 +386,7 @@ pub fn apply(
             set: applied,
         },
     );
+    cap_updates(&mut entries);
     write(&mut merged, &entries);
     Ok(merged)
 }
@@ -429,6 +493,50 @@ mod tests {
         .unwrap();
         assert!(again["spec"].get("paused").is_none(), "{again}");
         assert_eq!(again["spec"]["minReadySeconds"], 5);
+    }
+
+    #[test]
+    fn more_than_ten_updaters_merge_the_oldest_into_ancient_changes() {
+        let mut obj = deployment(1, "nginx");
+        record_update(None, &mut obj, schema(), &mgr("creator"));
+        for i in 0..16 {
+            let mut next = obj.clone();
+            let mut labels = obj["metadata"]["labels"].clone();
+            if !labels.is_object() {
+                labels = json!({});
+            }
+            labels[format!("l{i}")] = json!("x");
+            next["metadata"]["labels"] = labels;
+            let name = format!("m{i:02}");
+            let time = format!("2026-12-01T00:00:{i:02}Z");
+            let m = Manager {
+                now: &time,
+                ..mgr(&name)
+            };
+            record_update(Some(&obj), &mut next, schema(), &m);
+            obj = next;
+        }
+        let owners = owners(&obj);
+        assert_eq!(owners.len(), MAX_UPDATE_MANAGERS, "{owners:?}");
+        let ancient = obj["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["manager"] == ANCIENT_CHANGES)
+            .expect("an ancient-changes entry");
+        // The creator's fields and the oldest labels are in it.
+        assert!(
+            ancient["fieldsV1"]["f:spec"].get("f:replicas").is_some(),
+            "{ancient}"
+        );
+        assert!(
+            ancient["fieldsV1"]["f:metadata"]["f:labels"]
+                .get("f:l0")
+                .is_some(),
+            "{ancient}"
+        );
+        // The newest managers keep their own entries.
+        assert!(owners.contains(&("m15".to_string(), "Update".to_string())));
     }
 
     #[test]
