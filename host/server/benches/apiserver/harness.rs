@@ -68,6 +68,9 @@ pub(crate) async fn start_server(path: &Path) -> Result<SocketAddr, Error> {
 /// A router served on a loopback port; stops accepting when dropped.
 pub(crate) struct Served {
     pub(crate) addr: SocketAddr,
+    /// The server's state (its registry, for scenarios that start
+    /// controllers on it).
+    pub(crate) state: Arc<AppState>,
     task: JoinHandle<()>,
 }
 
@@ -87,12 +90,17 @@ pub(crate) async fn serve(
     let addr = listener.local_addr()?;
     let state = Arc::new(AppState::new(storage, addr, 3 * 1024 * 1024, admission));
     wasm_apiserver_registry::namespaces::ensure_initial(&state.objects).await?;
+    let served_state = state.clone();
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, router(state)).await {
             eprintln!("server stopped: {e}");
         }
     });
-    Ok(Served { addr, task })
+    Ok(Served {
+        addr,
+        state: served_state,
+        task,
+    })
 }
 
 /// A fresh server (embedded store at `store`) with the admission chain on:
@@ -177,12 +185,17 @@ pub(crate) async fn serve_authz(
         .objects
         .create(&*info("", "configmaps")?, Some("default"), configmap, &opts)
         .await?;
+    let served_state = state.clone();
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, router(state)).await {
             eprintln!("server stopped: {e}");
         }
     });
-    Ok(Served { addr, task })
+    Ok(Served {
+        addr,
+        state: served_state,
+        task,
+    })
 }
 
 // --- results -------------------------------------------------------------------

@@ -16,7 +16,10 @@
 //! through the wasm converter), `workloads` (issue 11: Pod creates vs
 //! ConfigMaps, defaulting + validation per Pod, the OpenAPI v3 core
 //! document), `apply` (issue 12: server-side apply vs PUT of a ConfigMap
-//! and a Deployment, managedFields bytes), `rbac` (issue 4) and `etcd` (issue 5;
+//! and a Deployment, managedFields bytes), `gc` (issue 32: the garbage
+//! collector with 1,000 owners x 10 dependents: deletion latency, graph
+//! bytes per object, idle CPU, creates/s with controllers on vs off),
+//! `rbac` (issue 4) and `etcd` (issue 5;
 //! needs the `etcd` feature and `etcd` on PATH). Each is a function that returns one or more
 //! [`Row`]s; the table at the end is Markdown, so runs can be pasted side by
 //! side, and the targets and ratios of each issue follow it. `BENCH_SECONDS`
@@ -84,6 +87,7 @@ mod crd;
 mod crossplane;
 mod crud;
 mod etcd;
+mod gc;
 mod harness;
 mod hook;
 mod rbac;
@@ -186,6 +190,9 @@ fn main() -> Result<(), Error> {
         if wanted("apply") {
             rows.extend(apply::apply(&api, clients, window).await?);
         }
+        if wanted("gc") {
+            rows.extend(gc::gc(&srv, dir.path(), clients, window).await?);
+        }
         if wanted("conversion") {
             rows.extend(conversion::conversion(&srv, dir.path()).await?);
         }
@@ -222,6 +229,7 @@ fn print_targets(rows: &[Row]) {
     conversion::print_targets(rows);
     workloads::print_targets(rows);
     apply::print_targets(rows);
+    gc::print_targets(rows);
     rbac::print_targets(rows);
     #[cfg(feature = "etcd")]
     etcd::print_targets(rows);
