@@ -936,3 +936,66 @@ async fn pods_and_deployments_through_typed_apis() {
         .expect("list");
     assert_eq!(listed.items.len(), 1);
 }
+
+/// Metadata-only reads (`Accept: ...;as=PartialObjectMetadata[List]`), as
+/// the garbage collector, controller-runtime's metadata informers and
+/// kube-rs's `*_metadata` calls make them: the answer carries no data.
+#[tokio::test]
+async fn metadata_only_get_list_patch_and_watch() {
+    let server = Server::start();
+    let api: Api<ConfigMap> = Api::default_namespaced(client(&server));
+    api.create(
+        &PostParams::default(),
+        &configmap("meta", &[("app", "web")], &[("secret-ish", "big value")]),
+    )
+    .await
+    .expect("create");
+
+    let got = api.get_metadata("meta").await.expect("get_metadata");
+    assert_eq!(
+        got.types.as_ref().map(|t| t.kind.as_str()),
+        Some("PartialObjectMetadata")
+    );
+    assert_eq!(got.metadata.labels, Some(map(&[("app", "web")])));
+
+    let listed = api
+        .list_metadata(&ListParams::default().labels("app=web"))
+        .await
+        .expect("list_metadata");
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(listed.items[0].metadata.name.as_deref(), Some("meta"));
+
+    let patched = api
+        .patch_metadata(
+            "meta",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"tier": "one"}}})),
+        )
+        .await
+        .expect("patch_metadata");
+    assert_eq!(
+        patched
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("tier"))
+            .map(String::as_str),
+        Some("one")
+    );
+
+    // The raw answers hold no data: the request's Accept decides.
+    let raw = client(&server);
+    let req = http::Request::get("/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=1")
+        .header(
+            "Accept",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        )
+        .body(Vec::new())
+        .unwrap();
+    let text = raw.request_text(req).await.expect("watch");
+    let first: serde_json::Value =
+        serde_json::from_str(text.lines().next().expect("an event")).expect("JSON");
+    assert_eq!(first["object"]["kind"], "PartialObjectMetadata", "{first}");
+    assert!(first["object"].get("data").is_none(), "{first}");
+    assert!(!text.contains("big value"), "{text}");
+}

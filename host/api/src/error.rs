@@ -245,6 +245,85 @@ impl ApiError {
     pub fn status_json(&self) -> serde_json::Value {
         serde_json::to_value(self.status()).unwrap_or_default()
     }
+
+    /// The `Status` body as bytes, its fields in upstream's order (`kind,
+    /// apiVersion, metadata, status, message, reason, details{name, group,
+    /// kind, uid, causes, retryAfterSeconds}, code`): clients that compare
+    /// error bodies as strings see what kube-apiserver writes.
+    pub fn status_body(&self) -> Vec<u8> {
+        status_bytes(&self.status())
+    }
+}
+
+/// `status` serialized in upstream's field order (Go's struct order).
+pub fn status_bytes(status: &Status) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct Wire<'a> {
+        kind: &'static str,
+        #[serde(rename = "apiVersion")]
+        api_version: &'static str,
+        metadata: serde_json::Map<String, serde_json::Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        status: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        details: Option<Details<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        code: Option<i32>,
+    }
+    #[derive(serde::Serialize)]
+    struct Details<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        name: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        group: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        kind: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        uid: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        causes: Option<Vec<WireCause<'a>>>,
+        #[serde(rename = "retryAfterSeconds", skip_serializing_if = "Option::is_none")]
+        retry_after_seconds: Option<i32>,
+    }
+    #[derive(serde::Serialize)]
+    struct WireCause<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        field: Option<&'a str>,
+    }
+    let wire = Wire {
+        kind: "Status",
+        api_version: "v1",
+        metadata: serde_json::Map::new(),
+        status: status.status.as_deref(),
+        message: status.message.as_deref(),
+        reason: status.reason.as_deref(),
+        details: status.details.as_ref().map(|d| Details {
+            name: d.name.as_deref(),
+            group: d.group.as_deref(),
+            kind: d.kind.as_deref(),
+            uid: d.uid.as_deref(),
+            causes: d.causes.as_ref().map(|cs| {
+                cs.iter()
+                    .map(|c| WireCause {
+                        reason: c.reason.as_deref(),
+                        message: c.message.as_deref(),
+                        field: c.field.as_deref(),
+                    })
+                    .collect()
+            }),
+            retry_after_seconds: d.retry_after_seconds,
+        }),
+        code: status.code,
+    };
+    serde_json::to_vec(&wire).unwrap_or_default()
 }
 
 fn status_causes(causes: &[Cause]) -> Vec<StatusCause> {
@@ -297,6 +376,27 @@ mod tests {
                 "details": {"name": "foo", "kind": "configmaps"}, "code": 404
             })
         );
+    }
+
+    #[test]
+    fn status_bodies_keep_upstreams_field_order() {
+        let e = ApiError::Invalid(
+            Target::new("", "ConfigMap", "x"),
+            vec![Cause::missing("metadata.name")],
+        );
+        let body = String::from_utf8(e.status_body()).unwrap();
+        assert!(
+            body.starts_with(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"#
+            ),
+            "{body}"
+        );
+        assert!(
+            body.ends_with(r#""reason":"Invalid","details":{"name":"x","kind":"ConfigMap","causes":[{"reason":"FieldValueRequired","message":"Required value","field":"metadata.name"}]},"code":422}"#),
+            "{body}"
+        );
+        let parsed: serde_json::Value = serde_json::from_slice(e.status_body().as_slice()).unwrap();
+        assert_eq!(parsed, e.status_json());
     }
 
     #[test]

@@ -208,3 +208,22 @@ mod tests {
         assert!(parse_resource_version("abc").is_err());
     }
 }
+
+/// `obj` as a `meta.k8s.io/v1` `PartialObjectMetadata`: its metadata alone
+/// (what upstream's metadata client, the garbage collector and
+/// controller-runtime's metadata informers ask for).
+pub fn partial_object_metadata(obj: &Value) -> Value {
+    serde_json::json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| serde_json::json!({})),
+    })
+}
+
+/// Whether an `Accept` header asks for `PartialObjectMetadata` (or its
+/// list).
+pub fn wants_partial_metadata(accept: &str) -> bool {
+    accept
+        .split(',')
+        .any(|m| m.contains("as=PartialObjectMetadata") && m.contains("g=meta.k8s.io"))
+}

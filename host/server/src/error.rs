@@ -21,7 +21,7 @@ impl IntoResponse for ErrorResponse {
             tracing::error!(error = %msg, "internal error");
         }
         let code = StatusCode::from_u16(self.0.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = serde_json::to_vec(&self.0.status_json()).unwrap_or_default();
+        let body = self.0.status_body();
         let mut resp = (code, body).into_response();
         resp.headers_mut().insert(
             header::CONTENT_TYPE,

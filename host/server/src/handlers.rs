@@ -336,9 +336,23 @@ impl Call<'_> {
     /// The answer for the request's subresource: its own view of the
     /// object where it has one (`scale`), else the object.
     fn view(&self, obj: Value) -> Value {
-        self.subresource
+        let obj = self
+            .subresource
             .and_then(|sub| self.res.strategy.get_subresource(sub, &obj))
-            .unwrap_or(obj)
+            .unwrap_or(obj);
+        if self.metadata_only() {
+            meta::partial_object_metadata(&obj)
+        } else {
+            obj
+        }
+    }
+
+    /// `Accept: application/json;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`.
+    fn metadata_only(&self) -> bool {
+        self.headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(meta::wants_partial_metadata)
     }
 }
 
@@ -492,6 +506,15 @@ async fn list(call: &Call<'_>) -> Result<Response> {
             }
             json_response(StatusCode::OK, &to_table(call.res, &out.items, m, include))
         }
+        None if call.metadata_only() => {
+            let mut body = list_body(call.res, out);
+            body["kind"] = json!("PartialObjectMetadataList");
+            body["apiVersion"] = json!("meta.k8s.io/v1");
+            for item in body["items"].as_array_mut().into_iter().flatten() {
+                *item = meta::partial_object_metadata(item);
+            }
+            json_response(StatusCode::OK, &body)
+        }
         None => json_response(StatusCode::OK, &list_body(call.res, out)),
     })
 }
@@ -519,6 +542,7 @@ async fn watch(call: &Call<'_>) -> Result<Response> {
         send_initial_events: q.flag("sendInitialEvents"),
         timeout,
         table,
+        metadata_only: call.metadata_only(),
     };
     watch::serve(&call.state.objects, call.res, call.ns, params, opts).await
 }

@@ -31,6 +31,8 @@ pub struct WatchOptions {
     pub timeout: Duration,
     /// Render objects as one-row Tables (`kubectl get -w`).
     pub table: Option<IncludeObject>,
+    /// Send each object as a `PartialObjectMetadata`.
+    pub metadata_only: bool,
 }
 
 fn line(kind: &str, object: Value) -> Bytes {
@@ -52,8 +54,10 @@ pub async fn serve(
     let render = {
         let info = info.info.clone();
         let table = opts.table;
+        let metadata_only = opts.metadata_only;
         move |obj: Value| -> Value {
             match table {
+                None if metadata_only => meta::partial_object_metadata(&obj),
                 None => obj,
                 Some(include) => {
                     let rv = meta::str_field(&obj, "resourceVersion")
