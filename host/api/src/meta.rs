@@ -167,6 +167,25 @@ pub fn prepare_for_update(new: &mut Value, old: &Value) {
     );
 }
 
+/// `obj` as a `meta.k8s.io/v1` `PartialObjectMetadata`: its metadata alone
+/// (what upstream's metadata client, the garbage collector and
+/// controller-runtime's metadata informers ask for).
+pub fn partial_object_metadata(obj: &Value) -> Value {
+    serde_json::json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| serde_json::json!({})),
+    })
+}
+
+/// Whether an `Accept` header asks for `PartialObjectMetadata` (or its
+/// list).
+pub fn wants_partial_metadata(accept: &str) -> bool {
+    accept
+        .split(',')
+        .any(|m| m.contains("as=PartialObjectMetadata") && m.contains("g=meta.k8s.io"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,23 +226,4 @@ mod tests {
         assert_eq!(parse_resource_version("42"), Ok(Some(42)));
         assert!(parse_resource_version("abc").is_err());
     }
-}
-
-/// `obj` as a `meta.k8s.io/v1` `PartialObjectMetadata`: its metadata alone
-/// (what upstream's metadata client, the garbage collector and
-/// controller-runtime's metadata informers ask for).
-pub fn partial_object_metadata(obj: &Value) -> Value {
-    serde_json::json!({
-        "kind": "PartialObjectMetadata",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| serde_json::json!({})),
-    })
-}
-
-/// Whether an `Accept` header asks for `PartialObjectMetadata` (or its
-/// list).
-pub fn wants_partial_metadata(accept: &str) -> bool {
-    accept
-        .split(',')
-        .any(|m| m.contains("as=PartialObjectMetadata") && m.contains("g=meta.k8s.io"))
 }
