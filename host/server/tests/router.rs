@@ -653,6 +653,37 @@ async fn validating_webhook_runs_in_the_same_chain() {
     );
 }
 
+/// kopf's webhook serves a self-signed `CA:TRUE` certificate and gives it as
+/// its own `caBundle`: Go's verifier (kube-apiserver) accepts that, so this
+/// server's must too.
+#[tokio::test]
+async fn a_webhook_serving_its_own_ca_certificate_is_called() {
+    let a = app().await;
+    let hook = webhook_support::start_self_signed_ca("team").await;
+    let config = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "kopf-like"},
+        "webhooks": [{
+            "name": "kopf.example.com",
+            "clientConfig": {"url": hook.url, "caBundle": hook.ca_bundle},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+        }]
+    });
+    let path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+    assert_eq!(a.post(path, config).await.status, StatusCode::CREATED);
+    let denied = a.post(CMS, cm("no-team", json!({}))).await;
+    assert_eq!(denied.status, StatusCode::FORBIDDEN, "{}", denied.body);
+    assert_eq!(
+        a.post(CMS, cm("team", json!({"team": "x"}))).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(hook.calls.load(std::sync::atomic::Ordering::Relaxed), 2);
+}
+
 /// A resource added to the live registry is routed, stored, listed,
 /// watched, rendered as a Table, and listed by discovery and OpenAPI at
 /// once, without a restart, and served to kubectl; removing it stops all of

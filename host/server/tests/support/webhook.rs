@@ -52,7 +52,29 @@ pub async fn start(label: &'static str) -> TestWebhook {
         .unwrap()
         .signed_by(&leaf_key, &ca)
         .unwrap();
+    serve(label, leaf.der().clone(), leaf_key, ca.pem()).await
+}
 
+/// Starts the webhook serving one self-signed certificate marked
+/// `CA:TRUE` for 127.0.0.1, which is also its `caBundle` (as kopf does).
+#[allow(
+    dead_code,
+    reason = "not every test binary that includes this module uses it"
+)]
+pub async fn start_self_signed_ca(label: &'static str) -> TestWebhook {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).unwrap();
+    serve(label, cert.der().clone(), key, cert.pem()).await
+}
+
+async fn serve(
+    label: &'static str,
+    cert: rustls::pki_types::CertificateDer<'static>,
+    leaf_key: rcgen::KeyPair,
+    ca_pem: String,
+) -> TestWebhook {
     let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
@@ -60,7 +82,7 @@ pub async fn start(label: &'static str) -> TestWebhook {
     .unwrap()
     .with_no_client_auth()
     .with_single_cert(
-        vec![leaf.der().clone()],
+        vec![cert],
         rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
     )
     .unwrap();
@@ -103,7 +125,7 @@ pub async fn start(label: &'static str) -> TestWebhook {
     });
     TestWebhook {
         url: format!("https://{addr}/validate"),
-        ca_bundle: base64::engine::general_purpose::STANDARD.encode(ca.pem()),
+        ca_bundle: base64::engine::general_purpose::STANDARD.encode(ca_pem),
         calls,
         task,
         shutdown,
