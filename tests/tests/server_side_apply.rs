@@ -336,21 +336,18 @@ fn kube_rs_applies_built_in_custom_and_status() {
     });
 }
 
-#[test]
-fn python_client_server_side_apply() {
-    let server = Server::start();
-    let script = r#"
+/// Runs `script` with the official Python client, `cms` bound to
+/// ConfigMaps of `server` (dynamic client); its stdout as JSON.
+fn python_configmaps(server: &Server, script: &str) -> Value {
+    let prelude = r#"
 import sys, json
 from kubernetes import config, dynamic
 from kubernetes.client import api_client
 client = dynamic.DynamicClient(api_client.ApiClient(configuration=config.load_kube_config(config_file=sys.argv[1])))
 cms = client.resources.get(api_version="v1", kind="ConfigMap")
-body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "py", "namespace": "default"}, "data": {"a": "1"}}
-out = cms.server_side_apply(body=body, field_manager="python", namespace="default")
-print(json.dumps({"data": out.data.to_dict(), "managers": [e.manager for e in out.metadata.managedFields]}))
 "#;
     let out = std::process::Command::new("python3")
-        .args(["-c", script])
+        .args(["-c", &format!("{prelude}{script}")])
         .arg(server.kubeconfig_path())
         .output()
         .expect("python3");
@@ -359,7 +356,18 @@ print(json.dumps({"data": out.data.to_dict(), "managers": [e.manager for e in ou
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let got: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+#[test]
+fn python_client_server_side_apply() {
+    let server = Server::start();
+    let script = r#"
+body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "py", "namespace": "default"}, "data": {"a": "1"}}
+out = cms.server_side_apply(body=body, field_manager="python", namespace="default")
+print(json.dumps({"data": out.data.to_dict(), "managers": [e.manager for e in out.metadata.managedFields]}))
+"#;
+    let got = python_configmaps(&server, script);
     assert_eq!(got["data"], json!({"a": "1"}));
     assert_eq!(got["managers"], json!(["python"]));
 }
@@ -407,11 +415,6 @@ fn an_emptied_map_takes_later_applies() {
     }
 
     let script = r#"
-import sys, json
-from kubernetes import config, dynamic
-from kubernetes.client import api_client
-client = dynamic.DynamicClient(api_client.ApiClient(configuration=config.load_kube_config(config_file=sys.argv[1])))
-cms = client.resources.get(api_version="v1", kind="ConfigMap")
 seen = []
 for data in [{"a": "1", "b": "2"}, {}, {"a": "3"}]:
     body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "py", "namespace": "default"}, "data": data}
@@ -420,16 +423,6 @@ for data in [{"a": "1", "b": "2"}, {}, {"a": "3"}]:
     seen.append(got.to_dict().get("data") or {})
 print(json.dumps(seen))
 "#;
-    let out = std::process::Command::new("python3")
-        .args(["-c", script])
-        .arg(server.kubeconfig_path())
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let got = python_configmaps(&server, script);
     assert_eq!(got, json!([{"a": "1", "b": "2"}, {}, {"a": "3"}]));
 }

@@ -603,23 +603,29 @@ async fn hostile_plugins_are_contained_per_failure_policy() {
 #[path = "support/webhook.rs"]
 mod webhook_support;
 
-#[tokio::test]
-async fn validating_webhook_runs_in_the_same_chain() {
-    let a = app().await;
-    let hook = webhook_support::start("team").await;
-    let config = json!({
+/// A ValidatingWebhookConfiguration `name` sending ConfigMap creates to
+/// `hook`, failing closed.
+fn webhook_configuration(name: &str, hook: &webhook_support::TestWebhook) -> Value {
+    json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": "team-check"},
+        "metadata": {"name": name},
         "webhooks": [{
-            "name": "team.example.com",
+            "name": format!("{name}.example.com"),
             "clientConfig": {"url": hook.url, "caBundle": hook.ca_bundle},
             "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
             "failurePolicy": "Fail",
             "sideEffects": "None",
             "admissionReviewVersions": ["v1"],
         }]
-    });
+    })
+}
+
+#[tokio::test]
+async fn validating_webhook_runs_in_the_same_chain() {
+    let a = app().await;
+    let hook = webhook_support::start("team").await;
+    let config = webhook_configuration("team-check", &hook);
     let path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
     assert_eq!(a.post(path, config).await.status, StatusCode::CREATED);
     let denied = a.post(CMS, cm("no-team", json!({}))).await;
@@ -660,19 +666,7 @@ async fn validating_webhook_runs_in_the_same_chain() {
 async fn a_webhook_serving_its_own_ca_certificate_is_called() {
     let a = app().await;
     let hook = webhook_support::start_self_signed_ca("team").await;
-    let config = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": "kopf-like"},
-        "webhooks": [{
-            "name": "kopf.example.com",
-            "clientConfig": {"url": hook.url, "caBundle": hook.ca_bundle},
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-        }]
-    });
+    let config = webhook_configuration("kopf-like", &hook);
     let path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
     assert_eq!(a.post(path, config).await.status, StatusCode::CREATED);
     let denied = a.post(CMS, cm("no-team", json!({}))).await;

@@ -38,12 +38,6 @@ fn opts() -> WriteOptions {
     WriteOptions::system("bootstrap-controller")
 }
 
-fn micro_time() -> String {
-    chrono::Utc::now()
-        .format("%Y-%m-%dT%H:%M:%S%.6fZ")
-        .to_string()
-}
-
 /// Creates or replaces `obj` (keeping what the server set) unless the
 /// stored one already has `want`'s spec-like fields.
 async fn ensure(
@@ -87,7 +81,7 @@ pub async fn reconcile(objects: &Objects, me: &Endpoint) -> Result<(), ApiError>
             "annotations": {"wasm-apiserver.io/advertise-address": me.address.to_string(),
                 "wasm-apiserver.io/secure-port": me.port.to_string()}},
         "spec": {"holderIdentity": lease_name, "leaseDurationSeconds": 3600,
-            "renewTime": micro_time()}});
+            "renewTime": super::micro_time()}});
     ensure(
         objects,
         "coordination.k8s.io",

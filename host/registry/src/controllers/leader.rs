@@ -163,12 +163,6 @@ async fn campaign(
     }
 }
 
-fn micro_time() -> String {
-    chrono::Utc::now()
-        .format("%Y-%m-%dT%H:%M:%S%.6fZ")
-        .to_string()
-}
-
 async fn try_acquire_or_renew(
     objects: &Objects,
     lease: &str,
@@ -181,7 +175,7 @@ async fn try_acquire_or_renew(
         .builtin("coordination.k8s.io", "v1", "leases");
     let opts = WriteOptions::system("leader-election");
     let seconds = timing.lease_duration.as_secs();
-    let now = micro_time();
+    let now = super::micro_time();
     let cur = match objects.get(&info, Some(NAMESPACE), lease).await {
         Err(ApiError::NotFound(_)) => {
             let obj = json!({

@@ -308,12 +308,11 @@ impl Client {
         let ns = meta::namespace(regarding).unwrap_or("default").to_string();
         let api_version = regarding["apiVersion"].as_str().unwrap_or_default();
         let name = meta::name(regarding).unwrap_or_default();
-        let now = chrono::Utc::now();
         let event = json!({
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
             "metadata": {"generateName": format!("{name}."), "namespace": ns},
-            "eventTime": now.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+            "eventTime": micro_time(),
             "reportingController": format!("wasm-apiserver/{}", self.name),
             "reportingInstance": format!("{}-{}", self.name, hostname()),
             "action": reason,
@@ -333,6 +332,13 @@ impl Client {
             tracing::debug!(controller = %self.name, error = %e, "could not record event");
         }
     }
+}
+
+/// Now as a `MicroTime` (Leases' and Events' timestamps).
+pub fn micro_time() -> String {
+    chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string()
 }
 
 /// This machine's host name (upstream's leader identities and event
