@@ -2,7 +2,8 @@
 //! collection in the background, the foreground and orphaning, dependents
 //! with two owners and dangling references, a custom resource owning a
 //! ConfigMap; the `default` ServiceAccount and `kube-root-ca.crt` of every
-//! namespace; the `kubernetes` Service and its endpoints; and, on etcd,
+//! namespace, and the ServiceAccount and token volume of every Pod; the
+//! `kubernetes` Service and its endpoints; and, on etcd,
 //! one collector among two replicas that another takes over.
 
 use std::time::Duration;
@@ -262,6 +263,79 @@ fn namespaces_get_a_default_service_account_and_the_root_ca() {
         .filter_map(|e| e["manager"].as_str())
         .collect();
     assert_eq!(managers, ["root-ca-cert-publisher"], "{cm}");
+}
+
+#[test]
+fn pods_get_their_service_account_and_token_volume() {
+    let server = Server::start();
+    // Created at once: admission waits for the controller's `default`.
+    kubectl_ok(&server, None, &["create", "namespace", "apps"]);
+    let pod = |name: &str, extra: Value| {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "apps"},
+            "spec": {"initContainers": [{"name": "init", "image": "busybox"}],
+                "containers": [{"name": "app", "image": "nginx"}]}});
+        if let (Some(spec), Some(more)) = (p["spec"].as_object_mut(), extra.as_object()) {
+            spec.extend(more.clone());
+        }
+        p
+    };
+    let created = create(&server, &pod("web", json!({})));
+    let spec = &created["spec"];
+    assert_eq!(spec["serviceAccountName"], "default", "{created}");
+    let volume = spec["volumes"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["projected"].is_object()))
+        .unwrap_or_else(|| panic!("a projected token volume: {created}"));
+    let name = volume["name"].as_str().unwrap();
+    assert!(name.starts_with("kube-api-access-"), "{name}");
+    let sources = &volume["projected"]["sources"];
+    assert_eq!(sources[0]["serviceAccountToken"]["path"], "token");
+    assert_eq!(sources[1]["configMap"]["name"], "kube-root-ca.crt");
+    assert_eq!(
+        sources[2]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    for c in [&spec["initContainers"][0], &spec["containers"][0]] {
+        assert_eq!(
+            c["volumeMounts"][0],
+            json!({"name": name, "readOnly": true,
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}),
+            "{created}"
+        );
+    }
+    // Opting out: no volume.
+    let created = create(
+        &server,
+        &pod("quiet", json!({"automountServiceAccountToken": false})),
+    );
+    assert!(created["spec"]["volumes"].is_null(), "{created}");
+    // A ServiceAccount that opts out, and a Pod that names it.
+    create(
+        &server,
+        &json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "robot", "namespace": "apps"},
+            "automountServiceAccountToken": false}),
+    );
+    let created = create(
+        &server,
+        &pod("bot", json!({"serviceAccountName": "robot"})),
+    );
+    assert_eq!(created["spec"]["serviceAccountName"], "robot");
+    assert!(created["spec"]["volumes"].is_null(), "{created}");
+    // A missing ServiceAccount is refused, as upstream refuses it.
+    let out = kubectl_stdin(
+        &server,
+        None,
+        &["create", "-f", "-"],
+        &pod("ghost", json!({"serviceAccountName": "nobody"})).to_string(),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(r#"pods "ghost" is forbidden: error looking up service account apps/nobody: serviceaccount "nobody" not found"#),
+        "{err}"
+    );
 }
 
 fn get_in(server: &Server, ns: &str, kind: &str, name: &str) -> Option<Value> {

@@ -277,6 +277,15 @@ impl Objects {
         old: Option<&Value>,
         opts: &WriteOptions,
     ) -> Result<()> {
+        // Upstream's compiled-in plugins run before the configurable ones.
+        if a.operation == Operation::Create
+            && a.subresource.is_none()
+            && a.info.group.is_empty()
+            && a.info.plural == "pods"
+            && let Some(ns) = a.namespace
+        {
+            crate::admission::serviceaccount::admit(self, ns, a.name, obj).await?;
+        }
         let patched = match &self.admission {
             Some(adm) => {
                 // Upstream's order: mutating admission policies, then the

@@ -23,5 +23,6 @@
 pub mod chain;
 pub mod controller;
 pub mod policy;
+pub mod serviceaccount;
 
 pub use chain::{Active, Admission, Attributes, Backend, limits};
