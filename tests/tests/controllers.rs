@@ -317,10 +317,7 @@ fn pods_get_their_service_account_and_token_volume() {
             "metadata": {"name": "robot", "namespace": "apps"},
             "automountServiceAccountToken": false}),
     );
-    let created = create(
-        &server,
-        &pod("bot", json!({"serviceAccountName": "robot"})),
-    );
+    let created = create(&server, &pod("bot", json!({"serviceAccountName": "robot"})));
     assert_eq!(created["spec"]["serviceAccountName"], "robot");
     assert!(created["spec"]["volumes"].is_null(), "{created}");
     // A missing ServiceAccount is refused, as upstream refuses it.

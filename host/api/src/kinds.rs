@@ -560,7 +560,7 @@ pub fn resources() -> Vec<ResourceInfo> {
         info::<node::v1::RuntimeClass>(),
         info::<certificates::v1::CertificateSigningRequest>()
             .short_names(&["csr"])
-            .subresources(&["status"]),
+            .subresources(&["status", "approval"]),
         info::<events::v1::Event>().short_names(&["ev"]),
         info::<admissionregistration::v1::ValidatingAdmissionPolicy>()
             .subresources(&["status"])

@@ -785,7 +785,129 @@ pub const CONTROLLERS: &[&str] = &[
     "generic-garbage-collector",
     "service-account-controller",
     "root-ca-cert-publisher",
+    "certificate-controller",
 ];
+
+/// Controllers whose upstream roles are namespaced: `(controller,
+/// namespace, rules)` (`namespace_policy.go`).
+fn controller_namespace_roles() -> Vec<(&'static str, &'static str, Vec<PolicyRule>)> {
+    let events = || {
+        [
+            PolicyRule::new(&["create", "patch", "update"], &[""], &["events"]),
+            PolicyRule::new(
+                &["create", "patch", "update"],
+                &["events.k8s.io"],
+                &["events"],
+            ),
+        ]
+    };
+    let mut public = vec![
+        PolicyRule::new(READ, &[""], &["configmaps"]),
+        PolicyRule::new(&["update"], &[""], &["configmaps"]).names(&["cluster-info"]),
+    ];
+    public.extend(events());
+    vec![
+        (
+            "bootstrap-signer",
+            "kube-system",
+            vec![PolicyRule::new(READ, &[""], &["secrets"])],
+        ),
+        ("bootstrap-signer", "kube-public", public),
+    ]
+}
+
+/// Roles and RoleBindings in the initial namespaces: the namespaced
+/// controller roles, and the anonymous read of `kube-public/cluster-info`
+/// that node bootstrap starts from (kubeadm's
+/// `kubeadm:bootstrap-signer-clusterinfo`).
+pub fn bootstrap_namespace_policy() -> Vec<Value> {
+    let role = |ns: &str, name: &str, rules: Vec<PolicyRule>| {
+        let mut m = bootstrap_meta(name, &[]);
+        m["namespace"] = json!(ns);
+        json!({"apiVersion": API_VERSION, "kind": "Role", "metadata": m, "rules": rules})
+    };
+    let binding = |ns: &str, name: &str, subject: Value| {
+        let mut m = bootstrap_meta(name, &[]);
+        m["namespace"] = json!(ns);
+        json!({"apiVersion": API_VERSION, "kind": "RoleBinding", "metadata": m,
+            "roleRef": {"apiGroup": GROUP, "kind": "Role", "name": name},
+            "subjects": [subject]})
+    };
+    let mut out = Vec::new();
+    for (controller, ns, rules) in controller_namespace_roles() {
+        let name = format!("system:controller:{controller}");
+        out.push(role(ns, &name, rules));
+        out.push(binding(
+            ns,
+            &name,
+            json!({"kind": "ServiceAccount", "name": controller, "namespace": "kube-system"}),
+        ));
+    }
+    let info = "kubeadm:bootstrap-signer-clusterinfo";
+    out.push(role(
+        "kube-public",
+        info,
+        vec![PolicyRule::new(&["get"], &[""], &["configmaps"]).names(&["cluster-info"])],
+    ));
+    out.push(binding(
+        "kube-public",
+        info,
+        json!({"kind": "User", "apiGroup": GROUP, "name": "system:anonymous"}),
+    ));
+    out
+}
+
+/// Upstream's roles for node bootstrap and certificate approval (none
+/// bound by default: kubeadm binds the first two to its bootstrap tokens'
+/// group).
+fn certificate_roles() -> Vec<Value> {
+    let csr = "certificates.k8s.io";
+    let mut out = vec![
+        cluster_role(
+            "system:node-bootstrapper",
+            &[],
+            vec![PolicyRule::new(
+                &["create", "get", "list", "watch"],
+                &[csr],
+                &["certificatesigningrequests"],
+            )],
+        ),
+        cluster_role(
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            &[],
+            vec![PolicyRule::new(
+                &["create"],
+                &[csr],
+                &["certificatesigningrequests/nodeclient"],
+            )],
+        ),
+        cluster_role(
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            &[],
+            vec![PolicyRule::new(
+                &["create"],
+                &[csr],
+                &["certificatesigningrequests/selfnodeclient"],
+            )],
+        ),
+    ];
+    for signer in [
+        "legacy-unknown",
+        "kubelet-serving",
+        "kube-apiserver-client",
+        "kube-apiserver-client-kubelet",
+    ] {
+        out.push(cluster_role(
+            &format!("system:certificates.k8s.io:{signer}-approver"),
+            &[],
+            vec![
+                PolicyRule::new(&["approve"], &[csr], &["signers"])
+                    .names(&[&format!("kubernetes.io/{signer}")]),
+            ],
+        ));
+    }
+    out
+}
 
 fn controller_roles() -> Vec<Value> {
     let events = || {
@@ -814,6 +936,37 @@ fn controller_roles() -> Vec<Value> {
                     &[""],
                     &["configmaps"],
                 )]
+            }
+            "certificate-controller" => {
+                let csr = "certificates.k8s.io";
+                vec![
+                    PolicyRule::new(
+                        &["delete", "get", "list", "watch"],
+                        &[csr],
+                        &["certificatesigningrequests"],
+                    ),
+                    PolicyRule::new(
+                        &["update"],
+                        &[csr],
+                        &[
+                            "certificatesigningrequests/approval",
+                            "certificatesigningrequests/status",
+                        ],
+                    ),
+                    PolicyRule::new(&["approve"], &[csr], &["signers"])
+                        .names(&["kubernetes.io/kube-apiserver-client-kubelet"]),
+                    PolicyRule::new(&["sign"], &[csr], &["signers"]).names(&[
+                        "kubernetes.io/legacy-unknown",
+                        "kubernetes.io/kube-apiserver-client",
+                        "kubernetes.io/kube-apiserver-client-kubelet",
+                        "kubernetes.io/kubelet-serving",
+                    ]),
+                    PolicyRule::new(
+                        &["create"],
+                        &["authorization.k8s.io"],
+                        &["subjectaccessreviews"],
+                    ),
+                ]
             }
             _ => Vec::new(),
         };
@@ -967,6 +1120,7 @@ pub fn bootstrap_policy() -> Vec<Value> {
     ];
     let mut out = aggregate(&roles);
     out.extend(controller_roles());
+    out.extend(certificate_roles());
     out.extend([
         cluster_role_binding("cluster-admin", "cluster-admin", &[SYSTEM_MASTERS]),
         cluster_role_binding(

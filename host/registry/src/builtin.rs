@@ -42,7 +42,7 @@ impl Strategy for Namespaces {
         Some(None)
     }
 
-    fn prepare_for_create(&self, obj: &mut Value) {
+    fn prepare_for_create(&self, obj: &mut Value, _user: &UserInfo) {
         obj["spec"]["finalizers"] = json!(["kubernetes"]);
     }
 
@@ -61,11 +61,16 @@ impl Strategy for Namespaces {
         }
     }
 
-    fn update_subresource(&self, sub: &str, current: &Value, body: &Value) -> Option<Value> {
+    fn update_subresource(
+        &self,
+        sub: &str,
+        current: &Value,
+        body: &Value,
+    ) -> Option<Result<Value, ApiError>> {
         (sub == "finalize").then(|| {
             let mut new = current.clone();
             new["spec"]["finalizers"] = body["spec"]["finalizers"].clone();
-            new
+            Ok(new)
         })
     }
 
@@ -351,6 +356,9 @@ pub fn install(objects: &Objects, deps: Dependencies) -> Installed {
                         deleted: objects.namespace_deleted.clone(),
                     })),
                     ("", "secrets") => Some(Arc::new(Secrets)),
+                    (crate::certificates::GROUP, crate::certificates::PLURAL) => {
+                        Some(Arc::new(crate::certificates::CertificateSigningRequests))
+                    }
                     (crd::GROUP, crd::PLURAL) => Some(Arc::new(crd::Definitions::new(
                         objects.clone(),
                         crds.clone(),

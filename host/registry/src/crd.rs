@@ -409,7 +409,7 @@ impl CustomResources {
 
 #[async_trait]
 impl Strategy for CustomResources {
-    fn prepare_for_create(&self, obj: &mut Value) {
+    fn prepare_for_create(&self, obj: &mut Value, _user: &UserInfo) {
         if self.status_subresource
             && let Some(map) = obj.as_object_mut()
         {
@@ -502,7 +502,12 @@ impl Strategy for CustomResources {
         }))
     }
 
-    fn update_subresource(&self, sub: &str, current: &Value, body: &Value) -> Option<Value> {
+    fn update_subresource(
+        &self,
+        sub: &str,
+        current: &Value,
+        body: &Value,
+    ) -> Option<Result<Value, ApiError>> {
         let scale = self.scale.as_ref().filter(|_| sub == "scale")?;
         let mut new = current.clone();
         set_at(
@@ -510,7 +515,7 @@ impl Strategy for CustomResources {
             &scale.spec_replicas,
             body["spec"]["replicas"].clone(),
         );
-        Some(new)
+        Some(Ok(new))
     }
 
     fn prune(&self, _info: &ResourceInfo, obj: &mut Value) -> Vec<String> {
@@ -580,7 +585,7 @@ impl Definitions {
 
 #[async_trait]
 impl Strategy for Definitions {
-    fn prepare_for_create(&self, obj: &mut Value) {
+    fn prepare_for_create(&self, obj: &mut Value, _user: &UserInfo) {
         let m = meta::metadata_mut(obj);
         let finalizers = m.entry("finalizers").or_insert_with(|| json!([]));
         if let Some(list) = finalizers.as_array_mut()

@@ -20,6 +20,9 @@
 //!   service accounts, the `kubernetes` Service), each controller a client
 //!   of the registry with a work queue and leader election; [`informer`]
 //!   is the metadata view of every object they follow;
+//! * [`certificates`]: CertificateSigningRequests (requester, `approval`
+//!   and `status`, validation) and the request parsing the certificate
+//!   controllers share;
 //! * [`workloads`]: pods, workloads and services: defaulting, validation
 //!   and the `scale` subresource;
 //! * [`options`]: the options and outcomes of store operations.
@@ -33,6 +36,7 @@ pub mod admission;
 pub mod allocator;
 pub mod autoscaling;
 pub mod builtin;
+pub mod certificates;
 pub mod codec;
 pub mod controllers;
 pub mod crd;

@@ -319,6 +319,11 @@ impl Objects {
         old: Option<&Value>,
         opts: &WriteOptions,
     ) -> Result<()> {
+        let authorizer = self
+            .admission
+            .as_ref()
+            .and_then(|a| a.policies.authorizer());
+        crate::admission::certificates::validate(authorizer, a, obj, old, &opts.user)?;
         let Some(adm) = &self.admission else {
             return Ok(());
         };
@@ -549,7 +554,7 @@ impl Objects {
             meta::metadata_mut(&mut obj).insert("name".into(), json!(meta::generate_name(base)));
         }
         meta::prepare_for_create(&mut obj, chrono::Utc::now());
-        info.strategy.prepare_for_create(&mut obj);
+        info.strategy.prepare_for_create(&mut obj, &opts.user);
         info.strategy.canonicalize(&mut obj);
         info.strategy
             .plugin_default(info, &mut obj, None, &opts.user)
@@ -965,7 +970,9 @@ fn scope_to_subresource(
     body: &Value,
 ) -> Result<Value> {
     let has_status = info.find_subresource("status").is_some();
+    let own = subresource.and_then(|sub| info.strategy.update_subresource(sub, cur, body));
     let mut new = match subresource {
+        _ if own.is_some() => own.expect("checked")?,
         None => {
             let mut new = body.clone();
             if has_status {
@@ -978,16 +985,13 @@ fn scope_to_subresource(
             new["status"] = body.get("status").cloned().unwrap_or(Value::Null);
             new
         }
-        Some(other) => match info.strategy.update_subresource(other, cur, body) {
-            Some(new) => new,
-            None => {
-                return Err(ApiError::NotFound(Target::new(
-                    &info.group,
-                    &format!("{}/{other}", info.plural),
-                    name,
-                )));
-            }
-        },
+        Some(other) => {
+            return Err(ApiError::NotFound(Target::new(
+                &info.group,
+                &format!("{}/{other}", info.plural),
+                name,
+            )));
+        }
     };
     if new.get("status").is_some_and(Value::is_null) {
         new.as_object_mut().map(|m| m.remove("status"));

@@ -44,8 +44,9 @@ pub trait Strategy: Send + Sync {
         prune_unknown_fields(info, obj)
     }
 
-    /// Fields set on create only (after the generic metadata).
-    fn prepare_for_create(&self, _obj: &mut Value) {}
+    /// Fields set on create only (after the generic metadata); `user` is
+    /// the creator (a CertificateSigningRequest records its requester).
+    fn prepare_for_create(&self, _obj: &mut Value, _user: &UserInfo) {}
 
     /// Fields an update keeps from the current object when the request
     /// leaves them out (a service's allocated cluster IP).
@@ -69,10 +70,16 @@ pub trait Strategy: Send + Sync {
     }
 
     /// The object an update of subresource `sub` stores, from the current
-    /// object and the request's body. `status` is generic; other
+    /// object and the request's body, or why the update is refused.
+    /// `status` is generic unless the strategy has its own; other
     /// subresources (a namespace's `finalize`) are the strategy's. `None`:
-    /// no such subresource.
-    fn update_subresource(&self, _sub: &str, _current: &Value, _body: &Value) -> Option<Value> {
+    /// no such subresource (or the generic `status`).
+    fn update_subresource(
+        &self,
+        _sub: &str,
+        _current: &Value,
+        _body: &Value,
+    ) -> Option<Result<Value>> {
         None
     }
 

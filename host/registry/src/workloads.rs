@@ -485,7 +485,7 @@ impl Strategy for Workloads {
         }
     }
 
-    fn prepare_for_create(&self, obj: &mut Value) {
+    fn prepare_for_create(&self, obj: &mut Value, _user: &UserInfo) {
         match self.0 {
             Kind::Pod => {
                 let qos = qos_class(&obj["spec"]);
@@ -569,13 +569,18 @@ impl Strategy for Workloads {
         }))
     }
 
-    fn update_subresource(&self, sub: &str, current: &Value, body: &Value) -> Option<Value> {
+    fn update_subresource(
+        &self,
+        sub: &str,
+        current: &Value,
+        body: &Value,
+    ) -> Option<Result<Value, ApiError>> {
         if sub != "scale" || !self.0.scalable() {
             return None;
         }
         let mut new = current.clone();
         new["spec"]["replicas"] = body["spec"]["replicas"].clone();
-        Some(new)
+        Some(Ok(new))
     }
 }
 
@@ -651,8 +656,8 @@ impl Strategy for Services {
         }
     }
 
-    fn prepare_for_create(&self, obj: &mut Value) {
-        Self::base().prepare_for_create(obj);
+    fn prepare_for_create(&self, obj: &mut Value, user: &UserInfo) {
+        Self::base().prepare_for_create(obj, user);
         // Upstream resets a new Service's status: `{"loadBalancer": {}}`.
         obj["status"] = json!({"loadBalancer": {}});
     }

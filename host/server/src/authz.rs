@@ -207,14 +207,17 @@ fn info(objects: &Objects, plural: &str) -> Arc<Resource> {
 /// Creates the default roles and bindings that are missing.
 pub async fn ensure_bootstrap_policy(objects: &Objects) -> Result<(), ApiError> {
     let opts = WriteOptions::system("rbac-bootstrap");
-    for obj in rbac::bootstrap_policy() {
-        let plural = if obj["kind"] == "ClusterRole" {
-            "clusterroles"
-        } else {
-            "clusterrolebindings"
+    let namespaced = rbac::bootstrap_namespace_policy();
+    for obj in rbac::bootstrap_policy().into_iter().chain(namespaced) {
+        let plural = match obj["kind"].as_str() {
+            Some("ClusterRole") => "clusterroles",
+            Some("Role") => "roles",
+            Some("RoleBinding") => "rolebindings",
+            _ => "clusterrolebindings",
         };
+        let ns = obj["metadata"]["namespace"].as_str().map(String::from);
         match objects
-            .create(&info(objects, plural), None, obj, &opts)
+            .create(&info(objects, plural), ns.as_deref(), obj, &opts)
             .await
         {
             Ok(_) | Err(ApiError::AlreadyExists(_)) => {}

@@ -54,7 +54,10 @@ pub struct ServeArgs {
 
     /// Controllers to run (kube-controller-manager's flag): `*` for all,
     /// `-name` to turn one off: `garbage-collector-controller`,
-    /// `serviceaccount-controller`, `root-ca-certificate-publisher-controller`.
+    /// `serviceaccount-controller`, `root-ca-certificate-publisher-controller`,
+    /// `certificatesigningrequest-approving-controller`,
+    /// `certificatesigningrequest-signing-controller`,
+    /// `bootstrap-signer-controller` (runs with `--enable-bootstrap-token-auth`).
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
 
@@ -70,6 +73,20 @@ pub struct ServeArgs {
     /// How often candidates try to take, and the leader to renew, the Lease.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub leader_elect_retry_period: Duration,
+
+    /// The CA certificate (PEM) that signs approved CertificateSigningRequests
+    /// for the built-in signers; default: the cluster CA (`<data-dir>/pki/ca.crt`).
+    #[arg(long, requires = "cluster_signing_key_file")]
+    pub cluster_signing_cert_file: Option<PathBuf>,
+
+    /// The key (PEM) of `--cluster-signing-cert-file`.
+    #[arg(long, requires = "cluster_signing_cert_file")]
+    pub cluster_signing_key_file: Option<PathBuf>,
+
+    /// The longest life of a signed certificate (a request's
+    /// `expirationSeconds` may shorten it).
+    #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+    pub cluster_signing_duration: Duration,
 
     /// The CIDR cluster IPs of Services come from (kube-apiserver's flag).
     #[arg(long, default_value = "10.96.0.0/12")]
@@ -215,6 +232,9 @@ impl ServeArgs {
             service_account_issuer: Vec::new(),
             advertise_address: None,
             controllers: vec!["*".into()],
+            cluster_signing_cert_file: None,
+            cluster_signing_key_file: None,
+            cluster_signing_duration: Duration::from_secs(8760 * 3600),
             leader_elect_lease_duration: Duration::from_secs(15),
             leader_elect_renew_deadline: Duration::from_secs(10),
             leader_elect_retry_period: Duration::from_secs(2),

@@ -407,7 +407,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     let client_cas = Arc::new(crate::tls::ClientCas::from_pems(&ca_pems)?);
     let tls = crate::tls::server_config(&cert_pem, &key_pem, &client_cas)?;
 
-    start_controllers(&state, &args, &ranges, address, &pki.ca_pem);
+    start_controllers(&state, &args, &ranges, address, &pki)?;
 
     write_kubeconfig(&args.data_dir, address, &pki)?;
     tracing::info!(%address, kubeconfig = %args.data_dir.join("admin.kubeconfig").display(), "serving HTTPS");
@@ -422,11 +422,12 @@ fn start_controllers(
     args: &ServeArgs,
     ranges: &wasm_apiserver_registry::allocator::Ranges,
     address: SocketAddr,
-    ca_pem: &str,
-) {
+    pki: &crate::tls::Pki,
+) -> anyhow::Result<()> {
     use wasm_apiserver_registry::controllers::{
-        Client, apiservice, gc, hostname, leader, serviceaccounts,
+        Client, apiservice, bootstrap, certificates, gc, hostname, leader, serviceaccounts,
     };
+    let ca_pem = &pki.ca_pem;
     let objects = &state.objects;
     let election = if args.etcd_servers.is_empty() {
         leader::Election::Alone
@@ -458,6 +459,30 @@ fn start_controllers(
             &state.controllers,
         );
     }
+    let approve = args.controller_enabled(certificates::APPROVING);
+    let authority = if args.controller_enabled(certificates::SIGNING) {
+        let (cert_pem, key_pem) = match (
+            &args.cluster_signing_cert_file,
+            &args.cluster_signing_key_file,
+        ) {
+            (Some(c), Some(k)) => (std::fs::read_to_string(c)?, std::fs::read_to_string(k)?),
+            _ => (pki.ca_pem.clone(), pki.ca_key_pem.clone()),
+        };
+        Some(Arc::new(certificates::Authority {
+            cert_pem,
+            key_pem,
+            duration: args.cluster_signing_duration,
+        }))
+    } else {
+        None
+    };
+    certificates::spawn(
+        client(certificates::NAME),
+        authority,
+        approve,
+        leadership.clone(),
+        &state.controllers,
+    );
     let advertise = args
         .advertise_address
         .unwrap_or(if address.ip().is_unspecified() {
@@ -465,6 +490,24 @@ fn start_controllers(
         } else {
             address.ip()
         });
+    if args.enable_bootstrap_token_auth {
+        let host = match advertise {
+            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+            v4 => v4.to_string(),
+        };
+        let server = format!("https://{host}:{}", address.port());
+        tokio::spawn(bootstrap::publish_cluster_info(
+            objects.clone(),
+            bootstrap::kubeconfig(&server, ca_pem),
+        ));
+        if args.controller_enabled(bootstrap::CONTROLLER) {
+            bootstrap::spawn(
+                client(bootstrap::NAME),
+                leadership.clone(),
+                &state.controllers,
+            );
+        }
+    }
     apiservice::spawn(
         objects.clone(),
         apiservice::Endpoint {
@@ -474,6 +517,7 @@ fn start_controllers(
             id: format!("{:x}", uuid::Uuid::new_v4().as_u128() >> 64),
         },
     );
+    Ok(())
 }
 
 async fn shutdown() {

@@ -17,6 +17,7 @@ pub const ADMIN_GROUP: &str = "system:masters";
 /// The PEM material the server and its kubeconfig need.
 pub struct Pki {
     pub ca_pem: String,
+    pub ca_key_pem: String,
     pub serving_cert_pem: String,
     pub serving_key_pem: String,
     pub admin_cert_pem: String,
@@ -67,6 +68,7 @@ pub fn ensure(dir: &Path, hosts: &[String]) -> anyhow::Result<Pki> {
         }
     };
     let ca_key = rcgen::KeyPair::from_pem(&ca_key_pem).context("pki/ca.key")?;
+    let ca_key_pem = ca_key.serialize_pem();
     let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).context("pki/ca.crt")?;
 
     let issue = |name: &str,
@@ -102,6 +104,7 @@ pub fn ensure(dir: &Path, hosts: &[String]) -> anyhow::Result<Pki> {
 
     Ok(Pki {
         ca_pem,
+        ca_key_pem,
         serving_cert_pem,
         serving_key_pem,
         admin_cert_pem,

@@ -20,6 +20,7 @@
 //!   to load is reported in the object's status and the previous version
 //!   keeps serving.
 
+pub mod certificates;
 pub mod chain;
 pub mod controller;
 pub mod policy;

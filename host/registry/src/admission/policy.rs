@@ -216,6 +216,12 @@ impl Policies {
         let _ = self.authorizer.set(a);
     }
 
+    /// The server's authorizer, once the assembly has set it (what the
+    /// compiled-in plugins that check permissions ask).
+    pub fn authorizer(&self) -> Option<&dyn Authorize> {
+        self.authorizer.get().map(|a| a.as_ref())
+    }
+
     /// Installs (or replaces) a policy object (`mutating`: a
     /// MutatingAdmissionPolicy), compiling it unless this generation is
     /// active already.

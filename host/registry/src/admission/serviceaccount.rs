@@ -31,13 +31,19 @@ pub async fn admit(
     name: &str,
     pod: &mut Value,
 ) -> Result<(), ApiError> {
-    if pod["metadata"]["annotations"].get(MIRROR_ANNOTATION).is_some() {
+    if pod["metadata"]["annotations"]
+        .get(MIRROR_ANNOTATION)
+        .is_some()
+    {
         // Mirror pods come from a kubelet's static manifests: upstream
         // refuses them any service-account reference.
         return refuse_mirror(name, &pod["spec"]);
     }
     let spec = &mut pod["spec"];
-    let sa_name = match spec["serviceAccountName"].as_str().filter(|s| !s.is_empty()) {
+    let sa_name = match spec["serviceAccountName"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+    {
         Some(s) => s.to_string(),
         None => {
             let s = spec["serviceAccount"]
@@ -155,7 +161,12 @@ fn mount_token(spec: &mut Value) {
         .unwrap_or_else(|| meta::generate_name(VOLUME_PREFIX));
     let mut mounted = false;
     for key in ["initContainers", "containers"] {
-        for c in spec.get_mut(key).and_then(Value::as_array_mut).into_iter().flatten() {
+        for c in spec
+            .get_mut(key)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
             let mounts_path = c["volumeMounts"]
                 .as_array()
                 .into_iter()
@@ -231,7 +242,10 @@ mod tests {
         mount_token(&mut spec);
         assert_eq!(spec["containers"][0], own);
         assert_eq!(spec["volumes"].as_array().unwrap().len(), 1);
-        assert_eq!(spec["containers"][1]["volumeMounts"][0]["name"], spec["volumes"][0]["name"]);
+        assert_eq!(
+            spec["containers"][1]["volumeMounts"][0]["name"],
+            spec["volumes"][0]["name"]
+        );
         // A second pass reuses the volume.
         let once = spec.clone();
         spec["containers"][1]["volumeMounts"] = json!([]);
@@ -243,7 +257,10 @@ mod tests {
     fn the_pod_setting_wins_over_the_service_account() {
         let sa_off = json!({"automountServiceAccountToken": false});
         assert!(!automount(&json!({}), &sa_off));
-        assert!(automount(&json!({"automountServiceAccountToken": true}), &sa_off));
+        assert!(automount(
+            &json!({"automountServiceAccountToken": true}),
+            &sa_off
+        ));
         assert!(!automount(
             &json!({"automountServiceAccountToken": false}),
             &json!({})

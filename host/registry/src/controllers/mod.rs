@@ -21,6 +21,8 @@
 //! ([`serviceaccounts`]), and the `kubernetes` Service ([`apiservice`]).
 
 pub mod apiservice;
+pub mod bootstrap;
+pub mod certificates;
 pub mod gc;
 pub mod leader;
 pub mod queue;
@@ -242,6 +244,34 @@ impl Client {
                     .unwrap_or_else(|| " at the cluster scope".into())
             ),
         ))
+    }
+
+    /// A SubjectAccessReview made by this controller: whether another
+    /// user's request `attrs` would be allowed. The controller must itself
+    /// be allowed to create `subjectaccessreviews`; without an authorizer
+    /// nothing is allowed.
+    pub fn access_review(&self, attrs: &Attributes) -> Result<bool> {
+        let Some(authz) = &self.authorize else {
+            return Ok(false);
+        };
+        let groups: Vec<&str> = self.user.groups.iter().map(String::as_str).collect();
+        let mine = Attributes::resource(
+            &self.user.username,
+            &groups,
+            "create",
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+        );
+        if !authz.authorize(&mine).is_allowed() {
+            return Err(ApiError::Forbidden(
+                Target::new("authorization.k8s.io", "subjectaccessreviews", ""),
+                format!(
+                    "User {:?} cannot create resource \"subjectaccessreviews\" in API group \"authorization.k8s.io\" at the cluster scope",
+                    self.user.username
+                ),
+            ));
+        }
+        Ok(authz.authorize(attrs).is_allowed())
     }
 
     pub async fn get(&self, info: &Resource, ns: Option<&str>, name: &str) -> Result<Value> {

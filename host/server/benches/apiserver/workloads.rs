@@ -68,7 +68,7 @@ fn pod_cost() -> Row {
     let start = Instant::now();
     for i in 0..ITERATIONS {
         let mut p = pod("p", i as u64);
-        strategy.prepare_for_create(&mut p);
+        strategy.prepare_for_create(&mut p, &Default::default());
         strategy.canonicalize(&mut p);
         strategy
             .validate(&info, Some(NS), &p, None, &user)
