@@ -179,6 +179,75 @@ fn garbage_collection_background_foreground_orphan_and_dangling() {
 }
 
 #[test]
+fn owner_references_need_delete_and_blocking_needs_finalizers() {
+    let server = Server::start();
+    // dave may create, read and update ConfigMaps, not delete them.
+    let grant = "apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: cm-writer, namespace: default}
+rules:
+- apiGroups: [\"\"]
+  resources: [configmaps]
+  verbs: [create, get, list, update, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: dave-cm-writer, namespace: default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: cm-writer}
+subjects: [{kind: User, name: dave}]
+";
+    let out = kubectl_stdin(&server, None, &["apply", "-f", "-"], grant);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let owner = create(&server, &cm("owned-by-admin", &[], &[]));
+    let as_dave = |args: &[&str], body: &Value| {
+        let mut all = vec!["--as", "dave"];
+        all.extend_from_slice(args);
+        kubectl_stdin(&server, None, &all, &body.to_string())
+    };
+    // A creator may set a reference...
+    let out = poll_until(WAIT, "dave's grant", || {
+        let out = as_dave(
+            &["create", "-f", "-"],
+            &cm("dave-1", &[(&owner, false)], &[]),
+        );
+        (!String::from_utf8_lossy(&out.stderr).contains("cannot create")).then_some(out)
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // ...but not block an owner it cannot finalize.
+    let out = as_dave(
+        &["create", "-f", "-"],
+        &cm("dave-2", &[(&owner, true)], &[]),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(r#"configmaps "dave-2" is forbidden: cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on"#),
+        "{err}"
+    );
+    // Changing references needs delete on the object.
+    let mine = create(&server, &cm("dave-3", &[], &[]));
+    let mut changed = cm("dave-3", &[(&owner, false)], &[]);
+    changed["metadata"]["resourceVersion"] = mine["metadata"]["resourceVersion"].clone();
+    let out = as_dave(&["replace", "-f", "-"], &changed);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot set an ownerRef on a resource you can't delete"),
+        "{err}"
+    );
+    // The admin may do both.
+    create(&server, &cm("admin-blocking", &[(&owner, true)], &[]));
+}
+
+#[test]
 fn a_custom_resource_owns_a_configmap() {
     let server = Server::start();
     let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",

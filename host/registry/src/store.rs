@@ -324,6 +324,14 @@ impl Objects {
             .as_ref()
             .and_then(|a| a.policies.authorizer());
         crate::admission::certificates::validate(authorizer, a, obj, old, &opts.user)?;
+        crate::admission::ownerrefs::validate(
+            authorizer,
+            &self.resources,
+            a,
+            obj,
+            old,
+            &opts.user,
+        )?;
         let Some(adm) = &self.admission else {
             return Ok(());
         };

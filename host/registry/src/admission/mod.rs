@@ -23,6 +23,7 @@
 pub mod certificates;
 pub mod chain;
 pub mod controller;
+pub mod ownerrefs;
 pub mod policy;
 pub mod serviceaccount;
 
