@@ -1,6 +1,7 @@
 //! End-to-end audit logging: a denied request and an allowed write each
 //! appear in the audit log at the level the policy gives them, with the
-//! authorization decision and a wasm admission plugin's audit annotation.
+//! authorization decision and a wasm admission plugin's audit annotation;
+//! the server's controllers' calls are audited under their own identities.
 
 use serde_json::Value;
 use std::time::Duration;
@@ -100,7 +101,9 @@ spec:
         || {
             let evs = events(&log);
             let write = evs.iter().any(|e| {
-                e["objectRef"]["resource"] == "configmaps" && e["responseStatus"]["code"] == 201
+                e["objectRef"]["resource"] == "configmaps"
+                    && e["responseStatus"]["code"] == 201
+                    && e["user"]["username"] == "kubernetes-admin"
             });
             let deny = evs.iter().any(|e| e["responseStatus"]["code"] == 403);
             let refused = evs.iter().any(|e| e["user"]["username"] == "eve");
@@ -109,7 +112,11 @@ spec:
     );
     let write = all
         .iter()
-        .find(|e| e["objectRef"]["resource"] == "configmaps" && e["responseStatus"]["code"] == 201)
+        .find(|e| {
+            e["objectRef"]["resource"] == "configmaps"
+                && e["responseStatus"]["code"] == 201
+                && e["user"]["username"] == "kubernetes-admin"
+        })
         .unwrap();
     assert_eq!(write["level"], "RequestResponse", "{write}");
     assert_eq!(write["stage"], "ResponseComplete");
@@ -134,7 +141,7 @@ spec:
 
     let deny = all
         .iter()
-        .find(|e| e["responseStatus"]["code"] == 403 && e["user"]["username"] != "eve")
+        .find(|e| e["responseStatus"]["code"] == 403 && e["user"]["username"] == "kubernetes-admin")
         .unwrap();
     assert_eq!(
         deny["annotations"]["authorization.k8s.io/decision"], "forbid",
@@ -161,6 +168,30 @@ spec:
     assert!(
         all.iter().all(|e| e["stage"] != "RequestReceived"),
         "omitStages is honoured"
+    );
+    // The controllers are audited as the clients they are: the root-CA
+    // publisher's writes, under its own identity, at the policy's level.
+    let published = all
+        .iter()
+        .find(|e| {
+            e["user"]["username"] == "system:serviceaccount:kube-system:root-ca-cert-publisher"
+                && e["verb"] == "create"
+        })
+        .unwrap_or_else(|| panic!("the root-CA publisher's create is audited: {all:?}"));
+    assert_eq!(published["objectRef"]["resource"], "configmaps");
+    assert_eq!(published["objectRef"]["name"], "kube-root-ca.crt");
+    assert_eq!(published["responseStatus"]["code"], 201);
+    assert_eq!(published["level"], "RequestResponse");
+    assert_eq!(
+        published["userAgent"],
+        "wasm-apiserver/root-ca-cert-publisher"
+    );
+    assert!(
+        published["requestURI"]
+            .as_str()
+            .unwrap()
+            .starts_with("/api/v1/namespaces/"),
+        "{published}"
     );
     assert!(
         all.iter().all(|e| e["requestURI"] != "/readyz"),

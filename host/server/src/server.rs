@@ -444,7 +444,13 @@ fn start_controllers(
     };
     let leadership = leader::start(objects.clone(), election);
     let authorize: Arc<dyn wasm_apiserver_api::cel::authz::Authorize> = state.authz.clone();
-    let client = |name: &str| Client::new(objects.clone(), name, Some(authorize.clone()));
+    let audit = state
+        .audit
+        .clone()
+        .map(|a| a as Arc<dyn wasm_apiserver_registry::controllers::AuditCalls>);
+    let client = |name: &str| {
+        Client::new(objects.clone(), name, Some(authorize.clone())).with_audit(audit.clone())
+    };
     if args.controller_enabled("garbage-collector-controller") {
         gc::spawn(client(gc::NAME), leadership.clone(), &state.controllers);
     }

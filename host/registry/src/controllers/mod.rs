@@ -160,15 +160,65 @@ pub fn controller_user(name: &str) -> UserInfo {
     }
 }
 
+/// One call a controller made, as the audit log records it (upstream
+/// audits kube-controller-manager's requests like any other client's).
+pub struct Call<'a> {
+    pub controller: &'a str,
+    pub user: &'a UserInfo,
+    pub verb: &'a str,
+    pub resource: &'a Resource,
+    pub namespace: Option<&'a str>,
+    pub name: Option<&'a str>,
+    pub subresource: Option<&'a str>,
+    /// The outcome: the object written or read, or the error.
+    pub outcome: std::result::Result<Option<&'a Value>, &'a ApiError>,
+    pub received: chrono::DateTime<chrono::Utc>,
+}
+
+impl Call<'_> {
+    /// The URL the call would have had as an HTTP request.
+    pub fn request_uri(&self) -> String {
+        let r = self.resource;
+        let mut uri = if r.group.is_empty() {
+            format!("/api/{}", r.version)
+        } else {
+            format!("/apis/{}/{}", r.group, r.version)
+        };
+        if let Some(ns) = self.namespace.filter(|_| r.namespaced) {
+            uri.push_str(&format!("/namespaces/{ns}"));
+        }
+        uri.push_str(&format!("/{}", r.plural));
+        if let Some(n) = self.name {
+            uri.push_str(&format!("/{n}"));
+        }
+        if let Some(s) = self.subresource {
+            uri.push_str(&format!("/{s}"));
+        }
+        uri
+    }
+}
+
+/// The answer itself as the audited object.
+fn itself(v: &Value) -> Option<&Value> {
+    Some(v)
+}
+
+/// Where controllers' calls are audited (the server's audit log).
+pub trait AuditCalls: Send + Sync {
+    fn record(&self, call: &Call<'_>);
+}
+
 /// A controller's connection to the registry: every call made as the
 /// controller's identity, authorized (when an authorizer is set) as a
-/// request with that identity would be, with admission on every write.
+/// request with that identity would be, with admission on every write, and
+/// audited (when an audit log is set).
 #[derive(Clone)]
 pub struct Client {
     pub objects: Objects,
     name: String,
     user: UserInfo,
     authorize: Option<Arc<dyn Authorize>>,
+    audit: Option<Arc<dyn AuditCalls>>,
 }
 
 impl Client {
@@ -179,7 +229,43 @@ impl Client {
             name: name.to_string(),
             user: controller_user(name),
             authorize,
+            audit: None,
         }
+    }
+
+    /// Audits this client's calls to `audit`.
+    pub fn with_audit(mut self, audit: Option<Arc<dyn AuditCalls>>) -> Self {
+        self.audit = audit;
+        self
+    }
+
+    /// Records one call in the audit log and hands its outcome back.
+    #[allow(clippy::too_many_arguments)]
+    fn audited<T>(
+        &self,
+        verb: &str,
+        info: &Resource,
+        ns: Option<&str>,
+        name: Option<&str>,
+        sub: Option<&str>,
+        received: chrono::DateTime<chrono::Utc>,
+        outcome: Result<T>,
+        object: for<'v> fn(&'v T) -> Option<&'v Value>,
+    ) -> Result<T> {
+        if let Some(audit) = &self.audit {
+            audit.record(&Call {
+                controller: &self.name,
+                user: &self.user,
+                verb,
+                resource: info,
+                namespace: ns,
+                name,
+                subresource: sub,
+                outcome: outcome.as_ref().map(object),
+                received,
+            });
+        }
+        outcome
     }
 
     pub fn name(&self) -> &str {
@@ -275,8 +361,12 @@ impl Client {
     }
 
     pub async fn get(&self, info: &Resource, ns: Option<&str>, name: &str) -> Result<Value> {
-        self.check("get", info, ns, Some(name), None)?;
-        self.objects.get(info, ns, name).await
+        let at = chrono::Utc::now();
+        let outcome = match self.check("get", info, ns, Some(name), None) {
+            Ok(()) => self.objects.get(info, ns, name).await,
+            Err(e) => Err(e),
+        };
+        self.audited("get", info, ns, Some(name), None, at, outcome, itself)
     }
 
     pub async fn list(
@@ -285,15 +375,41 @@ impl Client {
         ns: Option<&str>,
         p: &ListParams,
     ) -> Result<ListOutcome> {
-        self.check("list", info, ns, None, None)?;
-        self.objects.list(info, ns, p).await
+        let at = chrono::Utc::now();
+        let outcome = match self.check("list", info, ns, None, None) {
+            Ok(()) => self.objects.list(info, ns, p).await,
+            Err(e) => Err(e),
+        };
+        self.audited("list", info, ns, None, None, at, outcome, |_| None)
     }
 
     pub async fn create(&self, info: &Resource, ns: Option<&str>, obj: Value) -> Result<Value> {
-        self.check("create", info, ns, None, None)?;
-        self.objects
-            .create(info, ns, obj, &self.write_options())
-            .await
+        let at = chrono::Utc::now();
+        let name = meta::name(&obj).map(String::from);
+        let outcome = match self.check("create", info, ns, None, None) {
+            Ok(()) => {
+                self.objects
+                    .create(info, ns, obj, &self.write_options())
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let name = outcome
+            .as_ref()
+            .ok()
+            .and_then(meta::name)
+            .map(String::from)
+            .or(name);
+        self.audited(
+            "create",
+            info,
+            ns,
+            name.as_deref(),
+            None,
+            at,
+            outcome,
+            itself,
+        )
     }
 
     /// Reads, changes and writes (compare-and-swap, retried) an object or
@@ -309,10 +425,16 @@ impl Client {
     where
         F: FnMut(&Value) -> Result<Value>,
     {
-        self.check("update", info, ns, Some(name), sub)?;
-        self.objects
-            .guaranteed_update(info, ns, name, sub, &self.write_options(), change)
-            .await
+        let at = chrono::Utc::now();
+        let outcome = match self.check("update", info, ns, Some(name), sub) {
+            Ok(()) => {
+                self.objects
+                    .guaranteed_update(info, ns, name, sub, &self.write_options(), change)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        self.audited("update", info, ns, Some(name), sub, at, outcome, itself)
     }
 
     pub async fn delete(
@@ -322,10 +444,27 @@ impl Client {
         name: &str,
         pre: &Preconditions,
     ) -> Result<Deleted> {
-        self.check("delete", info, ns, Some(name), None)?;
-        self.objects
-            .delete(info, ns, name, pre, &self.write_options())
-            .await
+        let at = chrono::Utc::now();
+        let outcome = match self.check("delete", info, ns, Some(name), None) {
+            Ok(()) => {
+                self.objects
+                    .delete(info, ns, name, pre, &self.write_options())
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        self.audited(
+            "delete",
+            info,
+            ns,
+            Some(name),
+            None,
+            at,
+            outcome,
+            |d| match d {
+                Deleted::Now(o) | Deleted::Pending(o) => Some(o),
+            },
+        )
     }
 
     /// Records an `events.k8s.io/v1` Event about `regarding` (upstream's
