@@ -390,14 +390,15 @@ impl CertificateSigningRequests {
             }
         }
         let cert = certificate(obj);
-        if !cert.is_empty() && old.is_none_or(|o| certificate(o) != cert) {
-            if let Err(e) = check_certificate_pem(cert) {
-                out.push(Cause::invalid(
-                    "status.certificate",
-                    "<certificate data>",
-                    &e,
-                ));
-            }
+        if !cert.is_empty()
+            && old.is_none_or(|o| certificate(o) != cert)
+            && let Err(e) = check_certificate_pem(cert)
+        {
+            out.push(Cause::invalid(
+                "status.certificate",
+                "<certificate data>",
+                &e,
+            ));
         }
         if let Some(old) = old {
             for ty in ["Approved", "Denied", "Failed"] {
