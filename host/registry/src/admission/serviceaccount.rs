@@ -9,7 +9,7 @@
 //! at `/var/run/secrets/kubernetes.io/serviceaccount` in every container
 //! and init container that does not mount something there already.
 
-use crate::store::Objects;
+use crate::admission::policy::Lookup;
 use serde_json::{Value, json};
 use std::time::Duration;
 use wasm_apiserver_api::error::Target;
@@ -26,7 +26,7 @@ const DEFAULT_TRIES: u32 = 10;
 
 /// Mutates a Pod on create. `name` is the Pod's (possibly generated) name.
 pub async fn admit(
-    objects: &Objects,
+    objects: &dyn Lookup,
     ns: &str,
     name: &str,
     pod: &mut Value,
@@ -117,8 +117,8 @@ fn refuse_mirror(name: &str, spec: &Value) -> Result<(), ApiError> {
 }
 
 /// The ServiceAccount `ns/name`; `default` is waited for a little.
-async fn lookup(objects: &Objects, ns: &str, name: &str) -> Result<Value, ApiError> {
-    let info = objects.resources.builtin("", "v1", "serviceaccounts");
+async fn lookup(objects: &dyn Lookup, ns: &str, name: &str) -> Result<Value, ApiError> {
+    let info = objects.resources().builtin("", "v1", "serviceaccounts");
     let tries = if name == DEFAULT { DEFAULT_TRIES } else { 1 };
     let interval = Duration::from_millis(100 + rand::random_range(0..100));
     let mut last = None;
