@@ -5,7 +5,8 @@
 #
 # Output: tests/kubewarden-policies/target/wasm32-wasip1/release/<crate>.wasm
 # (kw_privileged_pods.wasm, kw_add_label.wasm, kw_hostile.wasm,
-# kw_require_labels.wasm for the bench). Idempotent:
+# kw_require_labels.wasm for the bench, kw_logging.wasm, and the
+# context-aware kw_unique_selector.wasm and kw_namespace_team.wasm). Idempotent:
 # cargo rebuilds only what changed. `--locked` against the checked-in lock
 # file; works offline once the crates are in cargo's cache.
 set -euo pipefail

@@ -7,9 +7,14 @@
 //! Covered: a privileged Pod denied with the policy's message, an
 //! unprivileged one created; bad settings reported in the object's status
 //! while the previous version keeps serving; the mutator's label stored;
-//! a looping policy contained under both failure policies; a host
-//! capability answering the clear "not available" error; an unknown format
-//! refused; the example manifest `examples/kubewarden-policies.yaml`.
+//! a looping policy contained under both failure policies; an ungranted
+//! cluster read answering a clear error; an unknown format
+//! refused; the example manifest `examples/kubewarden-policies.yaml`;
+//! context-aware policies (issue 33) listing Services and reading the
+//! Namespace through `kubewarden/kubernetes/*` within their
+//! `contextAwareResources`, refused reads of ungranted kinds, a namespace
+//! admin unable to grant the cluster's Secrets; a policy logging through
+//! `kubewarden/tracing/log` at every level.
 
 use base64::Engine;
 use std::time::{Duration, Instant};
@@ -279,7 +284,7 @@ fn a_looping_policy_is_contained_under_both_failure_policies() {
 }
 
 #[test]
-fn host_capabilities_answer_a_clear_error() {
+fn ungranted_cluster_reads_answer_a_clear_error() {
     let s = start();
     apply(
         &s,
@@ -298,8 +303,8 @@ fn host_capabilities_answer_a_clear_error() {
     assert!(
         err.contains(
             "cannot read namespace default: error invoking host capability \
-             kubernetes.get_resource: Host error: host capability \
-             kubewarden/kubernetes/get_resource is not available in wasm-apiserver"
+             kubernetes.get_resource: Host error: reading v1 Namespace is not granted: \
+             it is not in the plugin's spec.contextAwareResources"
         ),
         "{err}"
     );
@@ -335,4 +340,215 @@ fn the_example_manifest_loads_and_enforces() {
         ],
     );
     assert_eq!(label.trim(), "platform-team");
+}
+
+/// An `AdmissionPlugin` running a context-aware policy on `resources`,
+/// granted `grants` (`apiVersion/Kind` pairs).
+fn context_aware_yaml(
+    name: &str,
+    file: &str,
+    phase: &str,
+    resources: &str,
+    grants: &[(&str, &str)],
+) -> String {
+    let grants: Vec<String> = grants
+        .iter()
+        .map(|(v, k)| format!("{{apiVersion: {v}, kind: {k}}}"))
+        .collect();
+    format!(
+        r#"apiVersion: admission.wasm-apiserver.io/v1alpha1
+kind: AdmissionPlugin
+metadata:
+  name: {name}
+spec:
+  module: {{file: {file}, format: kubewarden}}
+  phases: [{phase}]
+  rules:
+  - operations: [CREATE]
+    apiGroups: [""]
+    apiVersions: ["*"]
+    resources: [{resources}]
+  contextAwareResources: [{}]
+"#,
+        grants.join(", ")
+    )
+}
+
+fn service_yaml(name: &str, app: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  selector: {{app: {app}}}\n  ports: [{{port: 80}}]\n"
+    )
+}
+
+#[test]
+fn context_aware_policies_read_the_cluster_they_are_granted() {
+    let s = start();
+    // Unique selectors: the policy lists the namespace's Services.
+    apply(
+        &s,
+        "unique-selector",
+        &context_aware_yaml(
+            "unique-selector",
+            "kw_unique_selector.wasm",
+            "Validating",
+            "services",
+            &[("v1", "Service")],
+        ),
+    );
+    assert_eq!(plugin_status(&s, "unique-selector")["phase"], "Active");
+    let create = |name: &str, yaml: &str| {
+        let path = write_manifest(&s, &format!("{name}.yaml"), yaml);
+        kubectl(&s, None, &["create", "-f", path.to_str().unwrap()])
+    };
+    let out = create("web", &service_yaml("web", "web"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Read-your-writes: the Service created just before is seen.
+    let out = create("web-2", &service_yaml("web-2", "web"));
+    assert!(
+        !out.status.success(),
+        "a second Service with the same selector"
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("service \\\"web\\\" already selects these pods")
+            || err.contains(r#"service "web" already selects these pods"#),
+        "{err}"
+    );
+    let out = create("db", &service_yaml("db", "db"));
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Without the grant, the read fails with an error naming the kind.
+    apply(
+        &s,
+        "unique-selector",
+        &context_aware_yaml(
+            "unique-selector",
+            "kw_unique_selector.wasm",
+            "Validating",
+            "services",
+            &[("v1", "ConfigMap")],
+        ),
+    );
+    let out = create("web-3", &service_yaml("web-3", "web"));
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("reading v1 Service is not granted"), "{err}");
+
+    // A mutator reads the Pod's Namespace.
+    kubectl_ok(&s, None, &["label", "namespace", "default", "team=blue"]);
+    apply(
+        &s,
+        "namespace-team",
+        &context_aware_yaml(
+            "namespace-team",
+            "kw_namespace_team.wasm",
+            "Mutating",
+            "pods",
+            &[("v1", "Namespace")],
+        ),
+    );
+    let out = create_pod(&s, "labelled", false);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let pod = kubectl_json(&s, None, &["get", "pod", "labelled"]);
+    assert_eq!(pod["metadata"]["labels"]["team"], "blue", "{pod}");
+
+    // Nobody grants a plugin reads they cannot make: a namespace admin
+    // (admin of `default` only) may not grant the cluster's Secrets.
+    kubectl_ok(
+        &s,
+        None,
+        &[
+            "create",
+            "rolebinding",
+            "nadia-admin",
+            "--clusterrole=admin",
+            "--user=nadia",
+            "-n",
+            "default",
+        ],
+    );
+    kubectl_ok(
+        &s,
+        None,
+        &[
+            "create",
+            "clusterrole",
+            "plugin-writer",
+            "--verb=*",
+            "--resource=admissionplugins.admission.wasm-apiserver.io",
+        ],
+    );
+    kubectl_ok(
+        &s,
+        None,
+        &[
+            "create",
+            "clusterrolebinding",
+            "nadia-plugins",
+            "--clusterrole=plugin-writer",
+            "--user=nadia",
+        ],
+    );
+    let path = write_manifest(
+        &s,
+        "secrets-reader.yaml",
+        &context_aware_yaml(
+            "secrets-reader",
+            "kw_unique_selector.wasm",
+            "Validating",
+            "services",
+            &[("v1", "Secret")],
+        ),
+    );
+    let out = kubectl(
+        &s,
+        None,
+        &["--as", "nadia", "apply", "-f", path.to_str().unwrap()],
+    );
+    assert!(
+        !out.status.success(),
+        "a namespace admin granted the cluster's Secrets"
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains(r#"user \"nadia\" cannot get secrets cluster-wide"#)
+            || err.contains(r#"user "nadia" cannot get secrets cluster-wide"#),
+        "{err}"
+    );
+    // The cluster admin may.
+    kubectl_ok(&s, None, &["apply", "-f", path.to_str().unwrap()]);
+}
+
+#[test]
+fn a_policy_that_logs_is_heard_at_every_level() {
+    let s = start();
+    apply(
+        &s,
+        "logger",
+        &context_aware_yaml("logger", "kw_logging.wasm", "Validating", "configmaps", &[]),
+    );
+    kubectl_ok(
+        &s,
+        None,
+        &["create", "configmap", "logged", "--from-literal=k=v"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = s.log();
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("logger") && l.contains("object") && l.contains("logged"))
+            .collect();
+        let has =
+            |text: &str, level: &str| lines.iter().any(|l| l.contains(text) && l.contains(level));
+        if has("info line", "INFO") && has("warning line", "WARN") && has("error line", "ERROR") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the policy's lines in the server log:\n{}",
+            lines.join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -15,7 +15,10 @@
 //!   objectSelector: {matchExpressions: [{key: skip, operator: DoesNotExist}]}
 //!   failurePolicy: Fail                   # or Ignore
 //!   mode: Deny                            # or Warn, Audit
-//!   limits: {timeoutMillis: 1000, memoryBytes: 67108864, maxOutputBytes: 1048576, maxConcurrency: 16}
+//!   limits: {timeoutMillis: 1000, memoryBytes: 67108864, maxOutputBytes: 1048576, maxConcurrency: 16,
+//!            maxClusterReads: 64, maxClusterReadBytes: 8388608}
+//!   contextAwareResources: [{apiVersion: v1, kind: Service}]  # what it may read
+//!                                         # (Kubewarden policies' host calls)
 //!   config: {labels: [team]}              # any JSON; passed to the plugin as a string
 //! ```
 
@@ -162,6 +165,25 @@ pub struct PluginLimits {
     pub memory_bytes: Option<u64>,
     pub max_output_bytes: Option<usize>,
     pub max_concurrency: Option<usize>,
+    /// Most cluster reads in one evaluation (default 64).
+    pub max_cluster_reads: Option<u32>,
+    /// Most bytes of objects the cluster reads of one evaluation return
+    /// (default 8 MiB).
+    pub max_cluster_read_bytes: Option<usize>,
+}
+
+/// Default of [`PluginLimits::max_cluster_reads`].
+pub const DEFAULT_CLUSTER_READS: u32 = 64;
+/// Default of [`PluginLimits::max_cluster_read_bytes`].
+pub const DEFAULT_CLUSTER_READ_BYTES: usize = 8 << 20;
+
+/// One `spec.contextAwareResources` entry: a kind the plugin may read
+/// (Kubewarden's field and meaning).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContextAwareResource {
+    pub api_version: String,
+    pub kind: String,
 }
 
 /// `spec` of an `AdmissionPlugin`.
@@ -184,6 +206,9 @@ pub struct PluginSpec {
     pub mode: Mode,
     #[serde(default)]
     pub limits: PluginLimits,
+    /// The kinds the plugin may read of the cluster (read-only).
+    #[serde(default)]
+    pub context_aware_resources: Vec<ContextAwareResource>,
     /// Opaque configuration; a string is passed as is, anything else as JSON.
     #[serde(default)]
     pub config: Value,

@@ -237,7 +237,7 @@ async fn same_check_two_formats(calls: usize) {
     let c_compile = start.elapsed();
     let start = Instant::now();
     let k = runtime
-        .load_kubewarden("kw-privileged-pods", &policy, "{}", Limits::default())
+        .load_kubewarden("kw-privileged-pods", &policy, "{}", Limits::default(), None)
         .await
         .expect("kubewarden policy");
     let k_compile = start.elapsed();

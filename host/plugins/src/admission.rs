@@ -341,8 +341,9 @@ impl Runtime {
     /// Loads a Kubewarden policy, unchanged: a core wasm module
     /// (`wasm32-wasip1`) speaking waPC, as Kubewarden's SDKs build them. It
     /// runs in the same sandbox as components (a fresh instance per call,
-    /// the same `limits`, WASI granting nothing, no host capabilities) and
-    /// answers through the same [`AdmissionPlugin`]. `settings` (a JSON
+    /// the same `limits`, WASI granting nothing; of Kubewarden's host
+    /// capabilities only logging, and the cluster reads `cluster` grants)
+    /// and answers through the same [`AdmissionPlugin`]. `settings` (a JSON
     /// object's text, empty for none) go to every `validate`; the policy's
     /// `validate_settings` checks them here, and its rejection is a
     /// [`PluginError::Config`]. See [`crate::kubewarden`].
@@ -352,9 +353,10 @@ impl Runtime {
         wasm: &[u8],
         settings: &str,
         limits: Limits,
+        cluster: Option<crate::ClusterAccess>,
     ) -> Result<AdmissionPlugin, PluginError> {
         let policy = self
-            .load_kubewarden_policy(name, wasm, settings, limits)
+            .load_kubewarden_policy(name, wasm, settings, limits, cluster)
             .await?;
         Ok(AdmissionPlugin {
             inner: Arc::new(Inner {

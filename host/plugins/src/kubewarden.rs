@@ -115,11 +115,13 @@ impl Runtime {
         wasm: &[u8],
         settings: &str,
         limits: Limits,
+        cluster: Option<crate::ClusterAccess>,
     ) -> Result<Policy, PluginError> {
         let metadata = read_metadata(name, wasm)?;
         let settings = settings_object(name, settings)?;
         let compiled = self.compile_module(name, wasm).await?;
-        let wapc = self.link_wapc(name, compiled, limits)?;
+        let mut wapc = self.link_wapc(name, compiled, limits)?;
+        wapc.cluster = cluster.map(Arc::new);
         let policy = Policy {
             wapc,
             settings: settings.into(),

@@ -72,6 +72,7 @@
 mod admission;
 mod authn;
 mod authz;
+pub mod cluster;
 mod error;
 mod handler;
 mod inspect;
@@ -86,6 +87,7 @@ mod wapc;
 pub use admission::{AdmissionPlugin, Encoded};
 pub use authn::{AuthenticatorPlugin, AuthnOutcome, AuthnRequest, ClientCertificate};
 pub use authz::{AuthorizerPlugin, AuthzAttributes, AuthzDecision, AuthzRequest};
+pub use cluster::{Cluster, ClusterAccess, Grant, ListQuery};
 pub use error::PluginError;
 pub use handler::{ObjectRequest, ResourceHandlerPlugin};
 pub use inspect::Inspection;

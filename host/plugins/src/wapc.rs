@@ -15,12 +15,18 @@
 //!    `__guest_response(ptr, len)` (returning 1) or `__guest_error(ptr, len)`
 //!    (returning 0);
 //! 3. a guest asking the host for something calls `__host_call(binding,
-//!    namespace, operation, payload)`. **No host capability is granted**:
-//!    every call answers 0 (failure) with the host error "host capability
-//!    `<binding>/<namespace>/<operation>` is not available in wasm-apiserver",
-//!    which the guest reads with `__host_error_len`/`__host_error` (and
-//!    `__host_response_len` is 0). `__console_log` goes to the server's log,
-//!    bounded like the WIT `log` import.
+//!    namespace, operation, payload)`. Two of Kubewarden's capabilities
+//!    are answered: `kubewarden/tracing/log` (the SDKs' loggers: the event
+//!    goes to the server's log at its level, tagged with the plugin, bounded
+//!    like the WIT `log` import) and, for a plugin granted cluster reads
+//!    ([`crate::cluster`]), `kubewarden/kubernetes/get_resource`,
+//!    `list_resources_by_namespace`, `list_resources_all` and `can_i`. A
+//!    success answers 1 and the guest copies the answer with
+//!    `__host_response_len`/`__host_response`; anything else answers 0 with
+//!    the host error (for other capabilities: "host capability
+//!    `<binding>/<namespace>/<operation>` is not available in
+//!    wasm-apiserver"), read with `__host_error_len`/`__host_error`.
+//!    `__console_log` goes to the server's log too.
 //!
 //! Every pointer and length the guest hands over is checked against its
 //! memory; a bad one traps the guest, never the host. The answer is
@@ -30,6 +36,7 @@
 //! nothing-granted context as components ([`sealed_wasi`]).
 
 use crate::PluginError;
+use crate::cluster::{ClusterAccess, Spent};
 use crate::runtime::{CompiledModule, PluginCore, Runtime};
 use crate::sandbox::{CallState, Capture, LogLevel, LogTags, MemoryLimiter, sealed_wasi, truncate};
 use std::sync::Arc;
@@ -50,6 +57,8 @@ const STARTERS: [&str; 3] = ["_initialize", "_start", "wapc_init"];
 const NAME_BYTES: usize = 256;
 /// Longest guest error message kept, and longest console line.
 const MESSAGE_BYTES: usize = 4096;
+/// Largest host-call payload read (a request or a log event).
+const MAX_HOST_REQUEST: usize = 64 << 10;
 
 /// The data of one waPC call's `Store`.
 pub(crate) struct WapcState {
@@ -72,6 +81,12 @@ struct Exchange {
     oversized: Option<usize>,
     /// The error of the last host call.
     host_error: Vec<u8>,
+    /// The answer of the last host call.
+    host_response: Vec<u8>,
+    /// What the plugin may read of the cluster, and what this operation
+    /// has read so far.
+    cluster: Option<Arc<ClusterAccess>>,
+    spent: Spent,
 }
 
 impl CallState for WapcState {
@@ -110,6 +125,8 @@ pub(crate) enum Answer {
 pub(crate) struct Wapc {
     pub(crate) core: PluginCore,
     pre: InstancePre<WapcState>,
+    /// The cluster reads its host calls may make.
+    pub(crate) cluster: Option<Arc<ClusterAccess>>,
 }
 
 impl Runtime {
@@ -150,7 +167,11 @@ impl Runtime {
             .instantiate_pre(module)
             .map_err(|e| wrong(format!("{e:#}")))?;
         let core = self.core(name, compiled.digest, limits)?;
-        Ok(Wapc { core, pre })
+        Ok(Wapc {
+            core,
+            pre,
+            cluster: None,
+        })
     }
 }
 
@@ -179,6 +200,7 @@ impl Wapc {
             operation: operation.as_bytes().to_vec(),
             payload,
             max_response: self.core.limits.max_output_bytes,
+            cluster: self.cluster.clone(),
             ..Exchange::default()
         };
         let pre = self.pre.clone();
@@ -362,40 +384,60 @@ fn add_wapc_to_linker(linker: &mut Linker<WapcState>) -> wasmtime::Result<()> {
             Ok(())
         },
     )?;
-    linker.func_wrap(
+    linker.func_wrap_async(
         MODULE,
         "__host_call",
         |mut caller: Caller<'_, WapcState>,
-         binding_ptr: i32,
-         binding_len: i32,
-         namespace_ptr: i32,
-         namespace_len: i32,
-         operation_ptr: i32,
-         operation_len: i32,
-         payload_ptr: i32,
-         payload_len: i32|
-         -> wasmtime::Result<i32> {
-            let binding = read_text(&mut caller, binding_ptr, binding_len, NAME_BYTES)?;
-            let namespace = read_text(&mut caller, namespace_ptr, namespace_len, NAME_BYTES)?;
-            let operation = read_text(&mut caller, operation_ptr, operation_len, NAME_BYTES)?;
-            // The payload is never read, only checked like every range.
-            range(&mut caller, payload_ptr, payload_len)?;
-            let error = host_call_error(&binding, &namespace, &operation);
-            tracing::debug!(plugin = %caller.data().tags.plugin(), %error, "waPC host call refused");
-            caller.data_mut().exchange.host_error = error.into_bytes();
-            Ok(0)
+         (
+            binding_ptr,
+            binding_len,
+            namespace_ptr,
+            namespace_len,
+            operation_ptr,
+            operation_len,
+            payload_ptr,
+            payload_len,
+        ): (i32, i32, i32, i32, i32, i32, i32, i32)| {
+            Box::new(async move {
+                let binding = read_text(&mut caller, binding_ptr, binding_len, NAME_BYTES)?;
+                let namespace = read_text(&mut caller, namespace_ptr, namespace_len, NAME_BYTES)?;
+                let operation = read_text(&mut caller, operation_ptr, operation_len, NAME_BYTES)?;
+                let payload = read(&mut caller, payload_ptr, payload_len, MAX_HOST_REQUEST)?;
+                let answer = host_call(&mut caller, &binding, &namespace, &operation, &payload).await;
+                let exchange = &mut caller.data_mut().exchange;
+                match answer {
+                    Ok(bytes) => {
+                        exchange.host_response = bytes;
+                        exchange.host_error.clear();
+                        Ok(1)
+                    }
+                    Err(error) => {
+                        tracing::debug!(plugin = %caller.data().tags.plugin(), %error, "waPC host call failed");
+                        let exchange = &mut caller.data_mut().exchange;
+                        exchange.host_response.clear();
+                        exchange.host_error = error.into_bytes();
+                        Ok(0)
+                    }
+                }
+            })
         },
     )?;
     linker.func_wrap(
         MODULE,
         "__host_response",
-        // No host call ever succeeds, so there is never a response to copy.
-        |_: Caller<'_, WapcState>, _ptr: i32| {},
+        |mut caller: Caller<'_, WapcState>, ptr: i32| -> wasmtime::Result<()> {
+            let response = std::mem::take(&mut caller.data_mut().exchange.host_response);
+            write(&mut caller, ptr, &response)?;
+            caller.data_mut().exchange.host_response = response;
+            Ok(())
+        },
     )?;
     linker.func_wrap(
         MODULE,
         "__host_response_len",
-        |_: Caller<'_, WapcState>| -> i32 { 0 },
+        |caller: Caller<'_, WapcState>| -> i32 {
+            len_i32(caller.data().exchange.host_response.len())
+        },
     )?;
     linker.func_wrap(
         MODULE,
@@ -422,6 +464,60 @@ fn add_wapc_to_linker(linker: &mut Linker<WapcState>) -> wasmtime::Result<()> {
         },
     )?;
     Ok(())
+}
+
+/// Answers one `__host_call`: Kubewarden's `tracing/log` (the line in the
+/// server's log, at its level, tagged with the plugin), its
+/// `kubernetes/*` reads (when the plugin has cluster access), and the
+/// "not available" error for everything else.
+async fn host_call(
+    caller: &mut Caller<'_, WapcState>,
+    binding: &str,
+    namespace: &str,
+    operation: &str,
+    payload: &[u8],
+) -> Result<Vec<u8>, String> {
+    match (binding, namespace) {
+        ("kubewarden", "tracing") if operation == "log" => {
+            log_event(&mut caller.data_mut().tags, payload);
+            Ok(Vec::new())
+        }
+        ("kubewarden", "kubernetes") => {
+            let Some(access) = caller.data().exchange.cluster.clone() else {
+                return Err(host_call_error(binding, namespace, operation));
+            };
+            let mut spent = std::mem::take(&mut caller.data_mut().exchange.spent);
+            let answer = access.kubewarden(operation, payload, &mut spent).await;
+            caller.data_mut().exchange.spent = spent;
+            answer
+        }
+        _ => Err(host_call_error(binding, namespace, operation)),
+    }
+}
+
+/// A Kubewarden SDK log event (`{"level", "message", fields...}`) as a
+/// line of the server's log.
+fn log_event(tags: &mut LogTags, payload: &[u8]) {
+    let event: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(payload).unwrap_or_default();
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let level = match event.get("level").and_then(|l| l.as_str()) {
+        Some("trace") => LogLevel::Trace,
+        Some("debug") => LogLevel::Debug,
+        Some("warning" | "warn") => LogLevel::Warn,
+        Some("error") => LogLevel::Error,
+        _ => LogLevel::Info,
+    };
+    let message = event.get("message").map(text).unwrap_or_default();
+    let fields: Vec<(String, String)> = event
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "level" | "message" | "line" | "column" | "file"))
+        .map(|(k, v)| (k.clone(), text(v)))
+        .collect();
+    tags.log(level, &message, &fields);
 }
 
 /// The error every `__host_call` answers.

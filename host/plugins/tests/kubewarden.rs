@@ -4,6 +4,8 @@
 //!
 //! Covered: validation and rejection (message, default code), settings
 //! validated at load, host capabilities refused with a clear error,
+//! context-aware policies reading granted kinds from a fixture cluster (and
+//! refused ungranted ones and over-budget reads), logging policies,
 //! mutation as a JSON patch (and refused outside the mutating phase), a
 //! fresh instance per call, containment of loops, memory hogs, traps,
 //! guest errors, garbage and oversized answers (the runtime keeps serving), the
@@ -97,6 +99,7 @@ async fn load(runtime: &Runtime, name: &str, settings: Value) -> AdmissionPlugin
             &kubewarden_wasm(name),
             &settings.to_string(),
             limits(),
+            None,
         )
         .await
         .unwrap_or_else(|e| panic!("loading {name}: {e}"))
@@ -109,6 +112,7 @@ async fn load_err(runtime: &Runtime, name: &str, settings: Value) -> PluginError
             &kubewarden_wasm(name),
             &settings.to_string(),
             limits(),
+            None,
         )
         .await
     {
@@ -189,12 +193,14 @@ async fn settings_are_validated_at_load() {
     // Settings are a JSON object.
     let wasm = kubewarden_wasm("kw_privileged_pods");
     let e = rt
-        .load_kubewarden("p", &wasm, "[1]", limits())
+        .load_kubewarden("p", &wasm, "[1]", limits(), None)
         .await
         .unwrap_err();
     assert!(matches!(e, PluginError::Config { .. }), "{e}");
     // No settings at all is `{}`.
-    rt.load_kubewarden("p", &wasm, "", limits()).await.unwrap();
+    rt.load_kubewarden("p", &wasm, "", limits(), None)
+        .await
+        .unwrap();
     match load_err(&rt, "kw_add_label", json!({})).await {
         PluginError::Config { message, .. } => assert_eq!(message, "key is required"),
         e => panic!("{e}"),
@@ -400,7 +406,7 @@ async fn kubewarden_metadata_is_read_but_not_required() {
         br#"{"protocolVersion":"v1","rules":[],"mutating":true,"executionMode":"kubewarden-wapc"}"#,
     );
     let p = rt
-        .load_kubewarden("annotated", &annotated, r#"{"key":"k"}"#, limits())
+        .load_kubewarden("annotated", &annotated, r#"{"key":"k"}"#, limits(), None)
         .await
         .unwrap();
     assert_eq!(p.kubewarden_mutating(), Some(true));
@@ -418,7 +424,7 @@ async fn kubewarden_metadata_is_read_but_not_required() {
         br#"{"protocolVersion":"v1","executionMode":"opa"}"#,
     );
     let e = rt
-        .load_kubewarden("opa", &opa, r#"{"key":"k"}"#, limits())
+        .load_kubewarden("opa", &opa, r#"{"key":"k"}"#, limits(), None)
         .await
         .unwrap_err();
     assert!(
@@ -439,13 +445,13 @@ async fn modules_in_the_wrong_format_are_refused_clearly() {
 
     let component = wasm("deny_privileged");
     let e = rt
-        .load_kubewarden("c", &component, "", limits())
+        .load_kubewarden("c", &component, "", limits(), None)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("format: component"), "{e}");
 
     let e = rt
-        .load_kubewarden("g", b"\0asm\x01\0\0\0garbage", "", limits())
+        .load_kubewarden("g", b"\0asm\x01\0\0\0garbage", "", limits(), None)
         .await
         .unwrap_err();
     assert!(matches!(e, PluginError::Compile { .. }), "{e}");
@@ -453,7 +459,7 @@ async fn modules_in_the_wrong_format_are_refused_clearly() {
     // A core module that is not a waPC guest.
     let empty = b"\0asm\x01\0\0\0";
     let e = rt
-        .load_kubewarden("e", empty, "", limits())
+        .load_kubewarden("e", empty, "", limits(), None)
         .await
         .unwrap_err();
     assert!(
@@ -473,15 +479,221 @@ async fn a_second_runtime_loads_policies_from_the_disk_cache() {
     let wasm = kubewarden_wasm("kw_privileged_pods");
     let first = Runtime::new(config()).unwrap();
     first
-        .load_kubewarden("p", &wasm, "", limits())
+        .load_kubewarden("p", &wasm, "", limits(), None)
         .await
         .unwrap();
     assert_eq!(first.cache_stats().hits, 0);
     let second = Runtime::new(config()).unwrap();
     let p = second
-        .load_kubewarden("p", &wasm, "", limits())
+        .load_kubewarden("p", &wasm, "", limits(), None)
         .await
         .unwrap();
     assert_eq!(second.cache_stats().hits, 1, "{:?}", second.cache_stats());
     assert!(!p.validate(&create(pod("bad", true))).await.unwrap().allowed);
+}
+
+/// A cluster of fixture objects, for context-aware policies.
+struct Fixtures(Vec<Value>);
+
+#[async_trait::async_trait]
+impl wasm_apiserver_plugins::Cluster for Fixtures {
+    async fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Value>, String> {
+        Ok(self
+            .0
+            .iter()
+            .find(|o| {
+                o["apiVersion"] == api_version
+                    && o["kind"] == kind
+                    && o["metadata"]["name"] == name
+                    && o["metadata"]["namespace"].as_str() == namespace
+            })
+            .cloned())
+    }
+
+    async fn list(
+        &self,
+        q: &wasm_apiserver_plugins::ListQuery<'_>,
+        max_bytes: usize,
+    ) -> Result<Value, String> {
+        let items: Vec<&Value> = self
+            .0
+            .iter()
+            .filter(|o| {
+                o["apiVersion"] == q.api_version
+                    && o["kind"] == q.kind
+                    && q.namespace
+                        .is_none_or(|ns| o["metadata"]["namespace"] == ns)
+            })
+            .collect();
+        let list = json!({"apiVersion": q.api_version, "kind": format!("{}List", q.kind),
+            "metadata": {"resourceVersion": "1"}, "items": items});
+        if list.to_string().len() > max_bytes {
+            return Err(format!("more than {max_bytes} bytes"));
+        }
+        Ok(list)
+    }
+
+    async fn can_i(&self, _spec: &Value) -> Result<Value, String> {
+        Ok(json!({"allowed": false}))
+    }
+}
+
+fn service(name: &str, app: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"selector": {"app": app}, "ports": [{"port": 80}]}})
+}
+
+fn service_request(svc: Value) -> AdmissionRequest {
+    let mut r = create(svc);
+    r.kind.kind = "Service".to_owned();
+    r.resource.resource = "services".to_owned();
+    r.name = r
+        .object
+        .as_ref()
+        .and_then(|o| o["metadata"]["name"].as_str().map(String::from));
+    r
+}
+
+fn access(
+    fixtures: Vec<Value>,
+    grants: &[(&str, &str)],
+    max_calls: u32,
+    max_bytes: usize,
+) -> wasm_apiserver_plugins::ClusterAccess {
+    wasm_apiserver_plugins::ClusterAccess {
+        reads: std::sync::Arc::new(Fixtures(fixtures)),
+        grants: grants
+            .iter()
+            .map(|(v, k)| wasm_apiserver_plugins::Grant {
+                api_version: v.to_string(),
+                kind: k.to_string(),
+            })
+            .collect(),
+        max_calls,
+        max_bytes,
+    }
+}
+
+async fn load_with(
+    rt: &Runtime,
+    name: &str,
+    cluster: wasm_apiserver_plugins::ClusterAccess,
+) -> AdmissionPlugin {
+    rt.load_kubewarden(name, &kubewarden_wasm(name), "{}", limits(), Some(cluster))
+        .await
+        .unwrap_or_else(|e| panic!("loading {name}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_aware_policies_read_only_what_they_are_granted() {
+    let rt = runtime();
+    let stored = vec![service("web", "web"), service("db", "db")];
+    // Granted: a second Service selecting `app=web` is refused, another
+    // selector passes.
+    let p = load_with(
+        &rt,
+        "kw_unique_selector",
+        access(stored.clone(), &[("v1", "Service")], 64, 1 << 20),
+    )
+    .await;
+    let r = p
+        .validate(&service_request(service("web-2", "web")))
+        .await
+        .unwrap();
+    assert!(!r.allowed);
+    assert_eq!(
+        r.status.unwrap().message,
+        "service \"web\" already selects these pods"
+    );
+    let r = p
+        .validate(&service_request(service("cache", "cache")))
+        .await
+        .unwrap();
+    assert!(r.allowed, "{r:?}");
+    // Not granted: the read fails with an error naming the resource, and
+    // the policy answers as it would under policy-server.
+    let p = load_with(
+        &rt,
+        "kw_unique_selector",
+        access(stored.clone(), &[("v1", "Secret")], 64, 1 << 20),
+    )
+    .await;
+    let r = p
+        .validate(&service_request(service("web-2", "web")))
+        .await
+        .unwrap();
+    let message = r.status.unwrap().message;
+    assert!(
+        message.contains("reading v1 Service is not granted: it is not in the plugin's spec.contextAwareResources"),
+        "{message}"
+    );
+    // Budgets: no reads left, or too many bytes.
+    let p = load_with(
+        &rt,
+        "kw_unique_selector",
+        access(stored.clone(), &[("v1", "Service")], 0, 1 << 20),
+    )
+    .await;
+    let message = p
+        .validate(&service_request(service("x", "web")))
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .message;
+    assert!(
+        message.contains("more than 0 cluster reads in one evaluation"),
+        "{message}"
+    );
+    let p = load_with(
+        &rt,
+        "kw_unique_selector",
+        access(stored, &[("v1", "Service")], 64, 100),
+    )
+    .await;
+    let message = p
+        .validate(&service_request(service("x", "web")))
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .message;
+    assert!(message.contains("more than 100 bytes"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_reads_the_namespace_and_mutates_the_pod() {
+    let rt = runtime();
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "default", "labels": {"team": "blue"}}});
+    let p = load_with(
+        &rt,
+        "kw_namespace_team",
+        access(vec![ns], &[("v1", "Namespace")], 64, 1 << 20),
+    )
+    .await;
+    let r = p.mutate(&create(pod("p", false))).await.unwrap();
+    assert!(r.allowed, "{r:?}");
+    let patch: json_patch::Patch = serde_json::from_value(r.patch.expect("a patch")).unwrap();
+    let mut object = pod("p", false);
+    json_patch::patch(&mut object, &patch).unwrap();
+    assert_eq!(object["metadata"]["labels"]["team"], "blue");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_that_log_run_instead_of_trapping() {
+    let rt = runtime();
+    // Logging needs no grant and no cluster access at all.
+    let p = load(&rt, "kw_logging", json!({})).await;
+    for _ in 0..3 {
+        let r = p.validate(&create(pod("p", false))).await.unwrap();
+        assert!(r.allowed, "{r:?}");
+    }
 }

@@ -23,6 +23,8 @@
 //! * [`certificates`]: CertificateSigningRequests (requester, `approval`
 //!   and `status`, validation) and the request parsing the certificate
 //!   controllers share;
+//! * [`cluster`]: the cluster as plugins read it (granted kinds only,
+//!   straight from the store, within a byte budget);
 //! * [`workloads`]: pods, workloads and services: defaulting, validation
 //!   and the `scale` subresource;
 //! * [`options`]: the options and outcomes of store operations.
@@ -37,6 +39,7 @@ pub mod allocator;
 pub mod autoscaling;
 pub mod builtin;
 pub mod certificates;
+pub mod cluster;
 pub mod codec;
 pub mod controllers;
 pub mod crd;

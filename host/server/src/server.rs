@@ -45,6 +45,12 @@ impl AppState {
         authz::install_reviews(&resources, &authz);
         if let Some(admission) = &objects.admission {
             admission.policies.set_authorizer(authz.clone());
+            admission.set_cluster(Arc::new(
+                wasm_apiserver_registry::cluster::ClusterReads::new(
+                    objects.clone(),
+                    Some(authz.clone()),
+                ),
+            ));
         }
         let authn = authn::Authenticator::default();
         authn::install_token_reviews(&objects, &authn);

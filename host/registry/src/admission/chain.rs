@@ -180,6 +180,9 @@ pub struct Admission {
     storage: Arc<dyn Storage>,
     /// The active ValidatingAdmissionPolicies and bindings.
     pub policies: super::policy::Policies,
+    /// The reads plugins granted `contextAwareResources` make (set once by
+    /// the assembly).
+    cluster: std::sync::OnceLock<Arc<dyn wasm_apiserver_plugins::Cluster>>,
 }
 
 /// A plugin's field causes as API causes (`FieldValueInvalid` when it gave no reason).
@@ -222,7 +225,38 @@ impl Admission {
             chain: RwLock::new(Arc::new(Chain::default())),
             storage,
             policies: Default::default(),
+            cluster: Default::default(),
         }
+    }
+
+    /// What plugins read the cluster through.
+    pub fn set_cluster(&self, cluster: Arc<dyn wasm_apiserver_plugins::Cluster>) {
+        let _ = self.cluster.set(cluster);
+    }
+
+    /// A plugin's cluster access: its grants and read budget.
+    fn cluster_access(&self, spec: &PluginSpec) -> Option<wasm_apiserver_plugins::ClusterAccess> {
+        use wasm_apiserver_api::admission::{DEFAULT_CLUSTER_READ_BYTES, DEFAULT_CLUSTER_READS};
+        let reads = self.cluster.get()?.clone();
+        Some(wasm_apiserver_plugins::ClusterAccess {
+            reads,
+            grants: spec
+                .context_aware_resources
+                .iter()
+                .map(|g| wasm_apiserver_plugins::Grant {
+                    api_version: g.api_version.clone(),
+                    kind: g.kind.clone(),
+                })
+                .collect(),
+            max_calls: spec
+                .limits
+                .max_cluster_reads
+                .unwrap_or(DEFAULT_CLUSTER_READS),
+            max_bytes: spec
+                .limits
+                .max_cluster_read_bytes
+                .unwrap_or(DEFAULT_CLUSTER_READ_BYTES),
+        })
     }
 
     /// Prometheus text of the plugins' and the admission policies' metrics.
@@ -302,7 +336,7 @@ impl Admission {
             // `spec.config` is the policy's settings.
             ModuleFormat::Kubewarden => {
                 self.runtime
-                    .load_kubewarden(name, &bytes, &config, limits)
+                    .load_kubewarden(name, &bytes, &config, limits, self.cluster_access(&spec))
                     .await
             }
         }

@@ -1,5 +1,5 @@
 //! The controllers scenario (issue 32), on the embedded store: with the
-//! garbage collector running (as the server runs it, on the registry),
+//! controllers running (as the server runs them, on the registry),
 //! 1,000 owner ConfigMaps with 10 dependents each; the collector's graph
 //! size per object (an estimate from its maps' sizes and capacities); the
 //! server's CPU while the 11,000 objects sit idle; the time from deleting
@@ -19,7 +19,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
-use wasm_apiserver_registry::controllers::{Client, gc, leader::Leadership};
+use wasm_apiserver_registry::controllers::{
+    Client, bootstrap, certificates, gc, leader::Leadership, serviceaccounts,
+};
 use wasm_apiserver_storage::embedded::{EmbeddedOptions, EmbeddedStore};
 use wasm_apiserver_storage::{EventKind, Storage, WatchItem};
 
@@ -31,7 +33,9 @@ const IDLE: Duration = Duration::from_secs(10);
 const ROUNDS: usize = 3;
 const NS: &str = "default";
 
-/// A server on a fresh store, with the garbage collector when `controllers`.
+/// A server on a fresh store, with every native singleton controller (the
+/// garbage collector, service accounts, root CA, certificates, bootstrap
+/// signer) when `controllers`.
 async fn start(
     srv: &Handle,
     path: &Path,
@@ -42,14 +46,46 @@ async fn start(
         let storage: Arc<dyn Storage> =
             Arc::new(EmbeddedStore::open(&path, EmbeddedOptions::default())?);
         let served = serve(storage, None).await?;
-        let size = controllers.then(|| {
-            let state = &served.state;
-            gc::spawn(
-                Client::new(state.objects.clone(), gc::NAME, None),
-                Leadership::always(),
-                &state.controllers,
-            )
-        });
+        let size = match controllers {
+            false => None,
+            true => {
+                // Every native singleton controller, as the server runs them.
+                let state = &served.state;
+                let client = |name: &str| Client::new(state.objects.clone(), name, None);
+                let pki = wasm_apiserver::tls::ensure(
+                    path.parent().expect("the store's directory"),
+                    &["127.0.0.1".to_string()],
+                )?;
+                serviceaccounts::spawn(
+                    client(serviceaccounts::SA_CONTROLLER),
+                    client(serviceaccounts::ROOT_CA_PUBLISHER),
+                    pki.ca_pem.clone(),
+                    Leadership::always(),
+                    &state.controllers,
+                );
+                certificates::spawn(
+                    client(certificates::NAME),
+                    Some(Arc::new(certificates::Authority {
+                        cert_pem: pki.ca_pem,
+                        key_pem: pki.ca_key_pem,
+                        duration: Duration::from_secs(3600),
+                    })),
+                    true,
+                    Leadership::always(),
+                    &state.controllers,
+                );
+                bootstrap::spawn(
+                    client(bootstrap::NAME),
+                    Leadership::always(),
+                    &state.controllers,
+                );
+                Some(gc::spawn(
+                    client(gc::NAME),
+                    Leadership::always(),
+                    &state.controllers,
+                ))
+            }
+        };
         Ok::<_, Error>((served, size))
     })
     .await?

@@ -1,0 +1,142 @@
+//! The cluster as plugins read it ([`wasm_apiserver_plugins::Cluster`]):
+//! gets and lists straight from the generic store (the same reads a
+//! request makes, in the kind's requested version, so a write that returned
+//! before the evaluation began is seen and no plugin holds a copy of
+//! anything), paged so a huge list stops at the caller's byte budget, and
+//! SubjectAccessReviews through the server's authorizer. Grants and budgets
+//! are the plugin runtime's; this only reads.
+
+use crate::options::ListParams;
+use crate::resources::Resource;
+use crate::store::Objects;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use wasm_apiserver_api::ApiError;
+use wasm_apiserver_api::cel::authz::Authorize;
+use wasm_apiserver_api::rbac::Attributes;
+use wasm_apiserver_api::selector::{FieldSelector, LabelSelector};
+use wasm_apiserver_plugins::{Cluster, ListQuery};
+
+/// Items read per page of a plugin's list.
+const PAGE: usize = 500;
+
+pub struct ClusterReads {
+    objects: Objects,
+    authorize: Option<Arc<dyn Authorize>>,
+}
+
+impl ClusterReads {
+    pub fn new(objects: Objects, authorize: Option<Arc<dyn Authorize>>) -> Self {
+        ClusterReads { objects, authorize }
+    }
+
+    /// The resource serving `kind` in `api_version`.
+    fn resource(&self, api_version: &str, kind: &str) -> Result<Arc<Resource>, String> {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        self.objects
+            .resources
+            .snapshot()
+            .all()
+            .find(|r| {
+                r.group == group
+                    && r.version == version
+                    && r.kind == kind
+                    && r.create_only.is_none()
+            })
+            .cloned()
+            .ok_or_else(|| format!("no resource serves kind {kind:?} in {api_version:?}"))
+    }
+}
+
+fn message(e: ApiError) -> String {
+    e.to_string()
+}
+
+#[async_trait::async_trait]
+impl Cluster for ClusterReads {
+    async fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Value>, String> {
+        let res = self.resource(api_version, kind)?;
+        let ns = namespace.filter(|_| res.namespaced);
+        if res.namespaced && ns.is_none() {
+            return Err(format!("{kind} is namespaced: a namespace is required"));
+        }
+        match self.objects.get(&res, ns, name).await {
+            Ok(obj) => Ok(Some(obj)),
+            Err(ApiError::NotFound(_)) => Ok(None),
+            Err(e) => Err(message(e)),
+        }
+    }
+
+    async fn list(&self, q: &ListQuery<'_>, max_bytes: usize) -> Result<Value, String> {
+        let res = self.resource(q.api_version, q.kind)?;
+        let mut params = ListParams {
+            labels: LabelSelector::parse(q.label_selector.unwrap_or_default())?,
+            fields: FieldSelector::parse(q.field_selector.unwrap_or_default(), q.kind)?,
+            limit: Some(PAGE),
+            ..Default::default()
+        };
+        let ns = q.namespace.filter(|_| res.namespaced);
+        let mut items = Vec::new();
+        let mut bytes = 0;
+        let mut revision = 0;
+        loop {
+            let page = self
+                .objects
+                .list(&res, ns, &params)
+                .await
+                .map_err(message)?;
+            if revision == 0 {
+                revision = page.resource_version;
+            }
+            for item in page.items {
+                bytes += serde_json::to_vec(&item).map(|b| b.len()).unwrap_or(0);
+                if bytes > max_bytes {
+                    return Err(format!(
+                        "listing {} {} returns more than the {max_bytes} bytes left of the plugin's read budget",
+                        q.api_version, q.kind
+                    ));
+                }
+                items.push(item);
+            }
+            match page.continue_token {
+                Some(token) => {
+                    params.continue_token = Some(token);
+                    params.resource_version = None;
+                }
+                None => break,
+            }
+        }
+        Ok(json!({
+            "apiVersion": q.api_version,
+            "kind": format!("{}List", q.kind),
+            "metadata": {"resourceVersion": revision.to_string()},
+            "items": items,
+        }))
+    }
+
+    async fn can_i(&self, spec: &Value) -> Result<Value, String> {
+        let Some(authz) = &self.authorize else {
+            return Err("no authorizer answers SubjectAccessReviews".into());
+        };
+        let user = spec["user"].as_str().unwrap_or_default();
+        let groups: Vec<String> = spec["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|g| g.as_str().map(String::from))
+            .collect();
+        let attrs = Attributes::from_access_review_spec(spec, user, &groups);
+        let d = authz.authorize(&attrs);
+        let mut status = json!({"allowed": d.is_allowed()});
+        if !d.reason().is_empty() {
+            status["reason"] = json!(d.reason());
+        }
+        Ok(status)
+    }
+}
