@@ -452,9 +452,39 @@ subjects:
     );
     assert!(csr(&server, "masters-kubelet")["status"]["certificate"].is_null());
 
-    // 6. `kubectl get csr` and the approval conditions stay.
-    let out = kubectl(&server, None, &["get", "csr", "node-csr-1", "-o", "json"]);
-    assert!(out.status.success());
+    // 6. `kubectl get csr` prints upstream's columns.
+    let table = kubectl_ok(&server, None, &["get", "csr"]);
+    let header = table.lines().next().unwrap_or_default();
+    assert!(
+        header.split_whitespace().eq([
+            "NAME",
+            "AGE",
+            "SIGNERNAME",
+            "REQUESTOR",
+            "REQUESTEDDURATION",
+            "CONDITION"
+        ]),
+        "{table}"
+    );
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} in {table}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    let node = row("node-csr-1 ");
+    assert_eq!(
+        node[2..],
+        [
+            "kubernetes.io/kube-apiserver-client-kubelet",
+            "system:bootstrap:abcdef",
+            "<none>",
+            "Approved,Issued"
+        ]
+    );
+    assert_eq!(row("masters-kubelet ")[5], "Approved,Failed");
 }
 
 #[test]

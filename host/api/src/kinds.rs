@@ -560,7 +560,31 @@ pub fn resources() -> Vec<ResourceInfo> {
         info::<node::v1::RuntimeClass>(),
         info::<certificates::v1::CertificateSigningRequest>()
             .short_names(&["csr"])
-            .subresources(&["status", "approval"]),
+            .subresources(&["status", "approval"])
+            .columns(vec![
+                Column::name(),
+                Column::age(),
+                string(
+                    "SignerName",
+                    "The signer the request is for.",
+                    ".spec.signerName",
+                ),
+                string("Requestor", "Who made the request.", ".spec.username"),
+                Column::new(
+                    "RequestedDuration",
+                    "string",
+                    "The certificate lifetime asked for.",
+                    ".spec.expirationSeconds",
+                )
+                .render(Render::Seconds),
+                Column::new(
+                    "Condition",
+                    "string",
+                    "Pending, Approved or Denied, and whether a certificate was issued.",
+                    ".status",
+                )
+                .render(Render::CsrCondition),
+            ]),
         info::<events::v1::Event>().short_names(&["ev"]),
         info::<admissionregistration::v1::ValidatingAdmissionPolicy>()
             .subresources(&["status"])

@@ -90,6 +90,10 @@ pub enum Render {
     JobStatus,
     /// An ingress's ports: `80`, or `80, 443` with TLS.
     IngressPorts,
+    /// A number of seconds as a human duration (`60m`), `<none>` when absent.
+    Seconds,
+    /// A CertificateSigningRequest's state: `Pending`, `Approved,Issued`...
+    CsrCondition,
 }
 
 /// One `kubectl get` column, described as a CRD's `additionalPrinterColumns`

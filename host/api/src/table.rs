@@ -37,7 +37,11 @@ pub fn human_age(since: &str, now: DateTime<Utc>) -> String {
     let Ok(t) = DateTime::parse_from_rfc3339(since) else {
         return "<unknown>".into();
     };
-    let secs = (now - t.with_timezone(&Utc)).num_seconds();
+    human_duration((now - t.with_timezone(&Utc)).num_seconds())
+}
+
+/// A duration in seconds as upstream's `duration.HumanDuration` prints it.
+pub fn human_duration(secs: i64) -> String {
     match secs {
         s if s < 0 => "0s".into(),
         s if s < 120 => format!("{s}s"),
@@ -49,6 +53,33 @@ pub fn human_age(since: &str, now: DateTime<Utc>) -> String {
         s if s < 2 * 365 * 86400 => format!("{}d", s / 86400),
         s => format!("{}y", s / (365 * 86400)),
     }
+}
+
+/// A CertificateSigningRequest's state as kubectl prints it:
+/// `Pending`, `Approved` or `Denied`, then `,Failed` and `,Issued`.
+fn csr_condition(obj: &Value) -> String {
+    let has = |t: &str| {
+        obj["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == t))
+    };
+    let mut out = if has("Denied") {
+        "Denied".to_string()
+    } else if has("Approved") {
+        "Approved".to_string()
+    } else {
+        "Pending".to_string()
+    };
+    if has("Failed") {
+        out.push_str(",Failed");
+    }
+    if obj["status"]["certificate"]
+        .as_str()
+        .is_some_and(|c| !c.is_empty())
+    {
+        out.push_str(",Issued");
+    }
+    out
 }
 
 /// Whether a JSONPath result counts as a value (not null, not "").
@@ -178,6 +209,11 @@ fn cell(c: &Column, obj: &Value, now: DateTime<Utc>) -> Value {
             json!(format!("{ready}/{total}"))
         }
         Render::PodStatus => json!(pod_status(obj)),
+        Render::Seconds => match first(c, obj).and_then(Value::as_i64) {
+            Some(s) => json!(human_duration(s)),
+            None => json!("<none>"),
+        },
+        Render::CsrCondition => json!(csr_condition(obj)),
         Render::ServicePorts => {
             let ports: Vec<String> = first(c, obj)
                 .and_then(Value::as_array)
@@ -329,6 +365,28 @@ mod tests {
         assert_eq!(t["rows"][0]["cells"][1], 2);
         assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
         assert_eq!(t["metadata"]["resourceVersion"], "5");
+    }
+
+    #[test]
+    fn csr_conditions_as_kubectl_prints_them() {
+        let csr = |conds: Value, cert: Option<&str>| json!({"status": {"conditions": conds, "certificate": cert}});
+        assert_eq!(csr_condition(&csr(json!([]), None)), "Pending");
+        assert_eq!(
+            csr_condition(&csr(json!([{"type": "Approved"}]), Some("Y2VydA=="))),
+            "Approved,Issued"
+        );
+        assert_eq!(
+            csr_condition(&csr(
+                json!([{"type": "Approved"}, {"type": "Failed"}]),
+                None
+            )),
+            "Approved,Failed"
+        );
+        assert_eq!(
+            csr_condition(&csr(json!([{"type": "Denied"}]), None)),
+            "Denied"
+        );
+        assert_eq!(human_duration(3600), "60m");
     }
 
     #[test]
