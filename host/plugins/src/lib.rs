@@ -35,8 +35,9 @@
 //!
 //! * [`Runtime`]: `new(RuntimeConfig)`, `load_admission` / `load_authenticator` /
 //!   `load_authorizer(name, wasm, config, Limits)`, `load_kubewarden(name,
-//!   wasm, settings, Limits)` (a Kubewarden policy, unchanged, as an
-//!   [`AdmissionPlugin`]),
+//!   wasm, settings, Limits, Option<ClusterAccess>)` (a Kubewarden policy,
+//!   unchanged, as an [`AdmissionPlugin`], with the cluster reads it is
+//!   granted),
 //!   `metrics_text()`, `cache_stats()`. Cheap to clone.
 //! * [`AdmissionPlugin`]: `validate(&AdmissionRequest)`, `mutate(&AdmissionRequest)`,
 //!   `name()`, `digest()`, `limits()`. Cheap to clone; call it concurrently.
@@ -60,7 +61,10 @@
 //! * `kubewarden`, `wapc`: Kubewarden policies (waPC core modules for
 //!   `wasm32-wasip1`) as a second backend of [`AdmissionPlugin`]: the
 //!   policy protocol (`validate`, `validate_settings`, metadata) and the
-//!   host side of waPC.
+//!   host side of waPC, with Kubewarden's logging and `kubernetes` host
+//!   capabilities.
+//! * `cluster`: what a plugin may read of the cluster ([`Cluster`], the
+//!   host's reads; [`ClusterAccess`], its grants and per-evaluation budget).
 //! * `metrics`: counters and histograms in the Prometheus text format.
 //! * `types`, `error`: the public data types and [`PluginError`].
 //!
