@@ -1,0 +1,283 @@
+//! The context-aware scenario (issue 33), on the embedded store: a
+//! unique-Ingress-host check (Kubewarden's SDK, `list_resources_all` of
+//! every Ingress through the server's own store) with 3,000 Namespaces and
+//! 10,000 Ingresses stored. Ingress creates with the policy and without,
+//! interleaved, one client; the RSS the loaded policy adds; and the cost of
+//! one `get` and one 100-item `list` of the cluster reads plugins make.
+
+use crate::harness::{Api, Error, Row, send, serve_admission};
+use hyper::{Method, StatusCode};
+use serde_json::json;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::runtime::Handle;
+use wasm_apiserver_plugins::{Cluster, ListQuery, RuntimeConfig};
+use wasm_apiserver_storage::embedded::EmbeddedOptions;
+
+const NAMESPACES: usize = 3_000;
+const INGRESSES: usize = 10_000;
+const ROUNDS: usize = 3;
+const ON: &str = "context: create Ingress, unique-host policy (10k Ingresses)";
+const OFF: &str = "context: create Ingress, no policy (10k Ingresses)";
+
+fn ingress(ns: &str, name: &str, host: &str) -> String {
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix",
+            "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}})
+    .to_string()
+}
+
+fn ingresses(ns: &str) -> String {
+    format!("/apis/networking.k8s.io/v1/namespaces/{ns}/ingresses")
+}
+
+/// Stores the Namespaces and Ingresses (8 connections), and 100 more
+/// Ingresses in `hundred` for the list cost.
+async fn fill(api: &Api) -> Result<(), Error> {
+    let names: Vec<String> = (0..NAMESPACES).map(|i| format!("ns-{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    api.create_namespaces(&refs).await?;
+    api.create_namespaces(&["hundred"]).await?;
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let api = Api::new(api.addr);
+        tasks.push(tokio::spawn(async move {
+            for i in (w..INGRESSES).step_by(8) {
+                let ns = format!("ns-{}", i % NAMESPACES);
+                let body = ingress(&ns, &format!("ing-{i}"), &format!("h-{i}.example.com"));
+                api.create(&ingresses(&ns), body).await?;
+            }
+            for i in (w..100).step_by(8) {
+                let body = ingress(
+                    "hundred",
+                    &format!("list-{i}"),
+                    &format!("list-{i}.example.com"),
+                );
+                api.create(&ingresses("hundred"), body).await?;
+            }
+            Ok::<_, Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
+fn policy() -> Result<String, Error> {
+    use base64::Engine;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(
+        "../../tests/kubewarden-policies/target/wasm32-wasip1/release/kw_unique_ingress_host.wasm",
+    );
+    let wasm = std::fs::read(&path).map_err(|e| {
+        format!(
+            "{}: {e} (run scripts/build-kubewarden-policies.sh first)",
+            path.display()
+        )
+    })?;
+    Ok(json!({
+        "apiVersion": "admission.wasm-apiserver.io/v1alpha1",
+        "kind": "AdmissionPlugin",
+        "metadata": {"name": "unique-ingress-host"},
+        "spec": {
+            "module": {"wasm": base64::engine::general_purpose::STANDARD.encode(wasm), "format": "kubewarden"},
+            "phases": ["Validating"],
+            "rules": [{"operations": ["CREATE"], "apiGroups": ["networking.k8s.io"], "apiVersions": ["v1"], "resources": ["ingresses"]}],
+            "contextAwareResources": [{"apiVersion": "networking.k8s.io/v1", "kind": "Ingress"}],
+            "limits": {"timeoutMillis": 10000, "maxClusterReadBytes": 67108864},
+        }
+    })
+    .to_string())
+}
+
+/// This process's resident set, in bytes.
+fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Creates Ingresses with fresh hosts, one at a time, for `window`.
+async fn creates(api: &Api, scenario: &str, round: usize, window: Duration) -> Result<Row, Error> {
+    let mut conn = api.connect().await?;
+    let mut latencies = Vec::new();
+    let started = Instant::now();
+    let mut errors = 0;
+    let mut i = 0u64;
+    while started.elapsed() < window {
+        let ns = format!("ns-{}", i as usize % NAMESPACES);
+        let body = ingress(
+            &ns,
+            &format!("new-{round}-{i}"),
+            &format!("new-{round}-{i}.example.com"),
+        );
+        let req = api.request(
+            Method::POST,
+            ingresses(&ns).parse()?,
+            Some(("application/json", body.into())),
+        );
+        let t = Instant::now();
+        let (status, _) = send(&mut conn, req).await?;
+        latencies.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        if status != StatusCode::CREATED {
+            errors += 1;
+        }
+        i += 1;
+    }
+    latencies.sort_unstable();
+    Ok(Row {
+        scenario: scenario.to_string(),
+        clients: 1,
+        ops: i,
+        errors,
+        seconds: started.elapsed().as_secs_f64(),
+        latencies,
+        cpu: None,
+        note: String::new(),
+    })
+}
+
+pub(crate) async fn context(srv: &Handle, dir: &Path, window: Duration) -> Result<Vec<Row>, Error> {
+    let cache = dir.join("context-cache");
+    let mut servers = Vec::new();
+    let mut rss_added = 0;
+    let mut rss_after_call = 0;
+    let mut reads = None;
+    for on in [false, true] {
+        let store = dir.join(format!("context-{on}.redb"));
+        let config = RuntimeConfig {
+            cache_dir: Some(cache.clone()),
+            ..RuntimeConfig::default()
+        };
+        let (served, _runtime) = srv
+            .spawn(serve_admission(
+                store,
+                dir.to_path_buf(),
+                config,
+                EmbeddedOptions::default(),
+            ))
+            .await??;
+        let api = Api::new(served.addr);
+        fill(&api).await?;
+        if on {
+            let before = rss();
+            api.create(
+                "/apis/admission.wasm-apiserver.io/v1alpha1/admissionplugins",
+                policy()?,
+            )
+            .await?;
+            rss_added = rss().saturating_sub(before);
+            // A duplicate host is refused: the check is in the path.
+            let req = api.request(
+                Method::POST,
+                ingresses("ns-1").parse()?,
+                Some((
+                    "application/json",
+                    ingress("ns-1", "dup", "h-7.example.com").into(),
+                )),
+            );
+            let (status, body) = send(&mut api.connect().await?, req).await?;
+            if status != StatusCode::CONFLICT {
+                return Err(format!(
+                    "duplicate host: {status} {}",
+                    String::from_utf8_lossy(&body)
+                )
+                .into());
+            }
+            rss_after_call = rss().saturating_sub(before);
+            reads = Some(wasm_apiserver_registry::cluster::ClusterReads::new(
+                served.state.objects.clone(),
+                None,
+            ));
+        }
+        servers.push((served, api));
+    }
+    let mut rows: Vec<Row> = Vec::new();
+    for round in 0..ROUNDS {
+        for (n, scenario) in [OFF, ON].into_iter().enumerate() {
+            let row = creates(&servers[n].1, scenario, round, window).await?;
+            match rows.iter_mut().find(|r| r.scenario == scenario) {
+                Some(r) => crate::harness::merge(r, row),
+                None => rows.push(row),
+            }
+        }
+    }
+    for r in &mut rows {
+        r.latencies.sort_unstable();
+    }
+    // The host calls' own cost, in process.
+    let reads = Arc::new(reads.ok_or("no reads")?);
+    let n = 2_000;
+    let t = Instant::now();
+    for i in 0..n {
+        let ns = format!("ns-{}", i % NAMESPACES);
+        reads
+            .get(
+                "networking.k8s.io/v1",
+                "Ingress",
+                Some(&ns),
+                &format!("ing-{}", i % NAMESPACES),
+            )
+            .await?;
+    }
+    let get_us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+    let m = 200;
+    let t = Instant::now();
+    for _ in 0..m {
+        let q = ListQuery {
+            api_version: "networking.k8s.io/v1",
+            kind: "Ingress",
+            namespace: Some("hundred"),
+            ..Default::default()
+        };
+        let list = reads.list(&q, 64 << 20).await?;
+        if list["items"].as_array().map_or(0, Vec::len) != 100 {
+            return Err("the 100-item list is not 100 items".into());
+        }
+    }
+    let list_us = t.elapsed().as_secs_f64() * 1e6 / m as f64;
+    if let Some(r) = rows.iter_mut().find(|r| r.scenario == ON) {
+        r.note = format!(
+            "plugin RSS +{rss_added} B loaded, +{rss_after_call} B after its first call; host get {get_us:.1} us, 100-item list {list_us:.0} us"
+        );
+    }
+    Ok(rows)
+}
+
+pub(crate) fn print_targets(rows: &[Row]) {
+    let (Some(on), Some(off)) = (
+        rows.iter().find(|r| r.scenario == ON),
+        rows.iter().find(|r| r.scenario == OFF),
+    ) else {
+        return;
+    };
+    let q = |r: &Row, p: f64| r.percentile(p).map_or(0.0, |d| d.as_secs_f64() * 1e3);
+    let (p50, p99) = (q(on, 0.5) - q(off, 0.5), q(on, 0.99) - q(off, 0.99));
+    println!("issue 33 (cluster reads), {NAMESPACES} Namespaces, {INGRESSES} Ingresses:");
+    println!(
+        "  added per Ingress create by a unique-host check: p50 {p50:.2} ms (target <= 1 ms: {}), p99 {p99:.2} ms",
+        crate::harness::met(p50 <= 1.0)
+    );
+    let bytes = |after: &str| -> u64 {
+        on.note
+            .split(after)
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    };
+    let (loaded, called) = (bytes("RSS +"), bytes("loaded, +"));
+    println!(
+        "  RSS added by loading the policy <= 2 MB: {:.2} MB {} (after its first call, which lists 10k Ingresses: {:.1} MB)",
+        loaded as f64 / 1e6,
+        crate::harness::met(loaded <= 2_000_000),
+        called as f64 / 1e6
+    );
+    println!("  {}", on.note);
+    println!(
+        "  as a ValidatingAdmissionPolicy: cannot be written (CEL sees the request's object, params and the namespace, never other objects)"
+    );
+}
