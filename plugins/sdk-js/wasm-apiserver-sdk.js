@@ -18,9 +18,9 @@
 // folder that contains both). It imports no WIT interface, so its builders
 // run and are tested in plain Node too (sdk.test.js).
 //
-// Versioning: SDK 0.2.x binds wasm-apiserver:plugin@0.2.0.
+// Versioning: SDK 0.3.x binds wasm-apiserver:plugin@0.3.0.
 
-export const VERSION = '0.2.0';
+export const VERSION = '0.3.0';
 
 const isObject = (v) => typeof v === 'object' && v !== null && !Array.isArray(v);
 const copy = (v) => (v === undefined ? undefined : JSON.parse(JSON.stringify(v)));

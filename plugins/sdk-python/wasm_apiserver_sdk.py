@@ -20,13 +20,13 @@ componentize app`` (or copy this file into the policy's folder). The module
 imports the generated bindings (``wit_world``) only in :func:`export`, so
 its builders run and are tested in plain CPython too.
 
-Versioning: SDK 0.2.x binds ``wasm-apiserver:plugin@0.2.0``.
+Versioning: SDK 0.3.x binds ``wasm-apiserver:plugin@0.3.0``.
 """
 
 import json
 import re
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # --- configuration ----------------------------------------------------------
 

@@ -3,7 +3,8 @@
 //! restart, mutation, Warn mode, hostile plugins under both failure
 //! policies, static plugins from `--admission-control-config-file`
 //! guarding the plugin objects themselves, and the request attributes a
-//! plugin sees (user and groups, also impersonated; dry runs).
+//! plugin sees (user and groups, also impersonated; dry runs); a
+//! context-aware component (package 0.3.0) reading the cluster.
 
 use std::time::Duration;
 use wasm_apiserver_e2e::{Server, kubectl, kubectl_json, kubectl_ok, write_manifest};
@@ -397,4 +398,68 @@ fn plugins_see_the_requesting_user_and_attributes() {
     }
     assert_eq!(echo["dryRun"], true, "{echo}");
     assert_eq!(echo["name"], "e2", "{echo}");
+}
+
+/// A component of WIT package 0.3.0 reads the cluster through its
+/// `cluster` import: Ingress hosts unique across namespaces, seen as soon
+/// as the first write returned; without the grant the read is refused.
+#[test]
+fn a_context_aware_component_reads_the_cluster() {
+    let s = start(&[]);
+    let policy = |grant: &str| {
+        format!(
+            r#"apiVersion: admission.wasm-apiserver.io/v1alpha1
+kind: AdmissionPlugin
+metadata:
+  name: unique-ingress-host
+spec:
+  module: {{file: unique_ingress_host.wasm}}
+  phases: [Validating]
+  rules:
+  - operations: [CREATE]
+    apiGroups: [networking.k8s.io]
+    apiVersions: ["*"]
+    resources: [ingresses]
+  contextAwareResources: [{{apiVersion: {grant}}}]
+"#
+        )
+    };
+    apply(&s, "unique", &policy("networking.k8s.io/v1, kind: Ingress"));
+    kubectl_ok(&s, None, &["create", "namespace", "team-a"]);
+    kubectl_ok(&s, None, &["create", "namespace", "team-b"]);
+    let ingress = |ns: &str, name: &str, host: &str| {
+        kubectl(
+            &s,
+            None,
+            &[
+                "-n",
+                ns,
+                "create",
+                "ingress",
+                name,
+                &format!("--rule={host}/=web:80"),
+            ],
+        )
+    };
+    let out = ingress("team-a", "web", "web.example.com");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = ingress("team-b", "web", "web.example.com");
+    assert!(!out.status.success(), "a second Ingress for the same host");
+    let err = stderr(&out);
+    assert!(
+        err.contains(r#"host \"web.example.com\" is already served by ingress team-a/web"#)
+            || err.contains(r#"host "web.example.com" is already served by ingress team-a/web"#),
+        "{err}"
+    );
+    let out = ingress("team-b", "api", "api.example.com");
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Granted something else: the read is refused, naming the kind.
+    apply(&s, "unique", &policy("v1, kind: ConfigMap"));
+    let out = ingress("team-b", "web-2", "web.example.com");
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("reading networking.k8s.io/v1 Ingress is not granted"),
+        "{err}"
+    );
 }

@@ -91,11 +91,11 @@ fn inspect_names_the_world_and_what_is_not_granted() {
     let (code, out) = plugin(&["inspect", &component("require_labels.wasm")]);
     assert_eq!(code, 0, "{out}");
     assert!(
-        out.contains("admission-plugin (wasm-apiserver:plugin@0.2.0"),
+        out.contains("admission-plugin (wasm-apiserver:plugin@0.3.0"),
         "{out}"
     );
     assert!(
-        out.contains("wasm-apiserver:plugin/admission@0.2.0"),
+        out.contains("wasm-apiserver:plugin/admission@0.3.0"),
         "{out}"
     );
     assert!(out.contains("loads:     yes"), "{out}");

@@ -181,12 +181,12 @@ pub(crate) mod v0_1 {
     binding!("0.1.0", |_| Vec::new());
 }
 
-/// The current 0.2.0 admission world (`wit/`); the other 0.2.0 bindings
-/// reuse its `log` and `types` imports.
+/// The frozen 0.2.0 admission world (`wit/frozen/0.2.0`); the other 0.2.0
+/// bindings reuse its `log` and `types` imports.
 pub(crate) mod v0_2 {
     wasmtime::component::bindgen!({
         world: "admission-plugin",
-        path: "../../wit",
+        path: "../../wit/frozen/0.2.0",
         exports: { default: async },
     });
     binding!("0.2.0", |s| {
@@ -199,6 +199,138 @@ pub(crate) mod v0_2 {
             })
             .collect()
     });
+}
+
+/// The current 0.3.0 admission world (`wit/`), which imports `cluster`;
+/// the other 0.3.0 bindings reuse its `log`, `types` and `cluster`.
+pub(crate) mod v0_3 {
+    wasmtime::component::bindgen!({
+        world: "admission-plugin",
+        path: "../../wit",
+        imports: { "wasm-apiserver:plugin/cluster": async },
+        exports: { default: async },
+    });
+    binding!("0.3.0", |s| {
+        s.causes
+            .iter()
+            .map(|c| FieldCause {
+                field: c.field.clone(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            })
+            .collect()
+    });
+
+    use wasm_apiserver::plugin::cluster as wit_cluster;
+
+    impl wit_cluster::Host for StoreState {
+        async fn get(
+            &mut self,
+            target: wit_cluster::Target,
+            namespace: Option<String>,
+            name: String,
+        ) -> Result<Option<wit_cluster::Object>, String> {
+            let access = self.cluster_access()?;
+            let mut spent = self.spent;
+            let found = access
+                .get(
+                    &target_from_wit(target),
+                    namespace.as_deref(),
+                    &name,
+                    &mut spent,
+                )
+                .await;
+            self.spent = spent;
+            Ok(found?.map(object_to_wit))
+        }
+
+        async fn list(
+            &mut self,
+            target: wit_cluster::Target,
+            options: wit_cluster::ListOptions,
+        ) -> Result<wit_cluster::ObjectList, String> {
+            let access = self.cluster_access()?;
+            let mut spent = self.spent;
+            let query = crate::cluster::ListQuery {
+                namespace: options.namespace.as_deref(),
+                label_selector: options.label_selector.as_deref(),
+                field_selector: options.field_selector.as_deref(),
+                limit: options.limit.map(|l| l as usize),
+                continue_token: options.continue_token.as_deref(),
+                ..Default::default()
+            };
+            let listed = access
+                .list(&target_from_wit(target), query, &mut spent)
+                .await;
+            self.spent = spent;
+            let mut list = listed?;
+            let items = match list.get_mut("items").map(serde_json::Value::take) {
+                Some(serde_json::Value::Array(items)) => items,
+                _ => Vec::new(),
+            };
+            Ok(wit_cluster::ObjectList {
+                items: items.into_iter().map(object_to_wit).collect(),
+                resource_version: list["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                continue_token: list["metadata"]["continue"]
+                    .as_str()
+                    .filter(|c| !c.is_empty())
+                    .map(String::from),
+            })
+        }
+
+        async fn can_i(
+            &mut self,
+            user: wit_types::UserInfo,
+            attributes: wit_cluster::ResourceAttributes,
+        ) -> Result<bool, String> {
+            let access = self.cluster_access()?;
+            let mut spent = self.spent;
+            let spec = serde_json::json!({
+                "user": user.username,
+                "uid": user.uid,
+                "groups": user.groups,
+                "resourceAttributes": {
+                    "verb": attributes.verb,
+                    "group": attributes.group,
+                    "resource": attributes.resource,
+                    "subresource": attributes.subresource,
+                    "namespace": attributes.namespace,
+                    "name": attributes.name,
+                },
+            });
+            let allowed = access.can_i(&spec, &mut spent).await;
+            self.spent = spent;
+            allowed
+        }
+    }
+
+    fn target_from_wit(t: wit_cluster::Target) -> crate::cluster::Target {
+        match t {
+            wit_cluster::Target::Kind(k) => crate::cluster::Target::Kind {
+                api_version: k.api_version,
+                kind: k.kind,
+            },
+            wit_cluster::Target::Resource(r) => crate::cluster::Target::Resource {
+                group: r.group,
+                version: r.version,
+                resource: r.resource,
+            },
+        }
+    }
+
+    fn object_to_wit(o: serde_json::Value) -> wit_cluster::Object {
+        let resource_version = o["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        wit_cluster::Object {
+            json: serde_json::to_string(&o).unwrap_or_default(),
+            resource_version,
+        }
+    }
 }
 
 /// `kind` label of admission metrics.
@@ -279,7 +411,7 @@ struct Inner {
 /// What runs an admission plugin's calls.
 enum Backend {
     /// A component of either version of the admission world.
-    Component(Versioned<v0_1::Pre, v0_2::Pre>),
+    Component(Versioned<v0_1::Pre, v0_2::Pre, v0_3::Pre>),
     /// A Kubewarden policy (a waPC core module).
     Kubewarden(Policy),
 }
@@ -316,6 +448,21 @@ impl Runtime {
         config: &str,
         limits: Limits,
     ) -> Result<AdmissionPlugin, PluginError> {
+        self.load_admission_with_cluster(name, wasm, config, limits, None)
+            .await
+    }
+
+    /// As [`Runtime::load_admission`], with the cluster reads a component
+    /// of a world that imports `cluster` (0.3.0 and later) may make; older
+    /// ones have no such import.
+    pub async fn load_admission_with_cluster(
+        &self,
+        name: &str,
+        wasm: &[u8],
+        config: &str,
+        limits: Limits,
+        cluster: Option<crate::ClusterAccess>,
+    ) -> Result<AdmissionPlugin, PluginError> {
         if is_core_module(wasm) {
             return Err(PluginError::Compile {
                 plugin: name.to_owned(),
@@ -324,7 +471,8 @@ impl Runtime {
                     .to_owned(),
             });
         }
-        let plugin = self.load_versioned(name, wasm, config, limits).await?;
+        let mut plugin = self.load_versioned(name, wasm, config, limits).await?;
+        plugin.set_cluster(cluster.map(Arc::new));
         let inner = Inner {
             validate_metrics: self.metrics().op(name, KIND, "validate"),
             mutate_metrics: self.metrics().op(name, KIND, "mutate"),
@@ -472,6 +620,7 @@ impl AdmissionPlugin {
         let raw = match &self.inner.plugin {
             Backend::Component(Versioned::V0_1(p)) => v0_1::call(p, phase, request).await,
             Backend::Component(Versioned::V0_2(p)) => v0_2::call(p, phase, request).await,
+            Backend::Component(Versioned::V0_3(p)) => v0_3::call(p, phase, request).await,
             Backend::Kubewarden(p) => p
                 .validate(request.request, phase == Phase::Mutate)
                 .await

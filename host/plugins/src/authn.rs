@@ -93,11 +93,11 @@ pub(crate) mod v0_1 {
     binding!("0.1.0", v0_1);
 }
 
-/// The current 0.2.0 authenticator world; imports shared with admission's.
+/// The frozen 0.2.0 authenticator world; imports shared with admission's.
 pub(crate) mod v0_2 {
     wasmtime::component::bindgen!({
         world: "authenticator-plugin",
-        path: "../../wit",
+        path: "../../wit/frozen/0.2.0",
         exports: { default: async },
         with: {
             "wasm-apiserver:plugin/types@0.2.0": crate::admission::v0_2::wasm_apiserver::plugin::types,
@@ -105,6 +105,20 @@ pub(crate) mod v0_2 {
         },
     });
     binding!("0.2.0", v0_2);
+}
+
+/// The current 0.3.0 authenticator world; imports shared with admission's.
+pub(crate) mod v0_3 {
+    wasmtime::component::bindgen!({
+        world: "authenticator-plugin",
+        path: "../../wit",
+        exports: { default: async },
+        with: {
+            "wasm-apiserver:plugin/types@0.3.0": crate::admission::v0_3::wasm_apiserver::plugin::types,
+            "wasm-apiserver:plugin/log@0.3.0": crate::admission::v0_3::wasm_apiserver::plugin::log,
+        },
+    });
+    binding!("0.3.0", v0_3);
 }
 
 /// `kind` label of authenticator metrics.
@@ -157,7 +171,7 @@ pub struct AuthenticatorPlugin {
 }
 
 struct Inner {
-    plugin: Versioned<v0_1::Pre, v0_2::Pre>,
+    plugin: Versioned<v0_1::Pre, v0_2::Pre, v0_3::Pre>,
     metrics: Arc<OpMetrics>,
 }
 
@@ -231,6 +245,7 @@ impl AuthenticatorPlugin {
         let outcome = match &self.inner.plugin {
             Versioned::V0_1(p) => v0_1::call(p, request).await,
             Versioned::V0_2(p) => v0_2::call(p, request).await,
+            Versioned::V0_3(p) => v0_3::call(p, request).await,
         }?;
         check(self.inner.plugin.core(), outcome)
     }

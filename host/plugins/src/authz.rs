@@ -91,11 +91,11 @@ pub(crate) mod v0_1 {
     binding!("0.1.0", v0_1);
 }
 
-/// The current 0.2.0 authorizer world; imports shared with admission's.
+/// The frozen 0.2.0 authorizer world; imports shared with admission's.
 pub(crate) mod v0_2 {
     wasmtime::component::bindgen!({
         world: "authorizer-plugin",
-        path: "../../wit",
+        path: "../../wit/frozen/0.2.0",
         exports: { default: async },
         with: {
             "wasm-apiserver:plugin/types@0.2.0": crate::admission::v0_2::wasm_apiserver::plugin::types,
@@ -103,6 +103,20 @@ pub(crate) mod v0_2 {
         },
     });
     binding!("0.2.0", v0_2);
+}
+
+/// The current 0.3.0 authorizer world; imports shared with admission's.
+pub(crate) mod v0_3 {
+    wasmtime::component::bindgen!({
+        world: "authorizer-plugin",
+        path: "../../wit",
+        exports: { default: async },
+        with: {
+            "wasm-apiserver:plugin/types@0.3.0": crate::admission::v0_3::wasm_apiserver::plugin::types,
+            "wasm-apiserver:plugin/log@0.3.0": crate::admission::v0_3::wasm_apiserver::plugin::log,
+        },
+    });
+    binding!("0.3.0", v0_3);
 }
 
 /// `kind` label of authorizer metrics.
@@ -173,7 +187,7 @@ pub struct AuthorizerPlugin {
 }
 
 struct Inner {
-    plugin: Versioned<v0_1::Pre, v0_2::Pre>,
+    plugin: Versioned<v0_1::Pre, v0_2::Pre, v0_3::Pre>,
     metrics: Arc<OpMetrics>,
 }
 
@@ -247,6 +261,7 @@ impl AuthorizerPlugin {
         let decision = match &self.inner.plugin {
             Versioned::V0_1(p) => v0_1::call(p, request).await,
             Versioned::V0_2(p) => v0_2::call(p, request).await,
+            Versioned::V0_3(p) => v0_3::call(p, request).await,
         }?;
         check(self.inner.plugin.core(), decision)
     }

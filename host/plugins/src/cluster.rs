@@ -18,6 +18,10 @@ use std::sync::Arc;
 /// plugin receives.
 #[async_trait::async_trait]
 pub trait Cluster: Send + Sync {
+    /// The kind a resource serves (`group`, `version`, `resource` →
+    /// `kind`), to check grants of reads that name a resource.
+    fn kind_of(&self, group: &str, version: &str, resource: &str) -> Option<String>;
+
     /// One object by `apiVersion`, `kind`, namespace and name; `Ok(None)`
     /// when there is none.
     async fn get(
@@ -46,6 +50,24 @@ pub struct ListQuery<'a> {
     pub namespace: Option<&'a str>,
     pub label_selector: Option<&'a str>,
     pub field_selector: Option<&'a str>,
+    /// At most this many items (a page, with `metadata.continue` when more
+    /// follow); `None`: every item.
+    pub limit: Option<usize>,
+    pub continue_token: Option<&'a str>,
+}
+
+/// What a read names: a kind, or a resource.
+#[derive(Debug, Clone)]
+pub enum Target {
+    Kind {
+        api_version: String,
+        kind: String,
+    },
+    Resource {
+        group: String,
+        version: String,
+        resource: String,
+    },
 }
 
 /// One `spec.contextAwareResources` entry.
@@ -80,7 +102,7 @@ impl std::fmt::Debug for ClusterAccess {
 }
 
 /// What one evaluation has used of its budget.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Spent {
     pub calls: u32,
     pub bytes: usize,
@@ -120,6 +142,83 @@ impl ClusterAccess {
         }
         spent.bytes += bytes;
         Ok(())
+    }
+
+    /// `target` as `(apiVersion, kind)`, once its read is granted.
+    fn granted_target(&self, target: &Target) -> Result<(String, String), String> {
+        let (api_version, kind) = match target {
+            Target::Kind { api_version, kind } => (api_version.clone(), kind.clone()),
+            Target::Resource {
+                group,
+                version,
+                resource,
+            } => {
+                let api_version = if group.is_empty() {
+                    version.clone()
+                } else {
+                    format!("{group}/{version}")
+                };
+                let kind = self
+                    .reads
+                    .kind_of(group, version, resource)
+                    .ok_or_else(|| format!("no resource {resource:?} in {api_version:?}"))?;
+                (api_version, kind)
+            }
+        };
+        self.granted(&api_version, &kind)?;
+        Ok((api_version, kind))
+    }
+
+    /// One object (the `cluster` import's `get`).
+    pub(crate) async fn get(
+        &self,
+        target: &Target,
+        namespace: Option<&str>,
+        name: &str,
+        spent: &mut Spent,
+    ) -> Result<Option<Value>, String> {
+        self.charge_call(spent)?;
+        let (api_version, kind) = self.granted_target(target)?;
+        let found = self.reads.get(&api_version, &kind, namespace, name).await?;
+        if let Some(obj) = &found {
+            self.charge_bytes(spent, serde_json::to_vec(obj).map_or(0, |b| b.len()))?;
+        }
+        Ok(found)
+    }
+
+    /// A page of a list (the `cluster` import's `list`).
+    pub(crate) async fn list(
+        &self,
+        target: &Target,
+        query: ListQuery<'_>,
+        spent: &mut Spent,
+    ) -> Result<Value, String> {
+        self.charge_call(spent)?;
+        let (api_version, kind) = self.granted_target(target)?;
+        let query = ListQuery {
+            api_version: &api_version,
+            kind: &kind,
+            ..query
+        };
+        let left = self.max_bytes.saturating_sub(spent.bytes);
+        let list = self.reads.list(&query, left).await?;
+        let bytes = list["items"].as_array().map_or(0, |items| {
+            items
+                .iter()
+                .map(|i| serde_json::to_vec(i).map_or(0, |b| b.len()))
+                .sum()
+        });
+        self.charge_bytes(spent, bytes)?;
+        Ok(list)
+    }
+
+    /// A SubjectAccessReview (the `cluster` import's `can-i`).
+    pub(crate) async fn can_i(&self, spec: &Value, spent: &mut Spent) -> Result<bool, String> {
+        self.charge_call(spent)?;
+        let (api_version, kind) = ACCESS_REVIEW;
+        self.granted(api_version, kind)?;
+        let status = self.reads.can_i(spec).await?;
+        Ok(status["allowed"] == true)
     }
 
     /// Answers Kubewarden's `kubewarden/kubernetes/<operation>` host call.
@@ -165,6 +264,7 @@ impl ClusterAccess {
                     namespace: r.namespace.as_deref().filter(|_| by_namespace),
                     label_selector: r.label_selector.as_deref().filter(|s| !s.is_empty()),
                     field_selector: r.field_selector.as_deref().filter(|s| !s.is_empty()),
+                    ..Default::default()
                 };
                 let left = self.max_bytes.saturating_sub(spent.bytes);
                 let mut list = self.reads.list(&query, left).await?;

@@ -10,7 +10,6 @@
 
 use crate::kind::Loaded;
 use crate::runtime::{Limits, PluginCore, Runtime};
-use crate::sandbox::StoreState;
 use crate::types::{FieldCause, Gvk, Operation, UserInfo};
 use crate::{PluginError, metrics::OpMetrics};
 use serde_json::Value;
@@ -18,31 +17,151 @@ use std::borrow::Borrow;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// The bindings of the handler world; its imports are admission's.
-mod bindings {
+/// One version's binding of the handler world (its imports are
+/// admission's of the same version): the world and calls of each export
+/// with plain Rust types in and out.
+macro_rules! handler_binding {
+    ($version:literal, $admission:ident) => {
+        crate::kind::world_pre!(
+            ResourceHandlerPlugin,
+            ResourceHandlerPluginPre,
+            wasm_apiserver_plugin_resource_handler,
+            $version,
+            "resource-handler-plugin",
+            "resource-handler",
+            "resource handler"
+        );
+
+        use crate::admission::$admission::{operation_to_wit, user_to_wit};
+        use crate::kind::Loaded;
+        use crate::sandbox::StoreState;
+        use crate::{FieldCause, ObjectRequest, PluginError};
+        use exports::wasm_apiserver::plugin::resource_handler as wit;
+        use wasm_apiserver::plugin::types as wit_types;
+
+        /// A handler loaded against this version.
+        pub(crate) type Pre = ResourceHandlerPluginPre<StoreState>;
+
+        fn to_wit(r: &ObjectRequest) -> wit::ObjectRequest {
+            wit::ObjectRequest {
+                uid: r.uid.clone(),
+                kind: wit_types::GroupVersionKind {
+                    group: r.kind.group.clone(),
+                    version: r.kind.version.clone(),
+                    kind: r.kind.kind.clone(),
+                },
+                operation: operation_to_wit(r.operation),
+                user_info: user_to_wit(&r.user),
+                object: r.object.to_string(),
+                old_object: r.old_object.as_ref().map(serde_json::Value::to_string),
+            }
+        }
+
+        pub(super) async fn convert(
+            plugin: &Loaded<Pre>,
+            uid: &str,
+            desired: &str,
+            objects: Vec<String>,
+        ) -> Result<Result<Vec<String>, String>, PluginError> {
+            let request = wit::ConversionRequest {
+                uid: uid.to_owned(),
+                desired_api_version: desired.to_owned(),
+                objects,
+            };
+            plugin
+                .call(uid, async move |instance, store, config| {
+                    let export = instance.wasm_apiserver_plugin_resource_handler();
+                    export.call_convert(store, config, &request).await
+                })
+                .await
+        }
+
+        pub(super) async fn default(
+            plugin: &Loaded<Pre>,
+            request: &ObjectRequest,
+        ) -> Result<Result<Option<String>, String>, PluginError> {
+            let wit_request = to_wit(request);
+            plugin
+                .call(&request.uid, async move |instance, store, config| {
+                    let export = instance.wasm_apiserver_plugin_resource_handler();
+                    export.call_default(store, config, &wit_request).await
+                })
+                .await
+        }
+
+        pub(super) async fn validate(
+            plugin: &Loaded<Pre>,
+            request: &ObjectRequest,
+        ) -> Result<Vec<FieldCause>, PluginError> {
+            let wit_request = to_wit(request);
+            let causes = plugin
+                .call(&request.uid, async move |instance, store, config| {
+                    let export = instance.wasm_apiserver_plugin_resource_handler();
+                    export.call_validate(store, config, &wit_request).await
+                })
+                .await?;
+            Ok(causes
+                .into_iter()
+                .map(|c| FieldCause {
+                    field: c.field,
+                    reason: c.reason,
+                    message: c.message,
+                })
+                .collect())
+        }
+    };
+}
+
+/// The frozen 0.2.0 handler world.
+mod v0_2 {
     wasmtime::component::bindgen!({
         world: "resource-handler-plugin",
-        path: "../../wit",
+        path: "../../wit/frozen/0.2.0",
         exports: { default: async },
         with: {
             "wasm-apiserver:plugin/types@0.2.0": crate::admission::v0_2::wasm_apiserver::plugin::types,
             "wasm-apiserver:plugin/log@0.2.0": crate::admission::v0_2::wasm_apiserver::plugin::log,
         },
     });
-    crate::kind::world_pre!(
-        ResourceHandlerPlugin,
-        ResourceHandlerPluginPre,
-        wasm_apiserver_plugin_resource_handler,
-        "0.2.0",
-        "resource-handler-plugin",
-        "resource-handler",
-        "resource handler"
-    );
+    handler_binding!("0.2.0", v0_2);
 }
 
-use crate::admission::v0_2::{operation_to_wit, user_to_wit};
-use bindings::exports::wasm_apiserver::plugin::resource_handler as wit;
-use bindings::wasm_apiserver::plugin::types as wit_types;
+/// The current 0.3.0 handler world (it imports `cluster`).
+mod v0_3 {
+    wasmtime::component::bindgen!({
+        world: "resource-handler-plugin",
+        path: "../../wit",
+        exports: { default: async },
+        with: {
+            "wasm-apiserver:plugin/types@0.3.0": crate::admission::v0_3::wasm_apiserver::plugin::types,
+            "wasm-apiserver:plugin/log@0.3.0": crate::admission::v0_3::wasm_apiserver::plugin::log,
+            "wasm-apiserver:plugin/cluster@0.3.0": crate::admission::v0_3::wasm_apiserver::plugin::cluster,
+        },
+    });
+    handler_binding!("0.3.0", v0_3);
+}
+
+/// A handler of either version.
+enum Versions {
+    V0_2(Loaded<v0_2::Pre>),
+    V0_3(Loaded<v0_3::Pre>),
+}
+
+impl Versions {
+    fn core(&self) -> &PluginCore {
+        match self {
+            Versions::V0_2(p) => &p.core,
+            Versions::V0_3(p) => &p.core,
+        }
+    }
+
+    async fn check_config(&self) -> Result<(), PluginError> {
+        match self {
+            Versions::V0_2(p) => p.check_config().await,
+            Versions::V0_3(p) => p.check_config().await,
+        }
+    }
+}
 
 /// `kind` label of handler metrics.
 const KIND: &str = "handler";
@@ -71,7 +190,7 @@ pub struct ResourceHandlerPlugin {
 }
 
 struct Inner {
-    plugin: Loaded<bindings::ResourceHandlerPluginPre<StoreState>>,
+    plugin: Versions,
     convert_metrics: Arc<OpMetrics>,
     default_metrics: Arc<OpMetrics>,
     validate_metrics: Arc<OpMetrics>,
@@ -97,7 +216,15 @@ impl Runtime {
         config: &str,
         limits: Limits,
     ) -> Result<ResourceHandlerPlugin, PluginError> {
-        let plugin = self.load(name, wasm, config, limits).await?;
+        use crate::kind::WorldPre;
+        let (compiled, frozen) = self
+            .compile_and_check(name, wasm, v0_2::Pre::EXPORT)
+            .await?;
+        let plugin = if frozen {
+            Versions::V0_2(self.link_compiled(name, compiled, config, limits)?)
+        } else {
+            Versions::V0_3(self.link_compiled(name, compiled, config, limits)?)
+        };
         let inner = Inner {
             convert_metrics: self.metrics().op(name, KIND, "convert"),
             default_metrics: self.metrics().op(name, KIND, "default"),
@@ -114,17 +241,17 @@ impl Runtime {
 impl ResourceHandlerPlugin {
     /// The name the handler was loaded under.
     pub fn name(&self) -> &str {
-        &self.inner.plugin.core.name
+        &self.inner.plugin.core().name
     }
 
     /// The SHA-256 of the handler's wasm bytes, in hex.
     pub fn digest(&self) -> &str {
-        &self.inner.plugin.core.digest
+        &self.inner.plugin.core().digest
     }
 
     /// The limits every call runs under.
     pub fn limits(&self) -> &Limits {
-        &self.inner.plugin.core.limits
+        &self.inner.plugin.core().limits
     }
 
     /// Converts `objects` to `desired_api_version` (`<group>/<version>`) in
@@ -145,7 +272,7 @@ impl ResourceHandlerPlugin {
         let result = self.convert_inner(uid, desired_api_version, objects).await;
         inner
             .plugin
-            .core
+            .core()
             .record(&inner.convert_metrics, start, &result, |_| false);
         result
     }
@@ -156,23 +283,14 @@ impl ResourceHandlerPlugin {
         desired: &str,
         objects: &[impl Borrow<Value> + Sync],
     ) -> Result<Vec<Value>, PluginError> {
-        let core = &self.inner.plugin.core;
+        let core = self.inner.plugin.core();
         let texts: Vec<String> = objects.iter().map(|o| o.borrow().to_string()).collect();
         let input_size: usize = texts.iter().map(String::len).sum();
-        let request = wit::ConversionRequest {
-            uid: uid.to_owned(),
-            desired_api_version: desired.to_owned(),
-            objects: texts,
-        };
-        let answer = self
-            .inner
-            .plugin
-            .call(uid, async move |instance, store, config| {
-                let export = instance.wasm_apiserver_plugin_resource_handler();
-                export.call_convert(store, config, &request).await
-            })
-            .await?
-            .map_err(|message| refused(core, message))?;
+        let answer = match &self.inner.plugin {
+            Versions::V0_2(p) => v0_2::convert(p, uid, desired, texts).await,
+            Versions::V0_3(p) => v0_3::convert(p, uid, desired, texts).await,
+        }?
+        .map_err(|message| refused(core, message))?;
         let size: usize = answer.iter().map(String::len).sum();
         check_size(core, size, core.limits.max_output_bytes + 2 * input_size)?;
         if answer.len() != objects.len() {
@@ -208,23 +326,18 @@ impl ResourceHandlerPlugin {
         let result = self.default_inner(request).await;
         inner
             .plugin
-            .core
+            .core()
             .record(&inner.default_metrics, start, &result, |_| false);
         result
     }
 
     async fn default_inner(&self, request: &ObjectRequest) -> Result<Option<Value>, PluginError> {
-        let core = &self.inner.plugin.core;
-        let wit_request = to_wit(request);
-        let answer = self
-            .inner
-            .plugin
-            .call(&request.uid, async move |instance, store, config| {
-                let export = instance.wasm_apiserver_plugin_resource_handler();
-                export.call_default(store, config, &wit_request).await
-            })
-            .await?
-            .map_err(|message| refused(core, message))?;
+        let core = self.inner.plugin.core();
+        let answer = match &self.inner.plugin {
+            Versions::V0_2(p) => v0_2::default(p, request).await,
+            Versions::V0_3(p) => v0_3::default(p, request).await,
+        }?
+        .map_err(|message| refused(core, message))?;
         let Some(text) = answer else {
             return Ok(None);
         };
@@ -246,7 +359,7 @@ impl ResourceHandlerPlugin {
         let result = self.validate_inner(request).await;
         inner
             .plugin
-            .core
+            .core()
             .record(&inner.validate_metrics, start, &result, |c| !c.is_empty());
         result
     }
@@ -255,16 +368,11 @@ impl ResourceHandlerPlugin {
         &self,
         request: &ObjectRequest,
     ) -> Result<Vec<FieldCause>, PluginError> {
-        let core = &self.inner.plugin.core;
-        let wit_request = to_wit(request);
-        let causes = self
-            .inner
-            .plugin
-            .call(&request.uid, async move |instance, store, config| {
-                let export = instance.wasm_apiserver_plugin_resource_handler();
-                export.call_validate(store, config, &wit_request).await
-            })
-            .await?;
+        let core = self.inner.plugin.core();
+        let causes = match &self.inner.plugin {
+            Versions::V0_2(p) => v0_2::validate(p, request).await,
+            Versions::V0_3(p) => v0_3::validate(p, request).await,
+        }?;
         let size = causes
             .iter()
             .map(|c| c.field.len() + c.reason.len() + c.message.len())
@@ -282,21 +390,6 @@ impl ResourceHandlerPlugin {
                 message: c.message,
             })
             .collect())
-    }
-}
-
-fn to_wit(r: &ObjectRequest) -> wit::ObjectRequest {
-    wit::ObjectRequest {
-        uid: r.uid.clone(),
-        kind: wit_types::GroupVersionKind {
-            group: r.kind.group.clone(),
-            version: r.kind.version.clone(),
-            kind: r.kind.kind.clone(),
-        },
-        operation: operation_to_wit(r.operation),
-        user_info: user_to_wit(&r.user),
-        object: r.object.to_string(),
-        old_object: r.old_object.as_ref().map(Value::to_string),
     }
 }
 

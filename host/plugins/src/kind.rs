@@ -99,6 +99,8 @@ pub(crate) struct Loaded<P: WorldPre> {
     pre: P,
     config: Arc<str>,
     ready: Arc<Ready<P>>,
+    /// The cluster reads its calls may make (worlds that import `cluster`).
+    pub(crate) cluster: Option<Arc<crate::cluster::ClusterAccess>>,
 }
 
 /// Instances of one loaded plugin made ahead of need, each for exactly one
@@ -251,20 +253,22 @@ impl<P: WorldPre> Ready<P> {
     }
 }
 
-/// A plugin loaded against the frozen (0.1.0) or the current (0.2.0)
-/// version of its world: the host binds both, so a component never has to
-/// be rebuilt for a newer server.
-pub(crate) enum Versioned<Frozen: WorldPre, Current: WorldPre> {
-    V0_1(Loaded<Frozen>),
-    V0_2(Loaded<Current>),
+/// A plugin loaded against one of the versions of its world (0.1.0 and
+/// 0.2.0 frozen, 0.3.0 current): the host binds every one, so a component
+/// never has to be rebuilt for a newer server.
+pub(crate) enum Versioned<A: WorldPre, B: WorldPre, C: WorldPre> {
+    V0_1(Loaded<A>),
+    V0_2(Loaded<B>),
+    V0_3(Loaded<C>),
 }
 
-impl<F: WorldPre, C: WorldPre> Versioned<F, C> {
+impl<A: WorldPre, B: WorldPre, C: WorldPre> Versioned<A, B, C> {
     /// The shared part of the plugin, whatever its version.
     pub(crate) fn core(&self) -> &PluginCore {
         match self {
             Versioned::V0_1(p) => &p.core,
             Versioned::V0_2(p) => &p.core,
+            Versioned::V0_3(p) => &p.core,
         }
     }
 
@@ -273,6 +277,7 @@ impl<F: WorldPre, C: WorldPre> Versioned<F, C> {
         match self {
             Versioned::V0_1(p) => p.prepared_stats(),
             Versioned::V0_2(p) => p.prepared_stats(),
+            Versioned::V0_3(p) => p.prepared_stats(),
         }
     }
 
@@ -281,46 +286,69 @@ impl<F: WorldPre, C: WorldPre> Versioned<F, C> {
         match self {
             Versioned::V0_1(p) => p.check_config().await,
             Versioned::V0_2(p) => p.check_config().await,
+            Versioned::V0_3(p) => p.check_config().await,
+        }
+    }
+
+    /// Gives a plugin of a version whose world imports `cluster` its reads.
+    pub(crate) fn set_cluster(&mut self, cluster: Option<Arc<crate::cluster::ClusterAccess>>) {
+        if let Versioned::V0_3(p) = self {
+            p.cluster = cluster;
         }
     }
 }
 
 impl Runtime {
-    /// Compiles `wasm` (or takes it from the cache), links it against world
-    /// `P` and checks that it targets that world and imports nothing the
-    /// host lacks. The caller runs [`Loaded::check_config`] once it has set
-    /// up its metrics.
-    pub(crate) async fn load<P: WorldPre>(
+    /// Compiles `wasm` (or takes it from the cache), links it against the
+    /// version of a kind's world it targets and checks that it imports
+    /// nothing the host lacks (the caller runs [`Loaded::check_config`] once
+    /// it has set up its metrics). For a kind whose world exists in every
+    /// package version: the component's exports tell which it targets (the
+    /// current one when it exports none, so the error names the current
+    /// world).
+    pub(crate) async fn load_versioned<A: WorldPre, B: WorldPre, C: WorldPre>(
         &self,
         name: &str,
         wasm: &[u8],
+        config: &str,
+        limits: Limits,
+    ) -> Result<Versioned<A, B, C>, PluginError> {
+        let compiled = self.compile(name, wasm).await?;
+        let exports = |iface: &str| compiled.component.get_export_index(None, iface).is_some();
+        if exports(A::EXPORT) {
+            self.link(name, compiled, config, limits)
+                .map(Versioned::V0_1)
+        } else if exports(B::EXPORT) {
+            self.link(name, compiled, config, limits)
+                .map(Versioned::V0_2)
+        } else {
+            self.link(name, compiled, config, limits)
+                .map(Versioned::V0_3)
+        }
+    }
+
+    /// Whether a compiled component exports `iface` (which tells the
+    /// version of a world it targets).
+    pub(crate) async fn compile_and_check(
+        &self,
+        name: &str,
+        wasm: &[u8],
+        iface: &str,
+    ) -> Result<(Compiled, bool), PluginError> {
+        let compiled = self.compile(name, wasm).await?;
+        let has = compiled.component.get_export_index(None, iface).is_some();
+        Ok((compiled, has))
+    }
+
+    /// Links an already compiled component against world `P`.
+    pub(crate) fn link_compiled<P: WorldPre>(
+        &self,
+        name: &str,
+        compiled: Compiled,
         config: &str,
         limits: Limits,
     ) -> Result<Loaded<P>, PluginError> {
-        let compiled = self.compile(name, wasm).await?;
         self.link(name, compiled, config, limits)
-    }
-
-    /// As [`Runtime::load`], for a kind whose world exists in the frozen
-    /// and the current package version: the component's exports tell which
-    /// it targets (the current one when it exports neither, so the error
-    /// names the current world).
-    pub(crate) async fn load_versioned<F: WorldPre, C: WorldPre>(
-        &self,
-        name: &str,
-        wasm: &[u8],
-        config: &str,
-        limits: Limits,
-    ) -> Result<Versioned<F, C>, PluginError> {
-        let compiled = self.compile(name, wasm).await?;
-        let exports = |iface: &str| compiled.component.get_export_index(None, iface).is_some();
-        if exports(F::EXPORT) && !exports(C::EXPORT) {
-            self.link(name, compiled, config, limits)
-                .map(Versioned::V0_1)
-        } else {
-            self.link(name, compiled, config, limits)
-                .map(Versioned::V0_2)
-        }
     }
 
     fn link<P: WorldPre>(
@@ -348,6 +376,7 @@ impl Runtime {
             core,
             pre,
             config: config.into(),
+            cluster: None,
             ready: Arc::new(Ready {
                 slots: Mutex::new(Vec::with_capacity(target)),
                 retired: Mutex::new(Vec::new()),
@@ -398,6 +427,7 @@ impl<P: WorldPre> Loaded<P> {
     ) -> Result<R, PluginError> {
         let _permit = self.core.permit().await?;
         let config = self.config.clone();
+        let cluster = self.cluster.clone();
         let prepared = self.ready.take();
         let retire = |store| self.ready.retire(store);
         let result = match prepared {
@@ -407,6 +437,7 @@ impl<P: WorldPre> Loaded<P> {
                         uid,
                         sandbox,
                         move |mut store| async move {
+                            store.data_mut().cluster = cluster;
                             let result = export(&instance, &mut store, &config).await;
                             (store, result)
                         },
@@ -422,6 +453,7 @@ impl<P: WorldPre> Loaded<P> {
                         uid,
                         sandbox,
                         move |mut store| async move {
+                            store.data_mut().cluster = cluster;
                             let result = async {
                                 let instance = pre.instantiate(&mut store).await?;
                                 export(&instance, &mut store, &config).await

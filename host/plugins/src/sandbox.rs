@@ -148,6 +148,10 @@ pub(crate) struct StoreState {
     table: ResourceTable,
     limiter: MemoryLimiter,
     tags: LogTags,
+    /// What the plugin may read of the cluster (set per call), and what
+    /// this call has read so far.
+    pub(crate) cluster: Option<Arc<crate::cluster::ClusterAccess>>,
+    pub(crate) spent: crate::cluster::Spent,
 }
 
 impl CallState for StoreState {
@@ -158,6 +162,8 @@ impl CallState for StoreState {
             table: ResourceTable::new(),
             limiter: MemoryLimiter::new(max_memory_bytes),
             tags: LogTags::new(plugin, uid),
+            cluster: None,
+            spent: Default::default(),
         }
     }
 
@@ -175,6 +181,13 @@ impl CallState for StoreState {
 }
 
 impl StoreState {
+    /// The call's cluster access, or why there is none.
+    pub(crate) fn cluster_access(&self) -> Result<Arc<crate::cluster::ClusterAccess>, String> {
+        self.cluster
+            .clone()
+            .ok_or_else(|| "this plugin has no access to the cluster".to_owned())
+    }
+
     /// Implements the WIT `log.log` import for every world.
     pub(crate) fn log(&mut self, level: LogLevel, message: String, fields: Vec<(String, String)>) {
         self.tags.log(level, &message, &fields);

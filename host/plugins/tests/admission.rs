@@ -4,12 +4,14 @@
 //! Covered: the first-party policies (`require-labels`, `default-labels`),
 //! containment of every hostile fixture (the runtime keeps serving
 //! afterwards), the compilation cache, the concurrency cap, metrics, and
-//! rejection of components that do not target the admission world.
+//! rejection of components that do not target the admission world, and a
+//! package-0.3.0 component reading the cluster (granted, ungranted, out
+//! of budget, without access).
 
 use serde_json::{Value, json};
 mod common;
 
-use common::{wasm, wasm_dir};
+use common::{access, wasm, wasm_dir};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use wasm_apiserver_plugins::{
@@ -34,10 +36,13 @@ const FIXTURES: &[&str] = &[
     // Other plugin kinds, exercised by tests/access.rs.
     "token_authenticator",
     "namespace_authorizer",
-    // Resource handlers and the frozen 0.1.0 package, by tests/handlers.rs.
+    // A context-aware policy of package 0.3.0 (the `cluster` import).
+    "unique_ingress_host",
+    // Resource handlers and the frozen 0.1.0 and 0.2.0 packages, by tests/handlers.rs.
     "widget_converter",
     "hostile_handler",
     "frozen_deny_names",
+    "frozen_v2_deny_names",
 ];
 
 fn runtime() -> Runtime {
@@ -1040,4 +1045,118 @@ async fn a_plugin_outliving_its_runtime_still_prepares_instances() {
         "{} of 20 calls found a prepared instance ({misses} misses in all)",
         hits - hits_before
     );
+}
+
+fn ingress(ns: &str, name: &str, host: &str) -> Value {
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"rules": [{"host": host}]}})
+}
+
+fn ingress_request(obj: Value) -> AdmissionRequest {
+    let mut r = request(Operation::Create, Some(obj.clone()));
+    r.kind = Gvk {
+        group: "networking.k8s.io".to_owned(),
+        version: "v1".to_owned(),
+        kind: "Ingress".to_owned(),
+    };
+    r.namespace = obj["metadata"]["namespace"].as_str().map(String::from);
+    r
+}
+
+/// A component of package 0.3.0 reads the cluster through its `cluster`
+/// import: only the kinds it is granted, within its budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_reads_the_cluster_it_is_granted() {
+    let rt = runtime();
+    let stored = vec![ingress("team-a", "web", "web.example.com")];
+    let load = |grants: &'static [(&'static str, &'static str)], calls: u32| {
+        let rt = rt.clone();
+        let stored = stored.clone();
+        async move {
+            rt.load_admission_with_cluster(
+                "unique-ingress-host",
+                &wasm("unique_ingress_host"),
+                "",
+                Limits::default(),
+                Some(access(stored, grants, calls, 1 << 20)),
+            )
+            .await
+            .expect("load")
+        }
+    };
+    let granted = load(&[("networking.k8s.io/v1", "Ingress")], 64).await;
+    // A host another namespace serves is refused; a new one passes.
+    let r = granted
+        .validate(&ingress_request(ingress(
+            "team-b",
+            "web",
+            "web.example.com",
+        )))
+        .await
+        .unwrap();
+    assert!(!r.allowed);
+    let status = r.status.unwrap();
+    assert_eq!(status.code, 409);
+    assert_eq!(
+        status.message,
+        "host \"web.example.com\" is already served by ingress team-a/web"
+    );
+    let r = granted
+        .validate(&ingress_request(ingress(
+            "team-b",
+            "api",
+            "api.example.com",
+        )))
+        .await
+        .unwrap();
+    assert!(r.allowed, "{r:?}");
+    // Not granted: the read answers an error naming the kind.
+    let ungranted = load(&[("v1", "Service")], 64).await;
+    let message = ungranted
+        .validate(&ingress_request(ingress(
+            "team-b",
+            "web",
+            "web.example.com",
+        )))
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .message;
+    assert!(
+        message.contains("reading networking.k8s.io/v1 Ingress is not granted"),
+        "{message}"
+    );
+    // Out of reads.
+    let starved = load(&[("networking.k8s.io/v1", "Ingress")], 0).await;
+    let message = starved
+        .validate(&ingress_request(ingress(
+            "team-b",
+            "web",
+            "web.example.com",
+        )))
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .message;
+    assert!(message.contains("more than 0 cluster reads"), "{message}");
+    // Loaded without cluster access at all (`load_admission`).
+    let bare = rt
+        .load_admission("bare", &wasm("unique_ingress_host"), "", Limits::default())
+        .await
+        .unwrap();
+    let message = bare
+        .validate(&ingress_request(ingress(
+            "team-b",
+            "web",
+            "web.example.com",
+        )))
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .message;
+    assert!(message.contains("no access to the cluster"), "{message}");
 }

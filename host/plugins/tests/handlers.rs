@@ -3,7 +3,7 @@
 //! (lossless conversion in batches, defaulting, validation with field
 //! paths), the `hostile-handler` fixture contained, and a component of the
 //! frozen `wasm-apiserver:plugin@0.1.0` package loaded and called next to
-//! 0.2.0 ones.
+//! 0.2.0 and 0.3.0 ones.
 
 mod common;
 
@@ -272,7 +272,26 @@ async fn components_of_the_frozen_package_load_next_to_current_ones() {
             Limits::default(),
         )
         .await
+        .expect("a 0.3.0 component loads");
+    // The frozen 0.2.0 package too, next to both.
+    let v2 = runtime
+        .load_admission(
+            "frozen-v2",
+            &wasm("frozen_v2_deny_names"),
+            r#"{"prefix": "old-"}"#,
+            Limits::default(),
+        )
+        .await
         .expect("a 0.2.0 component loads");
+    let denied = v2.validate(&configmap_request("old-one")).await.unwrap();
+    assert!(!denied.allowed);
+    assert!(denied.status.unwrap().message.contains("reserved"));
+    assert!(
+        v2.validate(&configmap_request("new-one"))
+            .await
+            .unwrap()
+            .allowed
+    );
     let denied = frozen
         .validate(&configmap_request("legacy-one"))
         .await
@@ -298,7 +317,7 @@ async fn components_of_the_frozen_package_load_next_to_current_ones() {
         .await
         .unwrap_err();
     assert!(matches!(err, PluginError::WrongWorld { .. }), "{err}");
-    assert!(err.to_string().contains("admission-plugin@0.2.0"), "{err}");
+    assert!(err.to_string().contains("admission-plugin@0.3.0"), "{err}");
     let err = runtime
         .load_resource_handler("frozen", &wasm("frozen_deny_names"), "", Limits::default())
         .await

@@ -15,7 +15,7 @@
 use serde_json::{Value, json};
 mod common;
 
-use common::{kubewarden_wasm, wasm};
+use common::{access, kubewarden_wasm, wasm};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use wasm_apiserver_plugins::{
@@ -492,58 +492,6 @@ async fn a_second_runtime_loads_policies_from_the_disk_cache() {
     assert!(!p.validate(&create(pod("bad", true))).await.unwrap().allowed);
 }
 
-/// A cluster of fixture objects, for context-aware policies.
-struct Fixtures(Vec<Value>);
-
-#[async_trait::async_trait]
-impl wasm_apiserver_plugins::Cluster for Fixtures {
-    async fn get(
-        &self,
-        api_version: &str,
-        kind: &str,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Option<Value>, String> {
-        Ok(self
-            .0
-            .iter()
-            .find(|o| {
-                o["apiVersion"] == api_version
-                    && o["kind"] == kind
-                    && o["metadata"]["name"] == name
-                    && o["metadata"]["namespace"].as_str() == namespace
-            })
-            .cloned())
-    }
-
-    async fn list(
-        &self,
-        q: &wasm_apiserver_plugins::ListQuery<'_>,
-        max_bytes: usize,
-    ) -> Result<Value, String> {
-        let items: Vec<&Value> = self
-            .0
-            .iter()
-            .filter(|o| {
-                o["apiVersion"] == q.api_version
-                    && o["kind"] == q.kind
-                    && q.namespace
-                        .is_none_or(|ns| o["metadata"]["namespace"] == ns)
-            })
-            .collect();
-        let list = json!({"apiVersion": q.api_version, "kind": format!("{}List", q.kind),
-            "metadata": {"resourceVersion": "1"}, "items": items});
-        if list.to_string().len() > max_bytes {
-            return Err(format!("more than {max_bytes} bytes"));
-        }
-        Ok(list)
-    }
-
-    async fn can_i(&self, _spec: &Value) -> Result<Value, String> {
-        Ok(json!({"allowed": false}))
-    }
-}
-
 fn service(name: &str, app: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": "default"},
@@ -559,26 +507,6 @@ fn service_request(svc: Value) -> AdmissionRequest {
         .as_ref()
         .and_then(|o| o["metadata"]["name"].as_str().map(String::from));
     r
-}
-
-fn access(
-    fixtures: Vec<Value>,
-    grants: &[(&str, &str)],
-    max_calls: u32,
-    max_bytes: usize,
-) -> wasm_apiserver_plugins::ClusterAccess {
-    wasm_apiserver_plugins::ClusterAccess {
-        reads: std::sync::Arc::new(Fixtures(fixtures)),
-        grants: grants
-            .iter()
-            .map(|(v, k)| wasm_apiserver_plugins::Grant {
-                api_version: v.to_string(),
-                kind: k.to_string(),
-            })
-            .collect(),
-        max_calls,
-        max_bytes,
-    }
 }
 
 async fn load_with(

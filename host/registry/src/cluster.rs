@@ -54,6 +54,14 @@ fn message(e: ApiError) -> String {
 
 #[async_trait::async_trait]
 impl Cluster for ClusterReads {
+    fn kind_of(&self, group: &str, version: &str, resource: &str) -> Option<String> {
+        self.objects
+            .resources
+            .get(group, version, resource)
+            .filter(|r| r.create_only.is_none())
+            .map(|r| r.kind.clone())
+    }
+
     async fn get(
         &self,
         api_version: &str,
@@ -75,12 +83,16 @@ impl Cluster for ClusterReads {
 
     async fn list(&self, q: &ListQuery<'_>, max_bytes: usize) -> Result<Value, String> {
         let res = self.resource(q.api_version, q.kind)?;
+        // One page of the caller's size, or every page of ours.
+        let one_page = q.limit.is_some();
         let mut params = ListParams {
             labels: LabelSelector::parse(q.label_selector.unwrap_or_default())?,
             fields: FieldSelector::parse(q.field_selector.unwrap_or_default(), q.kind)?,
-            limit: Some(PAGE),
+            limit: Some(q.limit.unwrap_or(PAGE).max(1)),
+            continue_token: q.continue_token.map(String::from),
             ..Default::default()
         };
+        let mut next = None;
         let ns = q.namespace.filter(|_| res.namespaced);
         let mut items = Vec::new();
         let mut bytes = 0;
@@ -105,6 +117,10 @@ impl Cluster for ClusterReads {
                 items.push(item);
             }
             match page.continue_token {
+                Some(token) if one_page => {
+                    next = Some(token);
+                    break;
+                }
                 Some(token) => {
                     params.continue_token = Some(token);
                     params.resource_version = None;
@@ -115,7 +131,7 @@ impl Cluster for ClusterReads {
         Ok(json!({
             "apiVersion": q.api_version,
             "kind": format!("{}List", q.kind),
-            "metadata": {"resourceVersion": revision.to_string()},
+            "metadata": {"resourceVersion": revision.to_string(), "continue": next},
             "items": items,
         }))
     }

@@ -1,6 +1,6 @@
 //! The Rust SDK for wasm-apiserver admission policies.
 //!
-//! It binds the `wasm-apiserver:plugin@0.2.0` package (`wit/` at the
+//! It binds the `wasm-apiserver:plugin@0.3.0` package (`wit/` at the
 //! repository root) once and hides the boilerplate around it: a policy is a
 //! type implementing [`Policy`], exported with [`export_policy!`].
 //!
@@ -31,6 +31,8 @@
 //!   helpers that create missing parents;
 //! - configuration parsed into the author's `Deserialize` type, with a
 //!   clear `check-config` error ([`parse_config`], [`Pattern`]);
+//! - [`cluster`]: `get` and `list` of the objects the plugin is granted
+//!   (`spec.contextAwareResources`), served from fixtures natively;
 //! - [`testing`] (native targets only): run the policy without wasm on an
 //!   AdmissionReview, or on a YAML case table of `wasm-apiserver plugin
 //!   test --cases`.
@@ -39,7 +41,7 @@
 //! [`export_admission!`]) for plugins that want them.
 //!
 //! Versioning: the SDK's version follows the WIT package it binds
-//! (`0.2.x` binds `wasm-apiserver:plugin@0.2.0`). A server keeps loading
+//! (`0.3.x` binds `wasm-apiserver:plugin@0.3.0`). A server keeps loading
 //! every frozen package version, so a policy built with this SDK keeps
 //! loading in later servers without a rebuild.
 
@@ -51,6 +53,7 @@ wit_bindgen::generate!({
     default_bindings_module: "wasm_apiserver_plugin_sdk",
 });
 
+pub mod cluster;
 mod config;
 // Built without WASI (wasm32-unknown-unknown): the allocator of a
 // single-use instance.

@@ -45,6 +45,27 @@ pub(crate) fn record_log(level: Level, message: &str, fields: Vec<(String, Strin
     LOGS.with(|l| l.borrow_mut().push((level, message.to_owned(), fields)));
 }
 
+thread_local! {
+    static CLUSTER: RefCell<Vec<Value>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The objects [`crate::cluster`] reads answer from on this thread.
+pub fn set_cluster(objects: Vec<Value>) {
+    CLUSTER.with(|c| *c.borrow_mut() = objects);
+}
+
+/// The fixture objects of `kind` in `api_version` (and `namespace`).
+pub(crate) fn fixtures(api_version: &str, kind: &str, namespace: Option<&str>) -> Vec<Value> {
+    CLUSTER.with(|c| {
+        c.borrow()
+            .iter()
+            .filter(|o| o["apiVersion"] == api_version && o["kind"] == kind)
+            .filter(|o| namespace.is_none_or(|ns| o["metadata"]["namespace"] == ns))
+            .cloned()
+            .collect()
+    })
+}
+
 /// The log records this thread's policy calls emitted, drained.
 pub fn logs() -> Vec<LogRecord> {
     LOGS.with(|l| std::mem::take(&mut *l.borrow_mut()))

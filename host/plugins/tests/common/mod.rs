@@ -73,3 +73,80 @@ pub fn kubewarden_wasm(name: &str) -> Vec<u8> {
         "build-kubewarden-policies.sh",
     )
 }
+
+/// A cluster of fixture objects, for context-aware policies.
+pub struct Fixtures(Vec<serde_json::Value>);
+
+#[async_trait::async_trait]
+impl wasm_apiserver_plugins::Cluster for Fixtures {
+    fn kind_of(&self, _group: &str, _version: &str, _resource: &str) -> Option<String> {
+        None
+    }
+
+    async fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, String> {
+        Ok(self
+            .0
+            .iter()
+            .find(|o| {
+                o["apiVersion"] == api_version
+                    && o["kind"] == kind
+                    && o["metadata"]["name"] == name
+                    && o["metadata"]["namespace"].as_str() == namespace
+            })
+            .cloned())
+    }
+
+    async fn list(
+        &self,
+        q: &wasm_apiserver_plugins::ListQuery<'_>,
+        max_bytes: usize,
+    ) -> Result<serde_json::Value, String> {
+        let items: Vec<&serde_json::Value> = self
+            .0
+            .iter()
+            .filter(|o| {
+                o["apiVersion"] == q.api_version
+                    && o["kind"] == q.kind
+                    && q.namespace
+                        .is_none_or(|ns| o["metadata"]["namespace"] == ns)
+            })
+            .collect();
+        let list = serde_json::json!({"apiVersion": q.api_version, "kind": format!("{}List", q.kind),
+            "metadata": {"resourceVersion": "1"}, "items": items});
+        if list.to_string().len() > max_bytes {
+            return Err(format!("more than {max_bytes} bytes"));
+        }
+        Ok(list)
+    }
+
+    async fn can_i(&self, _spec: &serde_json::Value) -> Result<serde_json::Value, String> {
+        Ok(serde_json::json!({"allowed": false}))
+    }
+}
+
+#[allow(dead_code)]
+pub fn access(
+    fixtures: Vec<serde_json::Value>,
+    grants: &[(&str, &str)],
+    max_calls: u32,
+    max_bytes: usize,
+) -> wasm_apiserver_plugins::ClusterAccess {
+    wasm_apiserver_plugins::ClusterAccess {
+        reads: std::sync::Arc::new(Fixtures(fixtures)),
+        grants: grants
+            .iter()
+            .map(|(v, k)| wasm_apiserver_plugins::Grant {
+                api_version: v.to_string(),
+                kind: k.to_string(),
+            })
+            .collect(),
+        max_calls,
+        max_bytes,
+    }
+}

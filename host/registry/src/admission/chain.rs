@@ -330,7 +330,13 @@ impl Admission {
         let plugin = match spec.module.format {
             ModuleFormat::Component => {
                 self.runtime
-                    .load_admission(name, &bytes, &config, limits)
+                    .load_admission_with_cluster(
+                        name,
+                        &bytes,
+                        &config,
+                        limits,
+                        self.cluster_access(&spec),
+                    )
                     .await
             }
             // `spec.config` is the policy's settings.
