@@ -13,6 +13,7 @@
 //!   resources: [{group: example.com, resource: widgets}]
 //!   operations: [Convert, Default, Validate]   # the default: all three
 //!   limits: {timeoutMillis: 500}
+//!   contextAwareResources: [{apiVersion: v1, kind: Namespace}]  # reads (package 0.3.0)
 //!   config: {sizeStep: 2}
 //! ```
 
@@ -56,6 +57,9 @@ pub struct HandlerSpec {
     pub operations: Vec<Operation>,
     #[serde(default)]
     pub limits: PluginLimits,
+    /// The kinds the handler may read of the cluster (read-only).
+    #[serde(default)]
+    pub context_aware_resources: Vec<crate::admission::ContextAwareResource>,
     /// Opaque configuration; a string is passed as is, anything else as JSON.
     #[serde(default)]
     pub config: Value,

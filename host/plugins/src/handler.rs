@@ -161,6 +161,13 @@ impl Versions {
             Versions::V0_3(p) => p.check_config().await,
         }
     }
+
+    /// Gives a handler of a version whose world imports `cluster` its reads.
+    fn set_cluster(&mut self, cluster: Option<Arc<crate::ClusterAccess>>) {
+        if let Versions::V0_3(p) = self {
+            p.cluster = cluster;
+        }
+    }
 }
 
 /// `kind` label of handler metrics.
@@ -216,15 +223,30 @@ impl Runtime {
         config: &str,
         limits: Limits,
     ) -> Result<ResourceHandlerPlugin, PluginError> {
+        self.load_resource_handler_with_cluster(name, wasm, config, limits, None)
+            .await
+    }
+
+    /// As [`Runtime::load_resource_handler`], with the cluster reads a
+    /// handler of package 0.3.0 or later may make.
+    pub async fn load_resource_handler_with_cluster(
+        &self,
+        name: &str,
+        wasm: &[u8],
+        config: &str,
+        limits: Limits,
+        cluster: Option<crate::ClusterAccess>,
+    ) -> Result<ResourceHandlerPlugin, PluginError> {
         use crate::kind::WorldPre;
         let (compiled, frozen) = self
             .compile_and_check(name, wasm, v0_2::Pre::EXPORT)
             .await?;
-        let plugin = if frozen {
+        let mut plugin = if frozen {
             Versions::V0_2(self.link_compiled(name, compiled, config, limits)?)
         } else {
             Versions::V0_3(self.link_compiled(name, compiled, config, limits)?)
         };
+        plugin.set_cluster(cluster.map(Arc::new));
         let inner = Inner {
             convert_metrics: self.metrics().op(name, KIND, "convert"),
             default_metrics: self.metrics().op(name, KIND, "default"),

@@ -43,6 +43,8 @@ const FIXTURES: &[&str] = &[
     "hostile_handler",
     "frozen_deny_names",
     "frozen_v2_deny_names",
+    // A context-aware handler of package 0.3.0, by tests/handlers.rs.
+    "namespace_team_handler",
 ];
 
 fn runtime() -> Runtime {

@@ -3,11 +3,11 @@
 //! (lossless conversion in batches, defaulting, validation with field
 //! paths), the `hostile-handler` fixture contained, and a component of the
 //! frozen `wasm-apiserver:plugin@0.1.0` package loaded and called next to
-//! 0.2.0 and 0.3.0 ones.
+//! 0.2.0 and 0.3.0 ones; a 0.3.0 handler reading the cluster it is granted.
 
 mod common;
 
-use common::wasm;
+use common::{access, wasm};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use wasm_apiserver_plugins::{
@@ -323,4 +323,47 @@ async fn components_of_the_frozen_package_load_next_to_current_ones() {
         .await
         .unwrap_err();
     assert!(matches!(err, PluginError::WrongWorld { .. }), "{err}");
+}
+
+/// A handler of package 0.3.0 reads the cluster it is granted: `default`
+/// copies the Namespace's `team` label; ungranted, the write fails with the
+/// host's error naming the kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_reads_the_cluster_it_is_granted() {
+    let rt = runtime();
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "team-a", "labels": {"team": "blue"}}});
+    let widget = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w", "namespace": "team-a"}, "spec": {}});
+    let load = |grants: &'static [(&'static str, &'static str)]| {
+        let (rt, ns) = (rt.clone(), ns.clone());
+        async move {
+            rt.load_resource_handler_with_cluster(
+                "team",
+                &wasm("namespace_team_handler"),
+                "",
+                limits(2_000),
+                Some(access(vec![ns], grants, 64, 1 << 20)),
+            )
+            .await
+            .expect("load")
+        }
+    };
+    let granted = load(&[("v1", "Namespace")]).await;
+    let defaulted = granted
+        .default(&object_request(widget.clone()))
+        .await
+        .unwrap()
+        .expect("a defaulted object");
+    assert_eq!(defaulted["spec"]["team"], "blue");
+    let ungranted = load(&[]).await;
+    let err = ungranted
+        .default(&object_request(widget))
+        .await
+        .expect_err("an ungranted read fails the write");
+    assert!(
+        err.to_string()
+            .contains("cannot read namespace team-a: reading v1 Namespace is not granted"),
+        "{err}"
+    );
 }

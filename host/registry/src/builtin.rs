@@ -143,56 +143,69 @@ impl Strategy for Rbac {
 /// the response (other replicas follow through the controller's watch).
 struct AdmissionPlugins(Objects);
 
-impl AdmissionPlugins {
-    /// A plugin may be granted only reads its author could make: every
-    /// kind in `spec.contextAwareResources` must exist and be readable
-    /// (`get` and `list`, cluster-wide, as the plugin's reads are) by the
-    /// user writing the object, so nobody grants a plugin what they cannot
-    /// see themselves.
-    fn check_grants(&self, obj: &Value, user: &UserInfo) -> Result<(), ApiError> {
-        let Some(grants) = obj["spec"]["contextAwareResources"].as_array() else {
-            return Ok(());
+/// A plugin (or resource handler) may be granted only reads its author
+/// could make: every
+/// kind in `spec.contextAwareResources` must exist and be readable
+/// (`get` and `list`, cluster-wide, as the plugin's reads are) by the
+/// user writing the object, so nobody grants a plugin what they cannot
+/// see themselves.
+fn check_grants(
+    objects: &Objects,
+    kind: &str,
+    group: &str,
+    obj: &Value,
+    old: Option<&Value>,
+    user: &UserInfo,
+) -> Result<(), ApiError> {
+    // Only a change of grants is checked: a status write by a controller
+    // keeps what its author was allowed.
+    if old
+        .is_some_and(|o| o["spec"]["contextAwareResources"] == obj["spec"]["contextAwareResources"])
+    {
+        return Ok(());
+    }
+    let Some(grants) = obj["spec"]["contextAwareResources"].as_array() else {
+        return Ok(());
+    };
+    let authorize = objects
+        .admission
+        .as_ref()
+        .and_then(|a| a.policies.authorizer());
+    let snapshot = objects.resources.snapshot();
+    let groups: Vec<&str> = user.groups.iter().map(String::as_str).collect();
+    let mut causes = Vec::new();
+    for (i, g) in grants.iter().enumerate() {
+        let field = format!("spec.contextAwareResources[{i}]");
+        let api_version = g["apiVersion"].as_str().unwrap_or_default();
+        let kind = g["kind"].as_str().unwrap_or_default();
+        if (api_version, kind) == wasm_apiserver_plugins::cluster::ACCESS_REVIEW {
+            continue;
+        }
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let Some(res) = snapshot
+            .all()
+            .find(|r| r.group == group && r.version == version && r.kind == kind)
+        else {
+            causes.push(wasm_apiserver_api::Cause::invalid(
+                &field,
+                &format!("{api_version} {kind}"),
+                "no resource of the server serves this kind",
+            ));
+            continue;
         };
-        let authorize = self
-            .0
-            .admission
-            .as_ref()
-            .and_then(|a| a.policies.authorizer());
-        let snapshot = self.0.resources.snapshot();
-        let groups: Vec<&str> = user.groups.iter().map(String::as_str).collect();
-        let mut causes = Vec::new();
-        for (i, g) in grants.iter().enumerate() {
-            let field = format!("spec.contextAwareResources[{i}]");
-            let api_version = g["apiVersion"].as_str().unwrap_or_default();
-            let kind = g["kind"].as_str().unwrap_or_default();
-            if (api_version, kind) == wasm_apiserver_plugins::cluster::ACCESS_REVIEW {
-                continue;
-            }
-            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-            let Some(res) = snapshot
-                .all()
-                .find(|r| r.group == group && r.version == version && r.kind == kind)
-            else {
-                causes.push(wasm_apiserver_api::Cause::invalid(
-                    &field,
-                    &format!("{api_version} {kind}"),
-                    "no resource of the server serves this kind",
-                ));
-                continue;
-            };
-            let Some(authorize) = authorize else {
-                continue;
-            };
-            for verb in ["get", "list"] {
-                let attrs = wasm_apiserver_api::rbac::Attributes::resource(
-                    &user.username,
-                    &groups,
-                    verb,
-                    &res.group,
-                    &res.plural,
-                );
-                if !authorize.authorize(&attrs).is_allowed() {
-                    causes.push(wasm_apiserver_api::Cause {
+        let Some(authorize) = authorize else {
+            continue;
+        };
+        for verb in ["get", "list"] {
+            let attrs = wasm_apiserver_api::rbac::Attributes::resource(
+                &user.username,
+                &groups,
+                verb,
+                &res.group,
+                &res.plural,
+            );
+            if !authorize.authorize(&attrs).is_allowed() {
+                causes.push(wasm_apiserver_api::Cause {
                         reason: "FieldValueForbidden".into(),
                         field: field.clone(),
                         message: format!(
@@ -201,22 +214,17 @@ impl AdmissionPlugins {
                             if res.group.is_empty() { res.plural.clone() } else { format!("{}.{}", res.plural, res.group) }
                         ),
                     });
-                    break;
-                }
+                break;
             }
         }
-        if causes.is_empty() {
-            return Ok(());
-        }
-        Err(ApiError::Invalid(
-            wasm_apiserver_api::error::Target::new(
-                wasm_apiserver_api::admission::GROUP,
-                wasm_apiserver_api::admission::KIND,
-                meta::name(obj).unwrap_or_default(),
-            ),
-            causes,
-        ))
     }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::Invalid(
+        wasm_apiserver_api::error::Target::new(group, kind, meta::name(obj).unwrap_or_default()),
+        causes,
+    ))
 }
 
 #[async_trait]
@@ -230,14 +238,14 @@ impl Strategy for AdmissionPlugins {
         user: &UserInfo,
     ) -> Result<(), ApiError> {
         validate_object(info, obj)?;
-        // Only a change of grants is checked: a status write by a
-        // controller keeps what its author was allowed.
-        if old.is_some_and(|o| {
-            o["spec"]["contextAwareResources"] == obj["spec"]["contextAwareResources"]
-        }) {
-            return Ok(());
-        }
-        self.check_grants(obj, user)
+        check_grants(
+            &self.0,
+            wasm_apiserver_api::admission::KIND,
+            wasm_apiserver_api::admission::GROUP,
+            obj,
+            old,
+            user,
+        )
     }
 
     async fn after_write(&self, obj: &Value, deleted: bool) {
@@ -255,6 +263,25 @@ struct ResourceHandlers(Objects);
 
 #[async_trait]
 impl Strategy for ResourceHandlers {
+    fn validate(
+        &self,
+        info: &ResourceInfo,
+        _namespace: Option<&str>,
+        obj: &Value,
+        old: Option<&Value>,
+        user: &UserInfo,
+    ) -> Result<(), ApiError> {
+        validate_object(info, obj)?;
+        check_grants(
+            &self.0,
+            wasm_apiserver_api::handler::KIND,
+            wasm_apiserver_api::handler::GROUP,
+            obj,
+            old,
+            user,
+        )
+    }
+
     async fn after_write(&self, obj: &Value, deleted: bool) {
         crate::handlers::controller::reconcile(&self.0, obj, deleted).await;
     }

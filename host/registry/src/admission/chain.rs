@@ -236,24 +236,29 @@ impl Admission {
 
     /// A plugin's cluster access: its grants and read budget.
     fn cluster_access(&self, spec: &PluginSpec) -> Option<wasm_apiserver_plugins::ClusterAccess> {
+        self.cluster_access_for(&spec.context_aware_resources, &spec.limits)
+    }
+
+    /// The cluster access of a plugin (or resource handler) granted
+    /// `grants`, within `limits`.
+    pub fn cluster_access_for(
+        &self,
+        grants: &[wasm_apiserver_api::admission::ContextAwareResource],
+        limits: &wasm_apiserver_api::admission::PluginLimits,
+    ) -> Option<wasm_apiserver_plugins::ClusterAccess> {
         use wasm_apiserver_api::admission::{DEFAULT_CLUSTER_READ_BYTES, DEFAULT_CLUSTER_READS};
         let reads = self.cluster.get()?.clone();
         Some(wasm_apiserver_plugins::ClusterAccess {
             reads,
-            grants: spec
-                .context_aware_resources
+            grants: grants
                 .iter()
                 .map(|g| wasm_apiserver_plugins::Grant {
                     api_version: g.api_version.clone(),
                     kind: g.kind.clone(),
                 })
                 .collect(),
-            max_calls: spec
-                .limits
-                .max_cluster_reads
-                .unwrap_or(DEFAULT_CLUSTER_READS),
-            max_bytes: spec
-                .limits
+            max_calls: limits.max_cluster_reads.unwrap_or(DEFAULT_CLUSTER_READS),
+            max_bytes: limits
                 .max_cluster_read_bytes
                 .unwrap_or(DEFAULT_CLUSTER_READ_BYTES),
         })

@@ -27,11 +27,12 @@ async fn load(objects: &Objects, name: &str, obj: &Value) -> Result<Bound, Strin
     let bytes = admission.module_bytes(&spec.module).await?;
     let plugin = admission
         .runtime()
-        .load_resource_handler(
+        .load_resource_handler_with_cluster(
             name,
             &bytes,
             &spec.config_string(),
             crate::admission::limits(&spec.limits),
+            admission.cluster_access_for(&spec.context_aware_resources, &spec.limits),
         )
         .await
         .map_err(|e| e.to_string())?;
