@@ -35,11 +35,19 @@ pub trait Cluster: Send + Sync {
     /// The kind's objects in `namespace` (all namespaces for `None`) as a
     /// `<Kind>List`, selected by label and field selectors; fails rather
     /// than answer more than `max_bytes` of objects.
-    async fn list(&self, query: &ListQuery<'_>, max_bytes: usize) -> Result<Value, String>;
+    async fn list(&self, query: &ListQuery<'_>, max_bytes: usize) -> Result<Listed, String>;
 
     /// A SubjectAccessReview `spec` through the server's authorizers; the
     /// review's `status`.
     async fn can_i(&self, spec: &Value) -> Result<Value, String>;
+}
+
+/// A list's answer: the `<Kind>List`, and the bytes of its items as JSON
+/// (counted once, while reading, for the read budget).
+#[derive(Debug)]
+pub struct Listed {
+    pub list: Value,
+    pub bytes: usize,
 }
 
 /// A list request.
@@ -201,13 +209,7 @@ impl ClusterAccess {
             ..query
         };
         let left = self.max_bytes.saturating_sub(spent.bytes);
-        let list = self.reads.list(&query, left).await?;
-        let bytes = list["items"].as_array().map_or(0, |items| {
-            items
-                .iter()
-                .map(|i| serde_json::to_vec(i).map_or(0, |b| b.len()))
-                .sum()
-        });
+        let Listed { list, bytes } = self.reads.list(&query, left).await?;
         self.charge_bytes(spent, bytes)?;
         Ok(list)
     }
@@ -267,7 +269,7 @@ impl ClusterAccess {
                     ..Default::default()
                 };
                 let left = self.max_bytes.saturating_sub(spent.bytes);
-                let mut list = self.reads.list(&query, left).await?;
+                let mut list = self.reads.list(&query, left).await?.list;
                 if let Some(items) = list.get_mut("items").and_then(Value::as_array_mut) {
                     for item in items.iter_mut() {
                         *item = mask(std::mem::take(item), r.field_masks.as_ref());

@@ -91,7 +91,7 @@ mod wapc;
 pub use admission::{AdmissionPlugin, Encoded};
 pub use authn::{AuthenticatorPlugin, AuthnOutcome, AuthnRequest, ClientCertificate};
 pub use authz::{AuthorizerPlugin, AuthzAttributes, AuthzDecision, AuthzRequest};
-pub use cluster::{Cluster, ClusterAccess, Grant, ListQuery, Target};
+pub use cluster::{Cluster, ClusterAccess, Grant, ListQuery, Listed, Target};
 pub use error::PluginError;
 pub use handler::{ObjectRequest, ResourceHandlerPlugin};
 pub use inspect::Inspection;

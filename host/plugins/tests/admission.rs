@@ -1066,6 +1066,20 @@ fn ingress_request(obj: Value) -> AdmissionRequest {
     r
 }
 
+/// The message of `plugin`'s denial of a second `web.example.com` Ingress.
+async fn denial(plugin: &AdmissionPlugin) -> String {
+    let r = plugin
+        .validate(&ingress_request(ingress(
+            "team-b",
+            "web",
+            "web.example.com",
+        )))
+        .await
+        .unwrap();
+    assert!(!r.allowed, "{r:?}");
+    r.status.unwrap().message
+}
+
 /// A component of package 0.3.0 reads the cluster through its `cluster`
 /// import: only the kinds it is granted, within its budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1115,50 +1129,20 @@ async fn a_component_reads_the_cluster_it_is_granted() {
     assert!(r.allowed, "{r:?}");
     // Not granted: the read answers an error naming the kind.
     let ungranted = load(&[("v1", "Service")], 64).await;
-    let message = ungranted
-        .validate(&ingress_request(ingress(
-            "team-b",
-            "web",
-            "web.example.com",
-        )))
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .message;
+    let message = denial(&ungranted).await;
     assert!(
         message.contains("reading networking.k8s.io/v1 Ingress is not granted"),
         "{message}"
     );
     // Out of reads.
     let starved = load(&[("networking.k8s.io/v1", "Ingress")], 0).await;
-    let message = starved
-        .validate(&ingress_request(ingress(
-            "team-b",
-            "web",
-            "web.example.com",
-        )))
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .message;
+    let message = denial(&starved).await;
     assert!(message.contains("more than 0 cluster reads"), "{message}");
     // Loaded without cluster access at all (`load_admission`).
     let bare = rt
         .load_admission("bare", &wasm("unique_ingress_host"), "", Limits::default())
         .await
         .unwrap();
-    let message = bare
-        .validate(&ingress_request(ingress(
-            "team-b",
-            "web",
-            "web.example.com",
-        )))
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .message;
+    let message = denial(&bare).await;
     assert!(message.contains("no access to the cluster"), "{message}");
 }

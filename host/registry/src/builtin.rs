@@ -151,8 +151,7 @@ struct AdmissionPlugins(Objects);
 /// see themselves.
 fn check_grants(
     objects: &Objects,
-    kind: &str,
-    group: &str,
+    info: &ResourceInfo,
     obj: &Value,
     old: Option<&Value>,
     user: &UserInfo,
@@ -222,7 +221,11 @@ fn check_grants(
         return Ok(());
     }
     Err(ApiError::Invalid(
-        wasm_apiserver_api::error::Target::new(group, kind, meta::name(obj).unwrap_or_default()),
+        wasm_apiserver_api::error::Target::new(
+            &info.group,
+            &info.kind,
+            meta::name(obj).unwrap_or_default(),
+        ),
         causes,
     ))
 }
@@ -238,14 +241,7 @@ impl Strategy for AdmissionPlugins {
         user: &UserInfo,
     ) -> Result<(), ApiError> {
         validate_object(info, obj)?;
-        check_grants(
-            &self.0,
-            wasm_apiserver_api::admission::KIND,
-            wasm_apiserver_api::admission::GROUP,
-            obj,
-            old,
-            user,
-        )
+        check_grants(&self.0, info, obj, old, user)
     }
 
     async fn after_write(&self, obj: &Value, deleted: bool) {
@@ -272,14 +268,7 @@ impl Strategy for ResourceHandlers {
         user: &UserInfo,
     ) -> Result<(), ApiError> {
         validate_object(info, obj)?;
-        check_grants(
-            &self.0,
-            wasm_apiserver_api::handler::KIND,
-            wasm_apiserver_api::handler::GROUP,
-            obj,
-            old,
-            user,
-        )
+        check_grants(&self.0, info, obj, old, user)
     }
 
     async fn after_write(&self, obj: &Value, deleted: bool) {

@@ -15,7 +15,7 @@ use wasm_apiserver_api::ApiError;
 use wasm_apiserver_api::cel::authz::Authorize;
 use wasm_apiserver_api::rbac::Attributes;
 use wasm_apiserver_api::selector::{FieldSelector, LabelSelector};
-use wasm_apiserver_plugins::{Cluster, ListQuery};
+use wasm_apiserver_plugins::{Cluster, ListQuery, Listed};
 
 /// Items read per page of a plugin's list.
 const PAGE: usize = 500;
@@ -81,7 +81,7 @@ impl Cluster for ClusterReads {
         }
     }
 
-    async fn list(&self, q: &ListQuery<'_>, max_bytes: usize) -> Result<Value, String> {
+    async fn list(&self, q: &ListQuery<'_>, max_bytes: usize) -> Result<Listed, String> {
         let res = self.resource(q.api_version, q.kind)?;
         // One page of the caller's size, or every page of ours.
         let one_page = q.limit.is_some();
@@ -128,12 +128,13 @@ impl Cluster for ClusterReads {
                 None => break,
             }
         }
-        Ok(json!({
+        let list = json!({
             "apiVersion": q.api_version,
             "kind": format!("{}List", q.kind),
             "metadata": {"resourceVersion": revision.to_string(), "continue": next},
             "items": items,
-        }))
+        });
+        Ok(Listed { list, bytes })
     }
 
     async fn can_i(&self, spec: &Value) -> Result<Value, String> {

@@ -106,7 +106,7 @@ impl wasm_apiserver_plugins::Cluster for Fixtures {
         &self,
         q: &wasm_apiserver_plugins::ListQuery<'_>,
         max_bytes: usize,
-    ) -> Result<serde_json::Value, String> {
+    ) -> Result<wasm_apiserver_plugins::Listed, String> {
         let items: Vec<&serde_json::Value> = self
             .0
             .iter()
@@ -119,10 +119,11 @@ impl wasm_apiserver_plugins::Cluster for Fixtures {
             .collect();
         let list = serde_json::json!({"apiVersion": q.api_version, "kind": format!("{}List", q.kind),
             "metadata": {"resourceVersion": "1"}, "items": items});
-        if list.to_string().len() > max_bytes {
+        let bytes = list["items"].to_string().len();
+        if bytes > max_bytes {
             return Err(format!("more than {max_bytes} bytes"));
         }
-        Ok(list)
+        Ok(wasm_apiserver_plugins::Listed { list, bytes })
     }
 
     async fn can_i(&self, _spec: &serde_json::Value) -> Result<serde_json::Value, String> {

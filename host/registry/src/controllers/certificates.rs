@@ -53,6 +53,17 @@ fn info(client: &Client) -> Arc<crate::Resource> {
         .builtin(certificates::GROUP, "v1", certificates::PLURAL)
 }
 
+/// `csr` with `condition` appended to its status conditions.
+fn with_condition(csr: &Value, condition: &Value) -> Value {
+    let mut new = csr.clone();
+    let conds = &mut new["status"]["conditions"];
+    match conds.as_array_mut() {
+        Some(c) => c.push(condition.clone()),
+        None => *conds = json!([condition]),
+    }
+    new
+}
+
 fn message(sub: &str) -> &'static str {
     if sub == "selfnodeclient" {
         "Auto approving self kubelet client certificate after SubjectAccessReview."
@@ -115,13 +126,7 @@ impl Reconcile for Approver {
                 "reason": "AutoApproved", "message": message(sub)});
             self.client
                 .update(&info, None, name, Some("approval"), |cur| {
-                    let mut new = cur.clone();
-                    let conds = &mut new["status"]["conditions"];
-                    match conds.as_array_mut() {
-                        Some(c) => c.push(condition.clone()),
-                        None => *conds = json!([condition]),
-                    }
-                    Ok(new)
+                    Ok(with_condition(cur, &condition))
                 })
                 .await?;
             tracing::info!(csr = %name, requester, how = sub, "approved");
@@ -288,13 +293,7 @@ impl Reconcile for Signer {
                     "lastUpdateTime": meta::timestamp(chrono::Utc::now())});
                 self.client
                     .update(&info, None, name, Some("status"), |cur| {
-                        let mut new = cur.clone();
-                        let conds = &mut new["status"]["conditions"];
-                        match conds.as_array_mut() {
-                            Some(c) => c.push(failed.clone()),
-                            None => *conds = json!([failed]),
-                        }
-                        Ok(new)
+                        Ok(with_condition(cur, &failed))
                     })
                     .await?;
                 return Ok(Action::Done);

@@ -295,14 +295,7 @@ impl Client {
         let Some(authz) = &self.authorize else {
             return Ok(());
         };
-        let groups: Vec<&str> = self.user.groups.iter().map(String::as_str).collect();
-        let mut attrs = Attributes::resource(
-            &self.user.username,
-            &groups,
-            verb,
-            &info.group,
-            &info.plural,
-        );
+        let mut attrs = self.attributes(verb, &info.group, &info.plural);
         if let Some(ns) = ns.filter(|_| info.namespaced) {
             attrs = attrs.in_namespace(ns);
         }
@@ -332,6 +325,12 @@ impl Client {
         ))
     }
 
+    /// A request by this controller's identity: `verb` on `resource`.
+    fn attributes(&self, verb: &str, group: &str, resource: &str) -> Attributes {
+        let groups: Vec<&str> = self.user.groups.iter().map(String::as_str).collect();
+        Attributes::resource(&self.user.username, &groups, verb, group, resource)
+    }
+
     /// A SubjectAccessReview made by this controller: whether another
     /// user's request `attrs` would be allowed. The controller must itself
     /// be allowed to create `subjectaccessreviews`; without an authorizer
@@ -340,14 +339,7 @@ impl Client {
         let Some(authz) = &self.authorize else {
             return Ok(false);
         };
-        let groups: Vec<&str> = self.user.groups.iter().map(String::as_str).collect();
-        let mine = Attributes::resource(
-            &self.user.username,
-            &groups,
-            "create",
-            "authorization.k8s.io",
-            "subjectaccessreviews",
-        );
+        let mine = self.attributes("create", "authorization.k8s.io", "subjectaccessreviews");
         if !authz.authorize(&mine).is_allowed() {
             return Err(ApiError::Forbidden(
                 Target::new("authorization.k8s.io", "subjectaccessreviews", ""),

@@ -233,7 +233,7 @@ pub(crate) async fn context(srv: &Handle, dir: &Path, window: Duration) -> Resul
             namespace: Some("hundred"),
             ..Default::default()
         };
-        let list = reads.list(&q, 64 << 20).await?;
+        let list = reads.list(&q, 64 << 20).await?.list;
         if list["items"].as_array().map_or(0, Vec::len) != 100 {
             return Err("the 100-item list is not 100 items".into());
         }
