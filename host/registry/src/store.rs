@@ -238,6 +238,20 @@ impl Objects {
     pub async fn follow<Fut: Future<Output = ()> + Send>(
         &self,
         info: &Resource,
+        on_list: impl FnMut(&[Value]) + Send,
+        on_change: impl FnMut(Value, bool) -> Fut + Send,
+    ) {
+        self.follow_keys(info, |_| true, on_list, on_change).await
+    }
+
+    /// As [`Objects::follow`], for watch events whose storage key `keep`
+    /// accepts: the others are skipped before they are decoded (a
+    /// controller that cares about one object's name does not decode every
+    /// write of its resource).
+    pub async fn follow_keys<Fut: Future<Output = ()> + Send>(
+        &self,
+        info: &Resource,
+        keep: impl Fn(&str) -> bool + Send,
         mut on_list: impl FnMut(&[Value]) + Send,
         mut on_change: impl FnMut(Value, bool) -> Fut + Send,
     ) {
@@ -257,6 +271,9 @@ impl Objects {
                     let WatchItem::Event(ev) = item.map_err(storage_error)? else {
                         continue;
                     };
+                    if !keep(&ev.kv.key) {
+                        continue;
+                    }
                     on_change(decode(&ev.kv)?, ev.kind == EventKind::Deleted).await;
                 }
                 Ok(())

@@ -207,8 +207,10 @@ pub fn spawn(client: Client, leadership: Leadership, metrics: &Metrics) {
             let secrets = objects.resources.builtin("", "v1", "secrets");
             let configmaps = objects.resources.builtin("", "v1", "configmaps");
             let q1 = queue.clone();
-            let follow_secrets = objects.follow(
+            let system = secrets.collection_key(Some("kube-system"));
+            let follow_secrets = objects.follow_keys(
                 &secrets,
+                move |key| key.contains(&system),
                 |_| {},
                 move |s, _| {
                     if meta::namespace(&s) == Some("kube-system") && s["type"] == TOKEN_TYPE {
@@ -218,8 +220,10 @@ pub fn spawn(client: Client, leadership: Leadership, metrics: &Metrics) {
                 },
             );
             let q2 = queue.clone();
-            let follow_info = objects.follow(
+            let info_key = configmaps.object_key(Some(NAMESPACE), CLUSTER_INFO);
+            let follow_info = objects.follow_keys(
                 &configmaps,
+                move |key| key.ends_with(&info_key),
                 |_| {},
                 move |cm, _| {
                     if meta::namespace(&cm) == Some(NAMESPACE)

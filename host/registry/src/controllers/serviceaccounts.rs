@@ -144,8 +144,10 @@ pub fn spawn(
                     },
                 );
                 let q2 = queue.clone();
-                let follow_children = objects.follow(
+                let suffix = format!("/{name}");
+                let follow_children = objects.follow_keys(
                     &children,
+                    move |key| key.ends_with(&suffix),
                     |_| {},
                     move |obj, _| {
                         if meta::name(&obj) == Some(name) {
