@@ -4,7 +4,7 @@
 //! custom resources register the same [`ResourceInfo`] shape at runtime.
 
 use crate::resource::{AUTHZ, Column, RBAC, Registry, Render, ResourceInfo, Subresource};
-use crate::{admission, handler};
+use crate::{admission, controller, handler};
 use serde_json::json;
 
 /// The group of APIService objects.
@@ -271,6 +271,27 @@ pub fn resources() -> Vec<ResourceInfo> {
             )
             .render(Render::Join),
             string("Status", "Whether the handler is loaded", ".status.phase"),
+            Column::age(),
+        ]),
+        ResourceInfo::new(
+            controller::GROUP,
+            controller::VERSION,
+            controller::PLURAL,
+            controller::KIND,
+            false,
+        )
+        .short_names(&["wctl"])
+        .subresources(&["status"])
+        .columns(vec![
+            Column::name(),
+            string("For", "The primary kind", ".spec.for.kind"),
+            string("Status", "Whether the controller runs", ".status.phase"),
+            Column::new(
+                "Queue",
+                "integer",
+                "Keys waiting to be reconciled",
+                ".status.queueDepth",
+            ),
             Column::age(),
         ]),
     ];

@@ -17,6 +17,7 @@ pub mod audit;
 pub mod authn;
 pub mod builtin;
 pub mod cel;
+pub mod controller;
 pub mod discovery;
 pub mod error;
 pub mod handler;

@@ -786,6 +786,9 @@ pub const CONTROLLERS: &[&str] = &[
     "service-account-controller",
     "root-ca-cert-publisher",
     "certificate-controller",
+    // Ours: runs `Controller` objects (each as its own ServiceAccount); it
+    // only records the Events about their failures.
+    "wasm-controller-manager",
 ];
 
 /// Controllers whose upstream roles are namespaced: `(controller,

@@ -571,6 +571,7 @@ mod tests {
                 "autoscaling",
                 "batch",
                 "certificates.k8s.io",
+                "controllers.wasm-apiserver.io",
                 "coordination.k8s.io",
                 "discovery.k8s.io",
                 "events.k8s.io",

@@ -101,6 +101,8 @@ pub(crate) struct Loaded<P: WorldPre> {
     ready: Arc<Ready<P>>,
     /// The cluster reads its calls may make (worlds that import `cluster`).
     pub(crate) cluster: Option<Arc<crate::cluster::ClusterAccess>>,
+    /// The writes its calls may make (the controller world).
+    pub(crate) writes: Option<Arc<crate::writes::WriteAccess>>,
 }
 
 /// Instances of one loaded plugin made ahead of need, each for exactly one
@@ -377,6 +379,7 @@ impl Runtime {
             pre,
             config: config.into(),
             cluster: None,
+            writes: None,
             ready: Arc::new(Ready {
                 slots: Mutex::new(Vec::with_capacity(target)),
                 retired: Mutex::new(Vec::new()),
@@ -428,6 +431,7 @@ impl<P: WorldPre> Loaded<P> {
         let _permit = self.core.permit().await?;
         let config = self.config.clone();
         let cluster = self.cluster.clone();
+        let writes = self.writes.clone();
         let prepared = self.ready.take();
         let retire = |store| self.ready.retire(store);
         let result = match prepared {
@@ -438,6 +442,7 @@ impl<P: WorldPre> Loaded<P> {
                         sandbox,
                         move |mut store| async move {
                             store.data_mut().cluster = cluster;
+                            store.data_mut().writes = writes;
                             let result = export(&instance, &mut store, &config).await;
                             (store, result)
                         },
@@ -454,6 +459,7 @@ impl<P: WorldPre> Loaded<P> {
                         sandbox,
                         move |mut store| async move {
                             store.data_mut().cluster = cluster;
+                            store.data_mut().writes = writes;
                             let result = async {
                                 let instance = pre.instantiate(&mut store).await?;
                                 export(&instance, &mut store, &config).await

@@ -65,6 +65,10 @@
 //!   capabilities.
 //! * `cluster`: what a plugin may read of the cluster ([`Cluster`], the
 //!   host's reads; [`ClusterAccess`], its grants and per-evaluation budget).
+//! * `controller`: the `controller-plugin` world (reconcile one key, with
+//!   reads, writes and events); `writes`: what a controller may write
+//!   ([`writes::Writes`], the host's requests as the controller's
+//!   identity; [`writes::WriteAccess`], its per-reconcile budget).
 //! * `metrics`: counters and histograms in the Prometheus text format.
 //! * `types`, `error`: the public data types and [`PluginError`].
 //!
@@ -87,11 +91,14 @@ mod runtime;
 mod sandbox;
 mod types;
 mod wapc;
+pub mod writes;
+mod controller;
 
 pub use admission::{AdmissionPlugin, Encoded};
 pub use authn::{AuthenticatorPlugin, AuthnOutcome, AuthnRequest, ClientCertificate};
 pub use authz::{AuthorizerPlugin, AuthzAttributes, AuthzDecision, AuthzRequest};
 pub use cluster::{Cluster, ClusterAccess, Grant, ListQuery, Listed, Target};
+pub use controller::{ControllerPlugin, Outcome, ReconcileReason, ReconcileRequest};
 pub use error::PluginError;
 pub use handler::{ObjectRequest, ResourceHandlerPlugin};
 pub use inspect::Inspection;

@@ -152,6 +152,10 @@ pub(crate) struct StoreState {
     /// this call has read so far.
     pub(crate) cluster: Option<Arc<crate::cluster::ClusterAccess>>,
     pub(crate) spent: crate::cluster::Spent,
+    /// What a controller may write (set per call), and how many writes
+    /// this call has made.
+    pub(crate) writes: Option<Arc<crate::writes::WriteAccess>>,
+    pub(crate) writes_spent: u32,
 }
 
 impl CallState for StoreState {
@@ -164,6 +168,8 @@ impl CallState for StoreState {
             tags: LogTags::new(plugin, uid),
             cluster: None,
             spent: Default::default(),
+            writes: None,
+            writes_spent: 0,
         }
     }
 

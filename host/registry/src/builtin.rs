@@ -276,6 +276,78 @@ impl Strategy for ResourceHandlers {
     }
 }
 
+/// `Controller` objects: the spec is checked on write (a 422 naming the
+/// field), and naming a ServiceAccount needs the writer's own right to act
+/// as it (`impersonate` on that `serviceaccounts` object, as
+/// `kubectl --as` would), so nobody hands a controller an identity they
+/// could not use themselves. The leader's manager runs them.
+struct Controllers(Objects);
+
+impl Strategy for Controllers {
+    fn validate(
+        &self,
+        info: &ResourceInfo,
+        _namespace: Option<&str>,
+        obj: &Value,
+        old: Option<&Value>,
+        user: &UserInfo,
+    ) -> Result<(), ApiError> {
+        validate_object(info, obj)?;
+        let name = meta::name(obj).unwrap_or_default();
+        let target = wasm_apiserver_api::error::Target::new(&info.group, &info.kind, name);
+        let spec = wasm_apiserver_api::controller::ControllerSpec::parse(&obj["spec"]).map_err(
+            |message| {
+                let (field, text) = message
+                    .split_once(": ")
+                    .filter(|(f, _)| f.starts_with("spec"))
+                    .unwrap_or(("spec", message.as_str()));
+                ApiError::Invalid(
+                    target.clone(),
+                    vec![wasm_apiserver_api::Cause {
+                        reason: "FieldValueInvalid".into(),
+                        field: field.into(),
+                        message: text.into(),
+                    }],
+                )
+            },
+        )?;
+        // A status write keeps what the author was allowed.
+        if old.is_some_and(|o| o["spec"]["serviceAccountName"] == obj["spec"]["serviceAccountName"])
+        {
+            return Ok(());
+        }
+        let Some(authorize) = self.0.admission.as_ref().and_then(|a| a.policies.authorizer())
+        else {
+            return Ok(());
+        };
+        let (sa_ns, sa_name) = spec.service_account().map_err(ApiError::BadRequest)?;
+        let groups: Vec<&str> = user.groups.iter().map(String::as_str).collect();
+        let attrs = wasm_apiserver_api::rbac::Attributes::resource(
+            &user.username,
+            &groups,
+            "impersonate",
+            "",
+            "serviceaccounts",
+        )
+        .in_namespace(sa_ns)
+        .named(sa_name);
+        if authorize.authorize(&attrs).is_allowed() {
+            return Ok(());
+        }
+        Err(ApiError::Invalid(
+            target,
+            vec![wasm_apiserver_api::Cause {
+                reason: "FieldValueForbidden".into(),
+                field: "spec.serviceAccountName".into(),
+                message: format!(
+                    "Forbidden: user {:?} cannot impersonate serviceaccount {sa_ns}/{sa_name}, so may not run a controller as it",
+                    user.username
+                ),
+            }],
+        ))
+    }
+}
+
 /// Webhook configurations: applied to this replica's chain on write.
 struct WebhookConfigurations {
     objects: Objects,
@@ -483,6 +555,9 @@ pub fn install(objects: &Objects, deps: Dependencies) -> Installed {
                     }
                     (wasm_apiserver_api::handler::GROUP, _) => {
                         Some(Arc::new(ResourceHandlers(objects.clone())))
+                    }
+                    (wasm_apiserver_api::controller::GROUP, _) => {
+                        Some(Arc::new(Controllers(objects.clone())))
                     }
                     (webhook::GROUP, webhook::VALIDATING) => {
                         Some(Arc::new(WebhookConfigurations {

@@ -36,6 +36,7 @@
 
 pub mod admission;
 pub mod allocator;
+pub mod apply;
 pub mod autoscaling;
 pub mod builtin;
 pub mod certificates;

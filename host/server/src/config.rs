@@ -57,7 +57,8 @@ pub struct ServeArgs {
     /// `serviceaccount-controller`, `root-ca-certificate-publisher-controller`,
     /// `certificatesigningrequest-approving-controller`,
     /// `certificatesigningrequest-signing-controller`,
-    /// `bootstrap-signer-controller` (runs with `--enable-bootstrap-token-auth`).
+    /// `bootstrap-signer-controller` (runs with `--enable-bootstrap-token-auth`),
+    /// `wasm-controllers` (runs `Controller` objects' components).
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
 

@@ -21,7 +21,6 @@ use std::time::Duration;
 use wasm_apiserver_api::audit::Annotations;
 use wasm_apiserver_api::builtin::APIREGISTRATION;
 use wasm_apiserver_api::error::{Target, success_status};
-use wasm_apiserver_api::managed::typed::Schema;
 use wasm_apiserver_api::patch::{self, PatchType};
 use wasm_apiserver_api::request::query_pairs;
 use wasm_apiserver_api::selector::{FieldSelector, LabelSelector};
@@ -29,6 +28,7 @@ use wasm_apiserver_api::table::{IncludeObject, to_table};
 use wasm_apiserver_api::{ApiError, Cause, RequestInfo, ResourceInfo, meta};
 use wasm_apiserver_plugins::UserInfo;
 use wasm_apiserver_registry::builtin::is_remote_api_service;
+use wasm_apiserver_registry::apply::Applied;
 use wasm_apiserver_registry::{
     CreateRequest, Creater, Deleted, FieldValidation, ListOutcome, ListParams, Preconditions,
     Propagation, Resource, WriteOptions,
@@ -636,18 +636,8 @@ async fn server_side_apply(
     body: Body,
     mut opts: WriteOptions,
 ) -> Result<Response> {
-    let required = |field: &str, message: &str| {
-        ApiError::Invalid(
-            Target::new("meta.k8s.io", "PatchOptions", ""),
-            vec![wasm_apiserver_api::Cause {
-                reason: "FieldValueRequired".into(),
-                field: field.into(),
-                message: message.into(),
-            }],
-        )
-    };
     if call.q.get("fieldManager").is_none() {
-        return Err(required(
+        return Err(wasm_apiserver_registry::apply::required(
             "fieldManager",
             "Required value: is required for apply patch",
         ));
@@ -662,101 +652,24 @@ async fn server_side_apply(
     let bytes = call.body(body).await?;
     let config: Value = serde_yaml::from_slice(&bytes)
         .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")))?;
-    if !config.is_object() {
-        return Err(ApiError::BadRequest(
-            "the applied configuration must be an object".into(),
-        ));
-    }
-    let (api_version, kind) = (call.res.api_version(), call.res.kind.clone());
-    // A subresource with its own kind (`scale`: autoscaling/v1 Scale) is
-    // applied in that kind, with its schema.
-    let own_kind = call
-        .subresource
-        .and_then(|s| call.res.find_subresource(s))
-        .filter(|s| s.kind != kind);
-    let (want_version, want_kind) = match own_kind {
-        Some(s) if s.group.is_empty() => (s.version.clone(), s.kind.clone()),
-        Some(s) => (format!("{}/{}", s.group, s.version), s.kind.clone()),
-        None => (api_version.clone(), kind.clone()),
-    };
-    for (field, want) in [("apiVersion", want_version.as_str()), ("kind", &want_kind)] {
-        match config.get(field).and_then(Value::as_str) {
-            None => {
-                return Err(required(
-                    field,
-                    "Required value: must be set in an applied configuration",
-                ));
-            }
-            Some(got) if got != want => {
-                return Err(ApiError::BadRequest(format!(
-                    "{field} {got:?} does not match the resource's {want:?}"
-                )));
-            }
-            Some(_) => {}
-        }
-    }
-    if let Some(n) = meta::name(&config).filter(|n| Some(*n) != call.name) {
-        return Err(ApiError::BadRequest(format!(
-            "the name of the object ({n}) does not match the name on the URL ({})",
-            call.name()
-        )));
-    }
-    opts.applying = true;
-    opts.forcing = force;
-    let info: &wasm_apiserver_api::ResourceInfo = call.res;
-    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
-    let schema = match own_kind {
-        Some(s) => {
-            let group = if s.group.is_empty() {
-                "core"
-            } else {
-                s.group.as_str()
-            };
-            let name = format!("io.k8s.api.{group}.{}.{}", s.version, s.kind);
-            Schema(wasm_apiserver_api::openapi::definitions::builtin().get(&name)).resolved()
-        }
-        None => wasm_apiserver_registry::store::merge_schema(info),
-    };
-    let conflict = |c: wasm_apiserver_api::managed::Conflicts| ApiError::Custom {
-        code: 409,
-        reason: "Conflict".into(),
-        message: c.message(),
-        causes: c.0,
-    };
-    let apply = |cur: &Value| -> Result<Value> {
-        let m = wasm_apiserver_registry::store::manager(
-            info,
+    let applied = call
+        .state
+        .objects
+        .apply(
+            call.res,
+            call.ns,
+            call.name(),
             call.subresource,
-            &opts,
-            &api_version,
-            &now,
-        );
-        wasm_apiserver_api::managed::apply(Some(cur), &config, schema, &m, force).map_err(conflict)
+            &config,
+            force,
+            &mut opts,
+        )
+        .await?;
+    let response = match applied {
+        Applied::Patched(obj) => json_response(StatusCode::OK, &call.view(obj)),
+        Applied::Created(obj) => json_response(StatusCode::CREATED, &obj),
     };
-    let patched = call.patch_object(&apply, &opts).await;
-    match patched {
-        Ok(obj) => Ok(with_warnings(
-            json_response(StatusCode::OK, &call.view(obj)),
-            &opts,
-        )),
-        Err(ApiError::NotFound(_)) if call.subresource.is_none() => {
-            opts.patching = false;
-            let m = wasm_apiserver_registry::store::manager(info, None, &opts, &api_version, &now);
-            let mut obj = wasm_apiserver_api::managed::apply(None, &config, schema, &m, force)
-                .map_err(conflict)?;
-            meta::metadata_mut(&mut obj).insert("name".into(), json!(call.name()));
-            let created = call
-                .state
-                .objects
-                .create(call.res, call.ns, obj, &opts)
-                .await?;
-            Ok(with_warnings(
-                json_response(StatusCode::CREATED, &created),
-                &opts,
-            ))
-        }
-        Err(e) => Err(e),
-    }
+    Ok(with_warnings(response, &opts))
 }
 
 async fn delete(call: &Call<'_>, body: Body) -> Result<Response> {

@@ -431,7 +431,7 @@ fn start_controllers(
     pki: &crate::tls::Pki,
 ) -> anyhow::Result<()> {
     use wasm_apiserver_registry::controllers::{
-        Client, apiservice, bootstrap, certificates, gc, hostname, leader, serviceaccounts,
+        Client, apiservice, bootstrap, certificates, gc, hostname, leader, serviceaccounts, wasm,
     };
     let ca_pem = &pki.ca_pem;
     let objects = &state.objects;
@@ -457,6 +457,17 @@ fn start_controllers(
     let client = |name: &str| {
         Client::new(objects.clone(), name, Some(authorize.clone())).with_audit(audit.clone())
     };
+    if args.controller_enabled(wasm::CONTROLLER) {
+        wasm::spawn(
+            wasm::Deps {
+                objects: objects.clone(),
+                authorize: Some(authorize.clone()),
+                audit: audit.clone(),
+                metrics: state.controllers.clone(),
+            },
+            leadership.clone(),
+        );
+    }
     if args.controller_enabled("garbage-collector-controller") {
         gc::spawn(client(gc::NAME), leadership.clone(), &state.controllers);
     }

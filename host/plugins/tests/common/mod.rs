@@ -147,6 +147,7 @@ pub fn access(
                 kind: k.to_string(),
             })
             .collect(),
+        all_kinds: false,
         max_calls,
         max_bytes,
     }

@@ -257,6 +257,7 @@ impl Admission {
                     kind: g.kind.clone(),
                 })
                 .collect(),
+            all_kinds: false,
             max_calls: limits.max_cluster_reads.unwrap_or(DEFAULT_CLUSTER_READS),
             max_bytes: limits
                 .max_cluster_read_bytes

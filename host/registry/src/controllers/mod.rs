@@ -27,6 +27,7 @@ pub mod gc;
 pub mod leader;
 pub mod queue;
 pub mod serviceaccounts;
+pub mod wasm;
 
 use crate::options::{Deleted, ListOutcome, ListParams, Preconditions, WriteOptions};
 use crate::resources::Resource;
@@ -66,40 +67,72 @@ pub trait Reconcile: Send + Sync + 'static {
 /// aborted. A failing (or panicking) reconcile is retried with the key's
 /// backoff; it never stops the others.
 pub async fn run<R: Reconcile>(queue: Arc<Queue<R::Key>>, reconciler: Arc<R>, workers: usize) {
+    let (_keep, stop) = tokio::sync::watch::channel(false);
+    run_until(queue, reconciler, workers, stop).await;
+    std::future::pending::<()>().await;
+}
+
+/// As [`run`], until `stop` turns true: then each worker finishes the key
+/// it holds and returns (a controller swapped to a new version hands its
+/// queue over without losing or doubling a key). Aborting the task aborts
+/// the workers at once.
+pub async fn run_until<R: Reconcile>(
+    queue: Arc<Queue<R::Key>>,
+    reconciler: Arc<R>,
+    workers: usize,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let workers = workers.max(1);
+    queue.set_workers(workers);
     let mut tasks = Vec::new();
-    for _ in 0..workers.max(1) {
-        let (queue, reconciler) = (queue.clone(), reconciler.clone());
+    for _ in 0..workers {
+        let (queue, reconciler, mut stop) = (queue.clone(), reconciler.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             loop {
-                let key = queue.get().await;
+                let key = tokio::select! {
+                    key = queue.get() => key,
+                    _ = stop.wait_for(|s| *s) => return,
+                };
+                let busy = queue.busy();
+                let start = std::time::Instant::now();
                 let outcome = std::panic::AssertUnwindSafe(reconciler.reconcile(&key))
                     .catch_unwind()
                     .await;
-                match outcome {
-                    Ok(Ok(Action::Done)) => queue.forget(&key),
+                let result = match outcome {
+                    Ok(Ok(Action::Done)) => {
+                        queue.forget(&key);
+                        queue::Reconciled::Success
+                    }
                     Ok(Ok(Action::RequeueAfter(d))) => {
                         queue.forget(&key);
                         queue.add_after(key.clone(), d);
+                        queue::Reconciled::RequeueAfter
                     }
                     Ok(Err(e)) => {
                         tracing::debug!(queue = queue.name(), ?key, error = %e, "reconcile failed; retrying");
                         queue.add_rate_limited(key.clone());
+                        queue::Reconciled::Error
                     }
                     Err(_) => {
                         tracing::error!(queue = queue.name(), ?key, "reconcile panicked; retrying");
                         queue.add_rate_limited(key.clone());
+                        queue::Reconciled::Error
                     }
-                }
+                };
+                queue.observe_reconcile(result, start.elapsed());
+                drop(busy);
                 queue.done(&key);
             }
         }));
     }
-    // Aborting this task aborts the workers.
-    let _abort = AbortOnDrop(tasks);
-    std::future::pending::<()>().await;
+    // Aborting this task aborts the workers; a stop lets them finish.
+    let mut tasks = AbortOnDrop(tasks);
+    for t in tasks.0.iter_mut() {
+        let _ = t.await;
+    }
 }
 
-struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+pub(crate) struct AbortOnDrop(pub(crate) Vec<tokio::task::JoinHandle<()>>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -112,34 +145,93 @@ impl Drop for AbortOnDrop {
 /// The metrics of every controller's queue, for `/metrics`.
 #[derive(Default)]
 pub struct Metrics {
-    queues: Mutex<Vec<Arc<dyn RenderMetrics>>>,
+    queues: Mutex<std::collections::BTreeMap<String, Arc<dyn RenderMetrics>>>,
 }
 
 /// A queue whose metrics `/metrics` shows.
 pub trait RenderMetrics: Send + Sync {
+    fn name(&self) -> &str;
     fn render(&self, out: &mut String);
 }
 
 impl<K: Clone + Eq + Hash + Send + 'static> RenderMetrics for Queue<K> {
+    fn name(&self) -> &str {
+        Queue::name(self)
+    }
+
     fn render(&self, out: &mut String) {
         self.render_metrics(out);
     }
 }
 
+/// The metric families queues render, with their types.
+const FAMILIES: [(&str, &str); 12] = [
+    ("workqueue_depth", "gauge"),
+    ("workqueue_adds_total", "counter"),
+    ("workqueue_retries_total", "counter"),
+    ("workqueue_unfinished_work_seconds", "gauge"),
+    ("workqueue_longest_running_processor_seconds", "gauge"),
+    ("workqueue_queue_duration_seconds", "histogram"),
+    ("workqueue_work_duration_seconds", "histogram"),
+    ("controller_runtime_reconcile_total", "counter"),
+    ("controller_runtime_reconcile_errors_total", "counter"),
+    ("controller_runtime_reconcile_time_seconds", "histogram"),
+    ("controller_runtime_active_workers", "gauge"),
+    ("controller_runtime_max_concurrent_reconciles", "gauge"),
+];
+
 impl Metrics {
+    /// Shows `q`'s metrics (replacing a queue of the same name).
     pub fn register(&self, q: Arc<dyn RenderMetrics>) {
-        self.queues.lock().expect("metrics lock").push(q);
+        let name = q.name().to_owned();
+        self.queues.lock().expect("metrics lock").insert(name, q);
     }
 
-    /// Prometheus text of every queue.
+    /// Stops showing the queue `name` (a removed controller's).
+    pub fn unregister(&self, name: &str) {
+        self.queues.lock().expect("metrics lock").remove(name);
+    }
+
+    /// Prometheus text of every queue, one group per metric family (as
+    /// the text format requires), each after its `# TYPE` line.
     pub fn text(&self) -> String {
-        let mut out = String::new();
-        let queues = self.queues.lock().expect("metrics lock").clone();
-        if !queues.is_empty() {
-            out.push_str("# TYPE workqueue_depth gauge\n# TYPE workqueue_adds_total counter\n# TYPE workqueue_retries_total counter\n# TYPE workqueue_queue_duration_seconds histogram\n# TYPE workqueue_work_duration_seconds histogram\n");
-        }
+        let queues: Vec<_> = self
+            .queues
+            .lock()
+            .expect("metrics lock")
+            .values()
+            .cloned()
+            .collect();
+        let mut samples = String::new();
         for q in queues {
-            q.render(&mut out);
+            q.render(&mut samples);
+        }
+        let family = |line: &str| {
+            let name = line.split(['{', ' ']).next().unwrap_or_default();
+            FAMILIES.iter().position(|(f, kind)| {
+                name == *f
+                    || (*kind == "histogram"
+                        && name
+                            .strip_prefix(f)
+                            .is_some_and(|rest| matches!(rest, "_bucket" | "_sum" | "_count")))
+            })
+        };
+        let mut lines: Vec<(usize, &str)> = samples
+            .lines()
+            .map(|l| (family(l).unwrap_or(FAMILIES.len()), l))
+            .collect();
+        lines.sort_by_key(|(f, _)| *f);
+        let mut out = String::new();
+        let mut last = None;
+        for (f, line) in lines {
+            if last != Some(f) {
+                if let Some((name, kind)) = FAMILIES.get(f) {
+                    out.push_str(&format!("# TYPE {name} {kind}\n"));
+                }
+                last = Some(f);
+            }
+            out.push_str(line);
+            out.push('\n');
         }
         out
     }
@@ -228,6 +320,23 @@ impl Client {
             objects,
             name: name.to_string(),
             user: controller_user(name),
+            authorize,
+            audit: None,
+        }
+    }
+
+    /// The client of controller `name` acting as `user` (a wasm
+    /// controller's ServiceAccount).
+    pub fn with_user(
+        objects: Objects,
+        name: &str,
+        user: UserInfo,
+        authorize: Option<Arc<dyn Authorize>>,
+    ) -> Self {
+        Client {
+            objects,
+            name: name.to_string(),
+            user,
             authorize,
             audit: None,
         }
@@ -323,6 +432,12 @@ impl Client {
                     .unwrap_or_else(|| " at the cluster scope".into())
             ),
         ))
+    }
+
+    /// Whether this controller may `verb` the resource `info` in `ns`
+    /// (every namespace for `None`); the error is the 403 a request gets.
+    pub fn allowed(&self, verb: &str, info: &Resource, ns: Option<&str>) -> Result<()> {
+        self.check(verb, info, ns, None, None)
     }
 
     /// A request by this controller's identity: `verb` on `resource`.
@@ -429,6 +544,97 @@ impl Client {
         self.audited("update", info, ns, Some(name), sub, at, outcome, itself)
     }
 
+    /// Replaces an object or its subresource (PUT); a `resourceVersion`
+    /// in `obj` is a precondition.
+    pub async fn replace(
+        &self,
+        info: &Resource,
+        ns: Option<&str>,
+        name: &str,
+        sub: Option<&str>,
+        obj: Value,
+    ) -> Result<Value> {
+        let at = chrono::Utc::now();
+        let outcome = match self.check("update", info, ns, Some(name), sub) {
+            Ok(()) => {
+                self.objects
+                    .update(info, ns, name, sub, obj, &self.write_options())
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        self.audited("update", info, ns, Some(name), sub, at, outcome, itself)
+    }
+
+    /// Patches an object or its subresource with `kind` (JSON, merge or
+    /// strategic merge patch).
+    pub async fn patch(
+        &self,
+        info: &Resource,
+        ns: Option<&str>,
+        name: &str,
+        sub: Option<&str>,
+        kind: wasm_apiserver_api::patch::PatchType,
+        doc: &Value,
+    ) -> Result<Value> {
+        use wasm_apiserver_api::patch::{self, PatchError, PatchType};
+        let at = chrono::Utc::now();
+        let apply = |cur: &Value| -> Result<Value> {
+            let out = match kind {
+                PatchType::Json => patch::apply_json_patch(cur, doc),
+                PatchType::Merge => patch::apply_merge_patch(cur, doc),
+                _ => patch::apply_strategic_merge_patch(&info.kind, cur, doc),
+            };
+            out.map_err(|e| match e {
+                PatchError::Invalid(m) => ApiError::BadRequest(m),
+                PatchError::Apply(m) => ApiError::Invalid(
+                    Target::default(),
+                    vec![wasm_apiserver_api::Cause {
+                        reason: "FieldValueInvalid".into(),
+                        field: "patch".into(),
+                        message: m,
+                    }],
+                ),
+            })
+        };
+        let outcome = match self.check("patch", info, ns, Some(name), sub) {
+            Ok(()) => {
+                let mut opts = self.write_options();
+                opts.patching = true;
+                self.objects
+                    .patch(info, ns, name, sub, &apply, &opts)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        self.audited("patch", info, ns, Some(name), sub, at, outcome, itself)
+    }
+
+    /// Server-side apply of `config` with this controller's name as field
+    /// manager, creating the object when it is absent.
+    pub async fn apply(
+        &self,
+        info: &Resource,
+        ns: Option<&str>,
+        name: &str,
+        sub: Option<&str>,
+        config: &Value,
+        force: bool,
+    ) -> Result<Value> {
+        let at = chrono::Utc::now();
+        let outcome = match self.check("patch", info, ns, Some(name), sub) {
+            Ok(()) => {
+                let mut opts = self.write_options();
+                self.objects
+                    .apply(info, ns, name, sub, config, force, &mut opts)
+                    .await
+                    .map(crate::apply::Applied::into_object)
+            }
+            Err(e) => Err(e),
+        };
+        self.audited("patch", info, ns, Some(name), sub, at, outcome, itself)
+    }
+
     pub async fn delete(
         &self,
         info: &Resource,
@@ -459,28 +665,29 @@ impl Client {
         )
     }
 
-    /// Records an `events.k8s.io/v1` Event about `regarding` (upstream's
-    /// event recorder: `reportingController` is this controller). Failures
-    /// are logged: an event is never worth failing a reconcile for.
+    /// Records a core/v1 Event about `regarding`, as client-go's event
+    /// recorder writes them (`source.component` and `reportingComponent`
+    /// are `wasm-apiserver/<controller>`): the Events `kubectl get events`
+    /// and `kubectl describe` show (this server stores `events.k8s.io/v1`
+    /// Events apart from core ones, so a recorder of that API would be
+    /// invisible to them). Failures are logged: an event is never worth
+    /// failing a reconcile for.
     pub async fn event(&self, regarding: &Value, kind: &str, reason: &str, note: &str) {
-        let Some(info) = self.objects.resources.get("events.k8s.io", "v1", "events") else {
+        let Some(info) = self.objects.resources.get("", "v1", "events") else {
             return;
         };
         let ns = meta::namespace(regarding).unwrap_or("default").to_string();
         let api_version = regarding["apiVersion"].as_str().unwrap_or_default();
         let name = meta::name(regarding).unwrap_or_default();
+        let now = chrono::Utc::now()
+            .format("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let component = format!("wasm-apiserver/{}", self.name);
         let event = json!({
-            "apiVersion": "events.k8s.io/v1",
+            "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": format!("{name}."), "namespace": ns},
-            "eventTime": micro_time(),
-            "reportingController": format!("wasm-apiserver/{}", self.name),
-            "reportingInstance": format!("{}-{}", self.name, hostname()),
-            "action": reason,
-            "reason": reason,
-            "type": kind,
-            "note": note,
-            "regarding": {
+            "involvedObject": {
                 "apiVersion": api_version,
                 "kind": regarding["kind"],
                 "name": name,
@@ -488,6 +695,16 @@ impl Client {
                 "uid": meta::str_field(regarding, "uid"),
                 "resourceVersion": meta::str_field(regarding, "resourceVersion"),
             },
+            "reason": reason,
+            "message": note,
+            "type": kind,
+            "source": {"component": component},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "eventTime": null,
+            "count": 1,
+            "reportingComponent": component,
+            "reportingInstance": format!("{}-{}", self.name, hostname()),
         });
         if let Err(e) = self.create(&info, Some(&ns), event).await {
             tracing::debug!(controller = %self.name, error = %e, "could not record event");

@@ -47,6 +47,39 @@ struct Metrics {
     retries: AtomicU64,
     queue_duration: Histogram,
     work_duration: Histogram,
+    /// controller-runtime's reconcile metrics, by [`Reconciled`].
+    reconciles: [AtomicU64; 4],
+    reconcile_time: Histogram,
+    active_workers: AtomicU64,
+    max_workers: AtomicU64,
+}
+
+/// How a reconcile ended (`result` label of
+/// `controller_runtime_reconcile_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reconciled {
+    Success,
+    Error,
+    Requeue,
+    RequeueAfter,
+}
+
+impl Reconciled {
+    const ALL: [Reconciled; 4] = [
+        Reconciled::Success,
+        Reconciled::Error,
+        Reconciled::Requeue,
+        Reconciled::RequeueAfter,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Reconciled::Success => "success",
+            Reconciled::Error => "error",
+            Reconciled::Requeue => "requeue",
+            Reconciled::RequeueAfter => "requeue_after",
+        }
+    }
 }
 
 #[derive(Default)]
@@ -70,19 +103,20 @@ impl Histogram {
             .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
     }
 
-    fn render(&self, out: &mut String, metric: &str, name: &str) {
+    /// Renders the histogram with one label, `label="value"`.
+    fn render(&self, out: &mut String, metric: &str, label: &str, value: &str) {
         for (i, b) in BUCKETS.iter().enumerate() {
             let n = self.counts[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "{metric}_bucket{{name=\"{name}\",le=\"{b:e}\"}} {n}");
+            let _ = writeln!(out, "{metric}_bucket{{{label}=\"{value}\",le=\"{b:e}\"}} {n}");
         }
         let count = self.count.load(Ordering::Relaxed);
         let _ = writeln!(
             out,
-            "{metric}_bucket{{name=\"{name}\",le=\"+Inf\"}} {count}"
+            "{metric}_bucket{{{label}=\"{value}\",le=\"+Inf\"}} {count}"
         );
         let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(out, "{metric}_sum{{name=\"{name}\"}} {sum}");
-        let _ = writeln!(out, "{metric}_count{{name=\"{name}\"}} {count}");
+        let _ = writeln!(out, "{metric}_sum{{{label}=\"{value}\"}} {sum}");
+        let _ = writeln!(out, "{metric}_count{{{label}=\"{value}\"}} {count}");
     }
 }
 
@@ -241,10 +275,74 @@ impl<K: Clone + Eq + Hash + Send + 'static> Queue<K> {
         );
         self.metrics
             .queue_duration
-            .render(out, "workqueue_queue_duration_seconds", name);
+            .render(out, "workqueue_queue_duration_seconds", "name", name);
         self.metrics
             .work_duration
-            .render(out, "workqueue_work_duration_seconds", name);
+            .render(out, "workqueue_work_duration_seconds", "name", name);
+        // controller-runtime's, for the controller this queue feeds.
+        for r in Reconciled::ALL {
+            let n = self.metrics.reconciles[r as usize].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "controller_runtime_reconcile_total{{controller=\"{name}\",result=\"{}\"}} {n}",
+                r.label()
+            );
+        }
+        let errors = self.metrics.reconciles[Reconciled::Error as usize].load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "controller_runtime_reconcile_errors_total{{controller=\"{name}\"}} {errors}"
+        );
+        self.metrics.reconcile_time.render(
+            out,
+            "controller_runtime_reconcile_time_seconds",
+            "controller",
+            name,
+        );
+        let _ = writeln!(
+            out,
+            "controller_runtime_active_workers{{controller=\"{name}\"}} {}",
+            self.metrics.active_workers.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "controller_runtime_max_concurrent_reconciles{{controller=\"{name}\"}} {}",
+            self.metrics.max_workers.load(Ordering::Relaxed)
+        );
+    }
+
+    /// Records one reconcile of this queue's controller.
+    pub fn observe_reconcile(&self, result: Reconciled, took: Duration) {
+        self.metrics.reconciles[result as usize].fetch_add(1, Ordering::Relaxed);
+        self.metrics.reconcile_time.observe(took);
+    }
+
+    /// How many workers the controller runs, and how many are busy.
+    pub fn set_workers(&self, max: usize) {
+        self.metrics.max_workers.store(max as u64, Ordering::Relaxed);
+    }
+
+    fn worker_busy(&self, busy: bool) {
+        if busy {
+            self.metrics.active_workers.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.metrics.active_workers.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Marks a worker busy until the guard drops.
+    pub fn busy(self: &Arc<Self>) -> Busy<K> {
+        self.worker_busy(true);
+        Busy(self.clone())
+    }
+}
+
+/// A busy worker (`controller_runtime_active_workers`).
+pub struct Busy<K: Clone + Eq + Hash + Send + 'static>(Arc<Queue<K>>);
+
+impl<K: Clone + Eq + Hash + Send + 'static> Drop for Busy<K> {
+    fn drop(&mut self) {
+        self.0.worker_busy(false);
     }
 }
 

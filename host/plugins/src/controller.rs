@@ -1,0 +1,409 @@
+//! Controllers: the `wasm-apiserver:plugin/controller-plugin` world
+//! (package 0.3.0), logic that reconciles one key at a time when the
+//! cluster changes.
+//!
+//! Only what is specific to controllers lives here: the world's binding,
+//! the plain request and outcome types, and the host side of the `writes`
+//! and `events` imports (over the [`WriteAccess`] set on the store per
+//! call, as `cluster` reads are). Loading, limits, concurrency and metrics
+//! come from [`crate::runtime`].
+
+use crate::cluster::{ClusterAccess, Target};
+use crate::kind::Loaded;
+use crate::runtime::{Limits, Runtime};
+use crate::sandbox::StoreState;
+use crate::writes::{DeleteOptions, PatchKind, WriteAccess, WriteError};
+use crate::{PluginError, metrics::OpMetrics};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+mod v0_3 {
+    wasmtime::component::bindgen!({
+        world: "controller-plugin",
+        path: "../../wit",
+        imports: {
+            "wasm-apiserver:plugin/writes": async,
+            "wasm-apiserver:plugin/events": async,
+        },
+        exports: { default: async },
+        with: {
+            "wasm-apiserver:plugin/types@0.3.0": crate::admission::v0_3::wasm_apiserver::plugin::types,
+            "wasm-apiserver:plugin/log@0.3.0": crate::admission::v0_3::wasm_apiserver::plugin::log,
+            "wasm-apiserver:plugin/cluster@0.3.0": crate::admission::v0_3::wasm_apiserver::plugin::cluster,
+        },
+    });
+    crate::kind::world_pre!(
+        ControllerPlugin,
+        ControllerPluginPre,
+        wasm_apiserver_plugin_controller,
+        "0.3.0",
+        "controller-plugin",
+        "controller",
+        "controller"
+    );
+    pub(crate) type Pre = ControllerPluginPre<crate::sandbox::StoreState>;
+}
+
+use v0_3::exports::wasm_apiserver::plugin::controller as wit;
+use v0_3::wasm_apiserver::plugin::{events as wit_events, writes as wit_writes};
+type WitStatus = crate::admission::v0_3::wasm_apiserver::plugin::types::Status;
+type WitTarget = crate::admission::v0_3::wasm_apiserver::plugin::cluster::Target;
+type WitObject = crate::admission::v0_3::wasm_apiserver::plugin::cluster::Object;
+
+/// `kind` label of controller metrics.
+const KIND: &str = "controller";
+
+/// Why a key was queued (the WIT `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReconcileReason {
+    Initial,
+    Changed,
+    Deleted,
+    Owned,
+    Watched,
+    Resync,
+    Requeued,
+    Retry,
+}
+
+impl ReconcileReason {
+    fn to_wit(self) -> wit::Reason {
+        match self {
+            ReconcileReason::Initial => wit::Reason::Initial,
+            ReconcileReason::Changed => wit::Reason::Changed,
+            ReconcileReason::Deleted => wit::Reason::Deleted,
+            ReconcileReason::Owned => wit::Reason::Owned,
+            ReconcileReason::Watched => wit::Reason::Watched,
+            ReconcileReason::Resync => wit::Reason::Resync,
+            ReconcileReason::Requeued => wit::Reason::Requeued,
+            ReconcileReason::Retry => wit::Reason::Retry,
+        }
+    }
+}
+
+/// One key to reconcile.
+#[derive(Debug, Clone)]
+pub struct ReconcileRequest {
+    /// Identifies the call in logs.
+    pub uid: String,
+    pub resource: crate::Gvr,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub reason: ReconcileReason,
+    pub retries: u32,
+}
+
+/// What a successful reconcile asks for next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    RequeueAfter(Duration),
+}
+
+/// A loaded controller, ready to be called concurrently. Cheap to clone.
+#[derive(Clone)]
+pub struct ControllerPlugin {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    plugin: Loaded<v0_3::Pre>,
+    metrics: Arc<OpMetrics>,
+}
+
+impl std::fmt::Debug for ControllerPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerPlugin")
+            .field("name", &self.name())
+            .field("sha256", &self.digest())
+            .finish()
+    }
+}
+
+impl Runtime {
+    /// Loads a controller: compiles `wasm` (or takes it from the cache),
+    /// checks that it targets the controller world, gives it its reads and
+    /// writes, and has it check `config` once.
+    pub async fn load_controller(
+        &self,
+        name: &str,
+        wasm: &[u8],
+        config: &str,
+        limits: Limits,
+        cluster: ClusterAccess,
+        writes: WriteAccess,
+    ) -> Result<ControllerPlugin, PluginError> {
+        let compiled = self.compile(name, wasm).await?;
+        let mut plugin: Loaded<v0_3::Pre> = self.link_compiled(name, compiled, config, limits)?;
+        plugin.cluster = Some(Arc::new(cluster));
+        plugin.writes = Some(Arc::new(writes));
+        plugin.check_config().await?;
+        Ok(ControllerPlugin {
+            inner: Arc::new(Inner {
+                metrics: self.metrics().op(name, KIND, "reconcile"),
+                plugin,
+            }),
+        })
+    }
+}
+
+impl ControllerPlugin {
+    /// The name the controller was loaded under.
+    pub fn name(&self) -> &str {
+        &self.inner.plugin.core.name
+    }
+
+    /// The SHA-256 of the controller's wasm bytes, in hex.
+    pub fn digest(&self) -> &str {
+        &self.inner.plugin.core.digest
+    }
+
+    /// The limits every reconcile runs under.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.plugin.core.limits
+    }
+
+    /// Reconciles one key in a fresh sandbox. `Ok(Err(message))` is the
+    /// controller's own error; `Err` a sandbox failure (trap, timeout,
+    /// memory); both are retried by the caller.
+    pub async fn reconcile(
+        &self,
+        request: &ReconcileRequest,
+    ) -> Result<Result<Outcome, String>, PluginError> {
+        let inner = &self.inner;
+        inner.metrics.call();
+        let start = Instant::now();
+        let wit_request = wit::ReconcileRequest {
+            resource: crate::admission::v0_3::wasm_apiserver::plugin::types::GroupVersionResource {
+                group: request.resource.group.clone(),
+                version: request.resource.version.clone(),
+                resource: request.resource.resource.clone(),
+            },
+            namespace: request.namespace.clone(),
+            name: request.name.clone(),
+            reason: request.reason.to_wit(),
+            retries: request.retries,
+        };
+        let result = inner
+            .plugin
+            .call(&request.uid, async move |instance, store, config| {
+                instance
+                    .wasm_apiserver_plugin_controller()
+                    .call_reconcile(store, config, &wit_request)
+                    .await
+            })
+            .await
+            .map(|r| {
+                r.map(|o| match o {
+                    wit::ReconcileResult::Done => Outcome::Done,
+                    wit::ReconcileResult::RequeueAfter(ms) => {
+                        Outcome::RequeueAfter(Duration::from_millis(ms.into()))
+                    }
+                })
+            });
+        inner
+            .plugin
+            .core
+            .record(&inner.metrics, start, &result, Result::is_err);
+        result
+    }
+}
+
+fn target_from_wit(t: WitTarget) -> Target {
+    match t {
+        WitTarget::Kind(k) => Target::Kind {
+            api_version: k.api_version,
+            kind: k.kind,
+        },
+        WitTarget::Resource(r) => Target::Resource {
+            group: r.group,
+            version: r.version,
+            resource: r.resource,
+        },
+    }
+}
+
+fn status_to_wit(e: WriteError) -> WitStatus {
+    WitStatus {
+        code: e.code,
+        reason: e.reason,
+        message: e.message,
+        causes: e
+            .causes
+            .into_iter()
+            .map(
+                |c| crate::admission::v0_3::wasm_apiserver::plugin::types::FieldCause {
+                    field: c.field,
+                    reason: c.reason,
+                    message: c.message,
+                },
+            )
+            .collect(),
+    }
+}
+
+fn object_to_wit(o: serde_json::Value) -> WitObject {
+    let resource_version = o["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    WitObject {
+        json: o.to_string(),
+        resource_version,
+    }
+}
+
+fn parse(text: &str, what: &str) -> Result<serde_json::Value, WriteError> {
+    serde_json::from_str(text)
+        .map_err(|e| WriteError::new(400, "BadRequest", format!("{what} is not valid JSON: {e}")))
+}
+
+impl StoreState {
+    /// The call's write access (charged one write), or why there is none.
+    fn write_access(&mut self) -> Result<Arc<WriteAccess>, WriteError> {
+        let access = self.writes.clone().ok_or_else(|| {
+            WriteError::new(403, "Forbidden", "this plugin has no access to writes")
+        })?;
+        access.charge(&mut self.writes_spent)?;
+        Ok(access)
+    }
+}
+
+impl wit_writes::Host for StoreState {
+    async fn create(
+        &mut self,
+        target: WitTarget,
+        namespace: Option<String>,
+        object: String,
+    ) -> Result<WitObject, WitStatus> {
+        let access = self.write_access().map_err(status_to_wit)?;
+        let object = parse(&object, "the object").map_err(status_to_wit)?;
+        access
+            .writes
+            .create(&target_from_wit(target), namespace.as_deref(), object)
+            .await
+            .map(object_to_wit)
+            .map_err(status_to_wit)
+    }
+
+    async fn update(
+        &mut self,
+        target: WitTarget,
+        object: String,
+        subresource: Option<String>,
+    ) -> Result<WitObject, WitStatus> {
+        let access = self.write_access().map_err(status_to_wit)?;
+        let object = parse(&object, "the object").map_err(status_to_wit)?;
+        access
+            .writes
+            .update(&target_from_wit(target), object, subresource.as_deref())
+            .await
+            .map(object_to_wit)
+            .map_err(status_to_wit)
+    }
+
+    async fn patch(
+        &mut self,
+        target: WitTarget,
+        namespace: Option<String>,
+        name: String,
+        patch_type: wit_writes::PatchType,
+        patch: String,
+        subresource: Option<String>,
+    ) -> Result<WitObject, WitStatus> {
+        let access = self.write_access().map_err(status_to_wit)?;
+        let patch = parse(&patch, "the patch").map_err(status_to_wit)?;
+        let kind = match patch_type {
+            wit_writes::PatchType::Json => PatchKind::Json,
+            wit_writes::PatchType::Merge => PatchKind::Merge,
+            wit_writes::PatchType::Strategic => PatchKind::Strategic,
+        };
+        access
+            .writes
+            .patch(
+                &target_from_wit(target),
+                namespace.as_deref(),
+                &name,
+                kind,
+                patch,
+                subresource.as_deref(),
+            )
+            .await
+            .map(object_to_wit)
+            .map_err(status_to_wit)
+    }
+
+    async fn apply(
+        &mut self,
+        target: WitTarget,
+        configuration: String,
+        force: bool,
+        subresource: Option<String>,
+    ) -> Result<WitObject, WitStatus> {
+        let access = self.write_access().map_err(status_to_wit)?;
+        let configuration = parse(&configuration, "the configuration").map_err(status_to_wit)?;
+        access
+            .writes
+            .apply(
+                &target_from_wit(target),
+                configuration,
+                force,
+                subresource.as_deref(),
+            )
+            .await
+            .map(object_to_wit)
+            .map_err(status_to_wit)
+    }
+
+    async fn delete(
+        &mut self,
+        target: WitTarget,
+        namespace: Option<String>,
+        name: String,
+        options: wit_writes::DeleteOptions,
+    ) -> Result<(), WitStatus> {
+        let access = self.write_access().map_err(status_to_wit)?;
+        let options = DeleteOptions {
+            propagation_policy: options.propagation_policy,
+            uid: options.uid,
+            resource_version: options.resource_version,
+        };
+        access
+            .writes
+            .delete(
+                &target_from_wit(target),
+                namespace.as_deref(),
+                &name,
+                &options,
+            )
+            .await
+            .map_err(status_to_wit)
+    }
+}
+
+impl wit_events::Host for StoreState {
+    async fn publish(
+        &mut self,
+        regarding: String,
+        event_type: wit_events::EventType,
+        reason: String,
+        note: String,
+    ) {
+        let access = match self.write_access() {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(error = %e.message, "event dropped");
+                return;
+            }
+        };
+        let Ok(regarding) = serde_json::from_str::<serde_json::Value>(&regarding) else {
+            tracing::debug!("event dropped: `regarding` is not JSON");
+            return;
+        };
+        let warning = matches!(event_type, wit_events::EventType::Warning);
+        access
+            .writes
+            .event(&regarding, warning, &reason, &note)
+            .await;
+    }
+}

@@ -1,0 +1,428 @@
+//! End-to-end: controllers as wasm components (issue 34), through kubectl
+//! against the real binary with real compiled components: the
+//! `namespace-defaults` example generates, repairs and removes; RBAC and
+//! admission bind a controller's writes; hostile components fail alone;
+//! a swap to a new version misses no key; a deleted controller stops.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use wasm_apiserver_e2e::{Server, kubectl, kubectl_json, kubectl_ok, kubectl_stdin, poll_until};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn start() -> Server {
+    let dir = wasm_apiserver_e2e::plugin_dir();
+    Server::start_with_args(&["--plugin-dir", dir.to_str().expect("UTF-8 path")])
+}
+
+fn apply(server: &Server, doc: &Value) {
+    let out = kubectl_stdin(server, None, &["apply", "-f", "-"], &doc.to_string());
+    assert!(
+        out.status.success(),
+        "apply failed: {}\n{doc}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A ServiceAccount in kube-system bound to a ClusterRole of `rules`.
+fn service_account(server: &Server, name: &str, rules: Value) {
+    apply(
+        server,
+        &json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "ServiceAccount",
+             "metadata": {"name": name, "namespace": "kube-system"}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": format!("controller:{name}")}, "rules": rules},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": format!("controller:{name}")},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": format!("controller:{name}")},
+             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "kube-system"}]},
+        ]}),
+    );
+}
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
+    json!({"apiGroups": groups, "resources": resources, "verbs": verbs})
+}
+
+const ALL: &[&str] = &["get", "list", "watch", "create", "update", "patch", "delete"];
+const READ: &[&str] = &["get", "list", "watch"];
+
+fn namespace_defaults(name: &str, sa: &str) -> Value {
+    json!({
+        "apiVersion": "controllers.wasm-apiserver.io/v1alpha1", "kind": "Controller",
+        "metadata": {"name": name},
+        "spec": {
+            "module": {"file": "namespace_defaults.wasm"},
+            "for": {"apiVersion": "v1", "kind": "Namespace"},
+            "owns": [
+                {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy"},
+                {"apiVersion": "v1", "kind": "ResourceQuota"},
+                {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding"},
+            ],
+            "serviceAccountName": format!("kube-system/{sa}"),
+            "workers": 2,
+        },
+    })
+}
+
+/// The controller's status once it has seen its latest generation.
+fn wait_status(server: &Server, name: &str, phase: &str) -> Value {
+    poll_until(WAIT, &format!("controller {name} to be {phase}"), || {
+        let c = kubectl_json(server, None, &["get", "controller", name, "-o", "json"]);
+        let seen = c["status"]["observedGeneration"] == c["metadata"]["generation"];
+        (seen && c["status"]["phase"] == phase).then(|| c["status"].clone())
+    })
+}
+
+fn get(server: &Server, args: &[&str]) -> Option<Value> {
+    let mut full = vec!["get"];
+    full.extend_from_slice(args);
+    full.extend_from_slice(&["-o", "json"]);
+    let out = kubectl(server, None, &full);
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
+        return None;
+    }
+    Some(serde_json::from_slice(&out.stdout).expect("JSON"))
+}
+
+fn generated(server: &Server, ns: &str) -> Vec<Option<Value>> {
+    [
+        ["networkpolicy", "default-deny"],
+        ["resourcequota", "default-quota"],
+        ["rolebinding", "tenant-admins"],
+    ]
+    .iter()
+    .map(|[kind, name]| get(server, &[kind, name, "-n", ns, "--show-managed-fields"]))
+    .collect()
+}
+
+fn full_rbac(server: &Server, sa: &str) {
+    service_account(
+        server,
+        sa,
+        json!([
+            rule(&[""], &["namespaces"], READ),
+            rule(&["networking.k8s.io"], &["networkpolicies"], ALL),
+            rule(&[""], &["resourcequotas"], ALL),
+            rule(&["rbac.authorization.k8s.io"], &["rolebindings"], ALL),
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+             "verbs": ["bind"], "resourceNames": ["admin"]},
+            rule(&["", "events.k8s.io"], &["events"], &["create", "patch"]),
+        ]),
+    );
+}
+
+/// The `namespace-defaults` example: a labelled namespace gets its three
+/// objects, a deleted one and a hand-edited quota come back, removing the
+/// label removes them, and unlabelled namespaces are left alone; the
+/// controller reports through `kubectl get controllers`, Events and
+/// controller-runtime's metrics.
+#[test]
+fn namespace_defaults_generates_repairs_and_removes() {
+    let server = start();
+    full_rbac(&server, "namespace-defaults");
+    kubectl_ok(&server, None, &["create", "namespace", "plain"]);
+    apply(&server, &namespace_defaults("namespace-defaults", "namespace-defaults"));
+    let status = wait_status(&server, "namespace-defaults", "Active");
+    assert!(
+        status["digest"].as_str().unwrap().starts_with("sha256:"),
+        "{status}"
+    );
+    let table = kubectl_ok(&server, None, &["get", "controllers"]);
+    assert!(
+        table.contains("FOR") && table.contains("namespace-defaults   Namespace   Active"),
+        "{table}"
+    );
+
+    kubectl_ok(&server, None, &["create", "namespace", "team-a"]);
+    kubectl_ok(&server, None, &["label", "namespace", "team-a", "tenant=a"]);
+    let objects = poll_until(WAIT, "the three generated objects", || {
+        let g = generated(&server, "team-a");
+        g.iter().all(Option::is_some).then(|| g.into_iter().flatten().collect::<Vec<_>>())
+    });
+    let ns = kubectl_json(&server, None, &["get", "namespace", "team-a", "-o", "json"]);
+    for o in &objects {
+        assert_eq!(
+            o["metadata"]["ownerReferences"][0]["uid"], ns["metadata"]["uid"],
+            "{o}"
+        );
+        assert_eq!(
+            o["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+            "namespace-defaults"
+        );
+        // Written as the controller's ServiceAccount, by apply.
+        let managers: Vec<&str> = o["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["manager"].as_str().unwrap())
+            .collect();
+        assert_eq!(managers, ["namespace-defaults"], "{o}");
+    }
+    assert_eq!(objects[2]["subjects"][0]["name"], "tenant:a");
+
+    // Drift is repaired: a deleted NetworkPolicy comes back...
+    let old_uid = objects[0]["metadata"]["uid"].clone();
+    kubectl_ok(&server, None, &["delete", "networkpolicy", "default-deny", "-n", "team-a"]);
+    poll_until(WAIT, "the NetworkPolicy to come back", || {
+        get(&server, &["networkpolicy", "default-deny", "-n", "team-a"])
+            .filter(|np| np["metadata"]["uid"] != old_uid)
+    });
+    // ...and a hand-edited quota is put back.
+    kubectl_ok(
+        &server,
+        None,
+        &["patch", "resourcequota", "default-quota", "-n", "team-a", "--type", "merge",
+          "-p", r#"{"spec":{"hard":{"pods":"99"}}}"#],
+    );
+    poll_until(WAIT, "the quota to be put back", || {
+        get(&server, &["resourcequota", "default-quota", "-n", "team-a"])
+            .filter(|q| q["spec"]["hard"]["pods"] == "20")
+    });
+
+    // Unlabelled namespaces got nothing.
+    assert!(generated(&server, "plain").iter().all(Option::is_none));
+
+    // The label goes: so do the generated objects.
+    kubectl_ok(&server, None, &["label", "namespace", "team-a", "tenant-"]);
+    poll_until(WAIT, "the generated objects to go", || {
+        generated(&server, "team-a").iter().all(Option::is_none).then_some(())
+    });
+
+    let metrics = server.get("/metrics").expect("metrics").1;
+    let success = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(
+                "controller_runtime_reconcile_total{controller=\"namespace-defaults\",result=\"success\"}",
+            )
+        })
+        .unwrap_or_else(|| panic!("no reconcile metric:\n{metrics}"));
+    let n: u64 = success.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(n >= 4, "{success}");
+    assert!(metrics.contains("workqueue_depth{name=\"namespace-defaults\"}"));
+    assert!(
+        metrics.contains(
+            "wasm_apiserver_plugin_calls_total{plugin=\"namespace-defaults\",kind=\"controller\",op=\"reconcile\"}"
+        ),
+        "{metrics}"
+    );
+}
+
+/// A controller can do only what its ServiceAccount may: without RBAC for
+/// NetworkPolicies its writes are 403s (in its status and a Warning Event)
+/// and nothing is created; an admission plugin that denies its write is
+/// honoured; and nobody may name a ServiceAccount they cannot impersonate.
+#[test]
+fn rbac_and_admission_bind_a_controllers_writes() {
+    let server = start();
+    service_account(
+        &server,
+        "weak",
+        json!([
+            rule(&[""], &["namespaces"], READ),
+            rule(&["networking.k8s.io"], &["networkpolicies"], READ),
+            rule(&[""], &["resourcequotas"], READ),
+            rule(&["rbac.authorization.k8s.io"], &["rolebindings"], READ),
+        ]),
+    );
+    apply(&server, &namespace_defaults("weak-defaults", "weak"));
+    wait_status(&server, "weak-defaults", "Active");
+    kubectl_ok(&server, None, &["create", "namespace", "team-b"]);
+    kubectl_ok(&server, None, &["label", "namespace", "team-b", "tenant=b"]);
+    let status = poll_until(WAIT, "a forbidden write in the status", || {
+        let c = kubectl_json(&server, None, &["get", "controller", "weak-defaults", "-o", "json"]);
+        c["status"]["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("team-b") && e.contains("Forbidden"))
+            .then(|| c["status"].clone())
+    });
+    assert!(
+        status["lastError"].as_str().unwrap().contains("system:serviceaccount:kube-system:weak"),
+        "{status}"
+    );
+    let events = poll_until(WAIT, "the Warning Event", || {
+        let list = kubectl_json(&server, None, &["get", "events", "-n", "default", "-o", "json"]);
+        let found: Vec<Value> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["reason"] == "ReconcileError" && e["type"] == "Warning")
+            .cloned()
+            .collect();
+        (!found.is_empty()).then_some(found)
+    });
+    assert_eq!(events[0]["involvedObject"]["name"], "weak-defaults", "{events:?}");
+    assert!(generated(&server, "team-b").iter().all(Option::is_none));
+
+    // An admission plugin denying its NetworkPolicies is honoured, and
+    // once it goes the retries (with backoff) get through.
+    full_rbac(&server, "strong");
+    apply(
+        &server,
+        &json!({"apiVersion": "admission.wasm-apiserver.io/v1alpha1", "kind": "AdmissionPlugin",
+            "metadata": {"name": "netpol-owner"},
+            "spec": {"module": {"file": "require_labels.wasm"}, "phases": ["Validating"],
+                "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["networking.k8s.io"],
+                           "apiVersions": ["*"], "resources": ["networkpolicies"]}],
+                "config": {"labels": ["owner"]}}}),
+    );
+    poll_until(WAIT, "the admission plugin", || {
+        let p = kubectl_json(&server, None, &["get", "admissionplugin", "netpol-owner", "-o", "json"]);
+        (p["status"]["phase"] == "Active").then_some(())
+    });
+    kubectl_ok(&server, None, &["create", "namespace", "team-c"]);
+    kubectl_ok(&server, None, &["label", "namespace", "team-c", "tenant=c"]);
+    apply(&server, &namespace_defaults("strong-defaults", "strong"));
+    poll_until(WAIT, "the admission denial in the status", || {
+        let c = kubectl_json(&server, None, &["get", "controller", "strong-defaults", "-o", "json"]);
+        c["status"]["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("admission plugin \"netpol-owner\" denied"))
+            .then_some(())
+    });
+    assert!(get(&server, &["networkpolicy", "default-deny", "-n", "team-c"]).is_none());
+    kubectl_ok(&server, None, &["delete", "admissionplugin", "netpol-owner"]);
+    poll_until(WAIT, "the objects once admission allows them", || {
+        generated(&server, "team-c").iter().all(Option::is_some).then_some(())
+    });
+
+    // Naming a ServiceAccount needs the right to impersonate it.
+    apply(
+        &server,
+        &json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": "controller-author"},
+             "rules": [rule(&["controllers.wasm-apiserver.io"], &["controllers"], ALL)]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": "controller-author"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": "controller-author"},
+             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]},
+        ]}),
+    );
+    let out = kubectl_stdin(
+        &server,
+        None,
+        &["--as", "alice", "apply", "-f", "-"],
+        &namespace_defaults("alice-defaults", "strong").to_string(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "alice may not act as strong");
+    assert!(
+        err.contains("spec.serviceAccountName") && err.contains("cannot impersonate"),
+        "{err}"
+    );
+}
+
+fn hostile(config: Value, workers: u32) -> Value {
+    json!({
+        "apiVersion": "controllers.wasm-apiserver.io/v1alpha1", "kind": "Controller",
+        "metadata": {"name": "hostile"},
+        "spec": {
+            "module": {"file": "hostile_controller.wasm"},
+            "for": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "serviceAccountName": "kube-system/hostile",
+            "workers": workers,
+            "limits": {"timeoutMillis": 500, "memoryBytes": 16777216},
+            "config": config,
+        },
+    })
+}
+
+fn configmaps(names: &[String]) -> Value {
+    json!({"apiVersion": "v1", "kind": "List", "items": names.iter().map(|n| json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": "hostile"}})).collect::<Vec<_>>()})
+}
+
+fn marks(server: &Server) -> std::collections::BTreeMap<String, String> {
+    let list = kubectl_json(server, None, &["get", "configmaps", "-n", "hostile", "-o", "json"]);
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| {
+            Some((
+                c["metadata"]["name"].as_str()?.to_owned(),
+                c["metadata"]["annotations"]["reconciled-by"].as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// A loop, a memory bomb, a trap and an error fail only their own keys
+/// (with backoff, reported in the status) while other keys, other requests
+/// and a second controller go on; swapping the component (in place, and
+/// with new watches) loses no key; a deleted controller stops.
+#[test]
+fn hostile_controllers_are_contained_and_swaps_miss_nothing() {
+    let server = start();
+    service_account(
+        &server,
+        "hostile",
+        json!([rule(&[""], &["configmaps"], ALL), rule(&["", "events.k8s.io"], &["events"], &["create"])]),
+    );
+    full_rbac(&server, "namespace-defaults");
+    apply(&server, &namespace_defaults("namespace-defaults", "namespace-defaults"));
+    kubectl_ok(&server, None, &["create", "namespace", "hostile"]);
+    apply(&server, &hostile(json!({"mark": "v1"}), 2));
+    wait_status(&server, "hostile", "Active");
+    let bad: Vec<String> = ["loop-1", "bomb-1", "trap-1", "fail-1"].map(String::from).to_vec();
+    apply(&server, &configmaps(&bad));
+    apply(&server, &configmaps(&["ok-1".to_string()]));
+    poll_until(WAIT, "ok-1 to be reconciled", || {
+        (marks(&server).get("ok-1").map(String::as_str) == Some("v1")).then_some(())
+    });
+    // Requests keep their latency while the loops spin.
+    let started = Instant::now();
+    kubectl_ok(&server, None, &["get", "namespaces"]);
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    // The other controller keeps working.
+    kubectl_ok(&server, None, &["create", "namespace", "team-h"]);
+    kubectl_ok(&server, None, &["label", "namespace", "team-h", "tenant=h"]);
+    poll_until(WAIT, "the other controller's objects", || {
+        generated(&server, "team-h").iter().all(Option::is_some).then_some(())
+    });
+    let status = poll_until(WAIT, "the failures in the status", || {
+        let c = kubectl_json(&server, None, &["get", "controller", "hostile", "-o", "json"]);
+        (c["status"]["failures"].as_u64().unwrap_or(0) >= 8).then(|| c["status"].clone())
+    });
+    assert!(status["lastError"].is_string(), "{status}");
+    let log = server.log();
+    for what in ["timed out", "memory limit", "trapped", "failing on purpose"] {
+        assert!(log.contains(what), "no {what:?} in the log");
+    }
+
+    // Swap in place (configuration only) while keys arrive: none is missed.
+    let burst: Vec<String> = (0..15).map(|i| format!("ok-swap-{i}")).collect();
+    apply(&server, &hostile(json!({"mark": "v2"}), 2));
+    apply(&server, &configmaps(&burst));
+    // Swap again, now with new workers (new watches), while more arrive.
+    let burst2: Vec<String> = (0..15).map(|i| format!("ok-restart-{i}")).collect();
+    apply(&server, &hostile(json!({"mark": "v3"}), 3));
+    apply(&server, &configmaps(&burst2));
+    wait_status(&server, "hostile", "Active");
+    let all = poll_until(WAIT, "every key reconciled", || {
+        let m = marks(&server);
+        burst.iter().chain(&burst2).all(|n| m.contains_key(n)).then_some(m)
+    });
+    assert_eq!(all["ok-restart-0"], "v3", "{all:?}");
+    // A restart reconciles every object once, with the new version.
+    poll_until(WAIT, "ok-1 reconciled by v3", || {
+        (marks(&server).get("ok-1").map(String::as_str) == Some("v3")).then_some(())
+    });
+
+    // Deleted: it stops.
+    kubectl_ok(&server, None, &["delete", "controller", "hostile"]);
+    std::thread::sleep(Duration::from_millis(500));
+    apply(&server, &configmaps(&["ok-after".to_string()]));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!marks(&server).contains_key("ok-after"));
+    let metrics = server.get("/metrics").expect("metrics").1;
+    assert!(!metrics.contains("name=\"hostile\""), "the queue's metrics went with it");
+}
