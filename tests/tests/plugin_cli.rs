@@ -158,3 +158,75 @@ fn bench_prints_a_row_of_timings() {
         );
     }
 }
+
+/// A controller: one key over `--cluster` fixtures prints the writes the
+/// reconcile makes; the example's case table passes; a configuration that
+/// watches another label fails the cases that expected writes, by name.
+#[test]
+fn a_controller_reconciles_fixtures_and_judges_a_case_table() {
+    let dir = std::env::temp_dir().join(format!("plugin-cli-ctl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cluster = dir.join("cluster.yaml");
+    std::fs::write(
+        &cluster,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-x, uid: u1, labels: {tenant: x}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: other}\n",
+    )
+    .unwrap();
+    let (code, out) = plugin(&[
+        "test",
+        &component("namespace_defaults.wasm"),
+        "--cluster",
+        cluster.to_str().unwrap(),
+        "--for",
+        "v1/Namespace",
+        "--key",
+        "team-x",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    for line in [
+        "apply NetworkPolicy team-x/default-deny",
+        "apply ResourceQuota team-x/default-quota",
+        "apply RoleBinding team-x/tenant-admins",
+        "done",
+    ] {
+        assert!(out.lines().any(|l| l == line), "no {line:?} in:\n{out}");
+    }
+    let (code, out) = plugin(&[
+        "test",
+        &component("namespace_defaults.wasm"),
+        "--cluster",
+        cluster.to_str().unwrap(),
+        "--for",
+        "v1/Namespace",
+        "--key",
+        "other",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("apply"), "{out}");
+
+    let table =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/namespace-defaults/cases.yaml");
+    let (code, out) = plugin(&[
+        "test",
+        &component("namespace_defaults.wasm"),
+        "--cases",
+        table.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("4 passed, 0 failed"), "{out}");
+    let config = dir.join("config.json");
+    std::fs::write(&config, r#"{"label": "owner"}"#).unwrap();
+    let (code, out) = plugin(&[
+        "test",
+        &component("namespace_defaults.wasm"),
+        "--cases",
+        table.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAIL a labelled namespace gets its three objects: expected writes"),
+        "{out}"
+    );
+}

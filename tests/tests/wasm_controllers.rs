@@ -47,7 +47,9 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
     json!({"apiGroups": groups, "resources": resources, "verbs": verbs})
 }
 
-const ALL: &[&str] = &["get", "list", "watch", "create", "update", "patch", "delete"];
+const ALL: &[&str] = &[
+    "get", "list", "watch", "create", "update", "patch", "delete",
+];
 const READ: &[&str] = &["get", "list", "watch"];
 
 fn namespace_defaults(name: &str, sa: &str) -> Value {
@@ -84,7 +86,10 @@ fn get(server: &Server, args: &[&str]) -> Option<Value> {
     let out = kubectl(server, None, &full);
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
+        assert!(
+            err.contains("NotFound") || err.contains("not found"),
+            "{err}"
+        );
         return None;
     }
     Some(serde_json::from_slice(&out.stdout).expect("JSON"))
@@ -127,7 +132,10 @@ fn namespace_defaults_generates_repairs_and_removes() {
     let server = start();
     full_rbac(&server, "namespace-defaults");
     kubectl_ok(&server, None, &["create", "namespace", "plain"]);
-    apply(&server, &namespace_defaults("namespace-defaults", "namespace-defaults"));
+    apply(
+        &server,
+        &namespace_defaults("namespace-defaults", "namespace-defaults"),
+    );
     let status = wait_status(&server, "namespace-defaults", "Active");
     assert!(
         status["digest"].as_str().unwrap().starts_with("sha256:"),
@@ -143,7 +151,9 @@ fn namespace_defaults_generates_repairs_and_removes() {
     kubectl_ok(&server, None, &["label", "namespace", "team-a", "tenant=a"]);
     let objects = poll_until(WAIT, "the three generated objects", || {
         let g = generated(&server, "team-a");
-        g.iter().all(Option::is_some).then(|| g.into_iter().flatten().collect::<Vec<_>>())
+        g.iter()
+            .all(Option::is_some)
+            .then(|| g.into_iter().flatten().collect::<Vec<_>>())
     });
     let ns = kubectl_json(&server, None, &["get", "namespace", "team-a", "-o", "json"]);
     for o in &objects {
@@ -168,7 +178,11 @@ fn namespace_defaults_generates_repairs_and_removes() {
 
     // Drift is repaired: a deleted NetworkPolicy comes back...
     let old_uid = objects[0]["metadata"]["uid"].clone();
-    kubectl_ok(&server, None, &["delete", "networkpolicy", "default-deny", "-n", "team-a"]);
+    kubectl_ok(
+        &server,
+        None,
+        &["delete", "networkpolicy", "default-deny", "-n", "team-a"],
+    );
     poll_until(WAIT, "the NetworkPolicy to come back", || {
         get(&server, &["networkpolicy", "default-deny", "-n", "team-a"])
             .filter(|np| np["metadata"]["uid"] != old_uid)
@@ -177,8 +191,17 @@ fn namespace_defaults_generates_repairs_and_removes() {
     kubectl_ok(
         &server,
         None,
-        &["patch", "resourcequota", "default-quota", "-n", "team-a", "--type", "merge",
-          "-p", r#"{"spec":{"hard":{"pods":"99"}}}"#],
+        &[
+            "patch",
+            "resourcequota",
+            "default-quota",
+            "-n",
+            "team-a",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"hard":{"pods":"99"}}}"#,
+        ],
     );
     poll_until(WAIT, "the quota to be put back", || {
         get(&server, &["resourcequota", "default-quota", "-n", "team-a"])
@@ -191,7 +214,10 @@ fn namespace_defaults_generates_repairs_and_removes() {
     // The label goes: so do the generated objects.
     kubectl_ok(&server, None, &["label", "namespace", "team-a", "tenant-"]);
     poll_until(WAIT, "the generated objects to go", || {
-        generated(&server, "team-a").iter().all(Option::is_none).then_some(())
+        generated(&server, "team-a")
+            .iter()
+            .all(Option::is_none)
+            .then_some(())
     });
 
     let metrics = server.get("/metrics").expect("metrics").1;
@@ -236,18 +262,29 @@ fn rbac_and_admission_bind_a_controllers_writes() {
     kubectl_ok(&server, None, &["create", "namespace", "team-b"]);
     kubectl_ok(&server, None, &["label", "namespace", "team-b", "tenant=b"]);
     let status = poll_until(WAIT, "a forbidden write in the status", || {
-        let c = kubectl_json(&server, None, &["get", "controller", "weak-defaults", "-o", "json"]);
+        let c = kubectl_json(
+            &server,
+            None,
+            &["get", "controller", "weak-defaults", "-o", "json"],
+        );
         c["status"]["lastError"]
             .as_str()
             .is_some_and(|e| e.contains("team-b") && e.contains("Forbidden"))
             .then(|| c["status"].clone())
     });
     assert!(
-        status["lastError"].as_str().unwrap().contains("system:serviceaccount:kube-system:weak"),
+        status["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("system:serviceaccount:kube-system:weak"),
         "{status}"
     );
     let events = poll_until(WAIT, "the Warning Event", || {
-        let list = kubectl_json(&server, None, &["get", "events", "-n", "default", "-o", "json"]);
+        let list = kubectl_json(
+            &server,
+            None,
+            &["get", "events", "-n", "default", "-o", "json"],
+        );
         let found: Vec<Value> = list["items"]
             .as_array()
             .unwrap()
@@ -257,7 +294,10 @@ fn rbac_and_admission_bind_a_controllers_writes() {
             .collect();
         (!found.is_empty()).then_some(found)
     });
-    assert_eq!(events[0]["involvedObject"]["name"], "weak-defaults", "{events:?}");
+    assert_eq!(
+        events[0]["involvedObject"]["name"], "weak-defaults",
+        "{events:?}"
+    );
     assert!(generated(&server, "team-b").iter().all(Option::is_none));
 
     // An admission plugin denying its NetworkPolicies is honoured, and
@@ -273,23 +313,38 @@ fn rbac_and_admission_bind_a_controllers_writes() {
                 "config": {"labels": ["owner"]}}}),
     );
     poll_until(WAIT, "the admission plugin", || {
-        let p = kubectl_json(&server, None, &["get", "admissionplugin", "netpol-owner", "-o", "json"]);
+        let p = kubectl_json(
+            &server,
+            None,
+            &["get", "admissionplugin", "netpol-owner", "-o", "json"],
+        );
         (p["status"]["phase"] == "Active").then_some(())
     });
     kubectl_ok(&server, None, &["create", "namespace", "team-c"]);
     kubectl_ok(&server, None, &["label", "namespace", "team-c", "tenant=c"]);
     apply(&server, &namespace_defaults("strong-defaults", "strong"));
     poll_until(WAIT, "the admission denial in the status", || {
-        let c = kubectl_json(&server, None, &["get", "controller", "strong-defaults", "-o", "json"]);
+        let c = kubectl_json(
+            &server,
+            None,
+            &["get", "controller", "strong-defaults", "-o", "json"],
+        );
         c["status"]["lastError"]
             .as_str()
             .is_some_and(|e| e.contains("admission plugin \"netpol-owner\" denied"))
             .then_some(())
     });
     assert!(get(&server, &["networkpolicy", "default-deny", "-n", "team-c"]).is_none());
-    kubectl_ok(&server, None, &["delete", "admissionplugin", "netpol-owner"]);
+    kubectl_ok(
+        &server,
+        None,
+        &["delete", "admissionplugin", "netpol-owner"],
+    );
     poll_until(WAIT, "the objects once admission allows them", || {
-        generated(&server, "team-c").iter().all(Option::is_some).then_some(())
+        generated(&server, "team-c")
+            .iter()
+            .all(Option::is_some)
+            .then_some(())
     });
 
     // Naming a ServiceAccount needs the right to impersonate it.
@@ -341,7 +396,11 @@ fn configmaps(names: &[String]) -> Value {
 }
 
 fn marks(server: &Server) -> std::collections::BTreeMap<String, String> {
-    let list = kubectl_json(server, None, &["get", "configmaps", "-n", "hostile", "-o", "json"]);
+    let list = kubectl_json(
+        server,
+        None,
+        &["get", "configmaps", "-n", "hostile", "-o", "json"],
+    );
     list["items"]
         .as_array()
         .unwrap()
@@ -349,7 +408,9 @@ fn marks(server: &Server) -> std::collections::BTreeMap<String, String> {
         .filter_map(|c| {
             Some((
                 c["metadata"]["name"].as_str()?.to_owned(),
-                c["metadata"]["annotations"]["reconciled-by"].as_str()?.to_owned(),
+                c["metadata"]["annotations"]["reconciled-by"]
+                    .as_str()?
+                    .to_owned(),
             ))
         })
         .collect()
@@ -365,14 +426,22 @@ fn hostile_controllers_are_contained_and_swaps_miss_nothing() {
     service_account(
         &server,
         "hostile",
-        json!([rule(&[""], &["configmaps"], ALL), rule(&["", "events.k8s.io"], &["events"], &["create"])]),
+        json!([
+            rule(&[""], &["configmaps"], ALL),
+            rule(&["", "events.k8s.io"], &["events"], &["create"])
+        ]),
     );
     full_rbac(&server, "namespace-defaults");
-    apply(&server, &namespace_defaults("namespace-defaults", "namespace-defaults"));
+    apply(
+        &server,
+        &namespace_defaults("namespace-defaults", "namespace-defaults"),
+    );
     kubectl_ok(&server, None, &["create", "namespace", "hostile"]);
     apply(&server, &hostile(json!({"mark": "v1"}), 2));
     wait_status(&server, "hostile", "Active");
-    let bad: Vec<String> = ["loop-1", "bomb-1", "trap-1", "fail-1"].map(String::from).to_vec();
+    let bad: Vec<String> = ["loop-1", "bomb-1", "trap-1", "fail-1"]
+        .map(String::from)
+        .to_vec();
     apply(&server, &configmaps(&bad));
     apply(&server, &configmaps(&["ok-1".to_string()]));
     poll_until(WAIT, "ok-1 to be reconciled", || {
@@ -381,15 +450,26 @@ fn hostile_controllers_are_contained_and_swaps_miss_nothing() {
     // Requests keep their latency while the loops spin.
     let started = Instant::now();
     kubectl_ok(&server, None, &["get", "namespaces"]);
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     // The other controller keeps working.
     kubectl_ok(&server, None, &["create", "namespace", "team-h"]);
     kubectl_ok(&server, None, &["label", "namespace", "team-h", "tenant=h"]);
     poll_until(WAIT, "the other controller's objects", || {
-        generated(&server, "team-h").iter().all(Option::is_some).then_some(())
+        generated(&server, "team-h")
+            .iter()
+            .all(Option::is_some)
+            .then_some(())
     });
     let status = poll_until(WAIT, "the failures in the status", || {
-        let c = kubectl_json(&server, None, &["get", "controller", "hostile", "-o", "json"]);
+        let c = kubectl_json(
+            &server,
+            None,
+            &["get", "controller", "hostile", "-o", "json"],
+        );
         (c["status"]["failures"].as_u64().unwrap_or(0) >= 8).then(|| c["status"].clone())
     });
     assert!(status["lastError"].is_string(), "{status}");
@@ -409,7 +489,11 @@ fn hostile_controllers_are_contained_and_swaps_miss_nothing() {
     wait_status(&server, "hostile", "Active");
     let all = poll_until(WAIT, "every key reconciled", || {
         let m = marks(&server);
-        burst.iter().chain(&burst2).all(|n| m.contains_key(n)).then_some(m)
+        burst
+            .iter()
+            .chain(&burst2)
+            .all(|n| m.contains_key(n))
+            .then_some(m)
     });
     assert_eq!(all["ok-restart-0"], "v3", "{all:?}");
     // A restart reconciles every object once, with the new version.
@@ -424,5 +508,74 @@ fn hostile_controllers_are_contained_and_swaps_miss_nothing() {
     std::thread::sleep(Duration::from_secs(2));
     assert!(!marks(&server).contains_key("ok-after"));
     let metrics = server.get("/metrics").expect("metrics").1;
-    assert!(!metrics.contains("name=\"hostile\""), "the queue's metrics went with it");
+    assert!(
+        !metrics.contains("name=\"hostile\""),
+        "the queue's metrics went with it"
+    );
+}
+
+/// On etcd with two replicas, only the leader runs wasm controllers (one
+/// queue, so every key is reconciled by one replica), and when the leader
+/// is killed the other takes the Lease and runs them.
+#[test]
+fn one_replica_runs_wasm_controllers_and_another_takes_over() {
+    let etcd = wasm_apiserver_e2e::etcd::EtcdCluster::start(1);
+    let servers = etcd.servers_flag();
+    let dir = wasm_apiserver_e2e::plugin_dir();
+    let args = [
+        "--etcd-servers",
+        servers.as_str(),
+        "--plugin-dir",
+        dir.to_str().expect("UTF-8 path"),
+        "--leader-elect-lease-duration=4s",
+        "--leader-elect-renew-deadline=3s",
+        "--leader-elect-retry-period=500ms",
+    ];
+    let mut a = Server::start_with_args(&args);
+    let mut b = Server::start_with_args(&args);
+    full_rbac(&a, "namespace-defaults");
+    apply(
+        &a,
+        &namespace_defaults("namespace-defaults", "namespace-defaults"),
+    );
+    wait_status(&b, "namespace-defaults", "Active");
+    kubectl_ok(&a, None, &["create", "namespace", "team-r"]);
+    kubectl_ok(&b, None, &["label", "namespace", "team-r", "tenant=r"]);
+    poll_until(WAIT, "the generated objects", || {
+        generated(&b, "team-r")
+            .iter()
+            .all(Option::is_some)
+            .then_some(())
+    });
+    let runs = |s: &Server| {
+        s.get("/metrics")
+            .unwrap()
+            .1
+            .contains("controller_runtime_reconcile_total{controller=\"namespace-defaults\"")
+    };
+    let (ra, rb) = (runs(&a), runs(&b));
+    assert!(
+        ra != rb,
+        "exactly one replica runs the controller: a {ra}, b {rb}"
+    );
+    let survivor = if ra {
+        a.kill9();
+        &b
+    } else {
+        b.kill9();
+        &a
+    };
+    kubectl_ok(survivor, None, &["create", "namespace", "team-s"]);
+    kubectl_ok(
+        survivor,
+        None,
+        &["label", "namespace", "team-s", "tenant=s"],
+    );
+    poll_until(WAIT, "the survivor to generate", || {
+        generated(survivor, "team-s")
+            .iter()
+            .all(Option::is_some)
+            .then_some(())
+    });
+    assert!(runs(survivor));
 }

@@ -188,7 +188,9 @@ impl ControllerSpec {
         }
         for (i, w) in s.watches.iter().enumerate() {
             if w.api_version.is_empty() || w.kind.is_empty() {
-                return Err(format!("spec.watches[{i}]: apiVersion and kind are required"));
+                return Err(format!(
+                    "spec.watches[{i}]: apiVersion and kind are required"
+                ));
             }
             if let Some(sel) = &w.label_selector {
                 sel.to_label_selector()
@@ -277,8 +279,10 @@ mod tests {
                 .unwrap_err()
                 .contains("components")
         );
-        let w = spec(json!({"watches": [{"apiVersion": "v1", "kind": "Secret", "map": "All",
-            "labelSelector": {"matchLabels": {"copy": "true"}}}]}))
+        let w = spec(
+            json!({"watches": [{"apiVersion": "v1", "kind": "Secret", "map": "All",
+            "labelSelector": {"matchLabels": {"copy": "true"}}}]}),
+        )
         .unwrap();
         assert_eq!(w.watches[0].map, Mapping::All);
         assert!(!w.same_watches(&s));

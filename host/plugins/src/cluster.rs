@@ -124,8 +124,8 @@ impl ClusterAccess {
         if self.all_kinds
             || self
                 .grants
-            .iter()
-            .any(|g| g.api_version == api_version && g.kind == kind)
+                .iter()
+                .any(|g| g.api_version == api_version && g.kind == kind)
         {
             return Ok(());
         }

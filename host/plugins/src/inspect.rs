@@ -9,6 +9,7 @@ const KINDS: &[(&str, &str)] = &[
     ("authenticator", "authenticator-plugin"),
     ("authorizer", "authorizer-plugin"),
     ("resource-handler", "resource-handler-plugin"),
+    ("controller", "controller-plugin"),
 ];
 
 /// The description of a component.

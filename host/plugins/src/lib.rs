@@ -81,6 +81,7 @@ mod admission;
 mod authn;
 mod authz;
 pub mod cluster;
+mod controller;
 mod error;
 mod handler;
 mod inspect;
@@ -92,7 +93,6 @@ mod sandbox;
 mod types;
 mod wapc;
 pub mod writes;
-mod controller;
 
 pub use admission::{AdmissionPlugin, Encoded};
 pub use authn::{AuthenticatorPlugin, AuthnOutcome, AuthnRequest, ClientCertificate};

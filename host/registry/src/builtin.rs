@@ -316,7 +316,11 @@ impl Strategy for Controllers {
         {
             return Ok(());
         }
-        let Some(authorize) = self.0.admission.as_ref().and_then(|a| a.policies.authorizer())
+        let Some(authorize) = self
+            .0
+            .admission
+            .as_ref()
+            .and_then(|a| a.policies.authorizer())
         else {
             return Ok(());
         };

@@ -46,7 +46,12 @@ impl ClusterReads {
         }
     }
 
-    async fn get_one(&self, res: &Resource, ns: Option<&str>, name: &str) -> Result<Value, ApiError> {
+    async fn get_one(
+        &self,
+        res: &Resource,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
         match &self.client {
             Some(c) => c.get(res, ns, name).await,
             None => self.objects.get(res, ns, name).await,
@@ -133,10 +138,7 @@ impl Cluster for ClusterReads {
         let mut bytes = 0;
         let mut revision = 0;
         loop {
-            let page = self
-                .list_page(&res, ns, &params)
-                .await
-                .map_err(message)?;
+            let page = self.list_page(&res, ns, &params).await.map_err(message)?;
             if revision == 0 {
                 revision = page.resource_version;
             }

@@ -27,8 +27,8 @@ use wasm_apiserver_api::selector::{FieldSelector, LabelSelector};
 use wasm_apiserver_api::table::{IncludeObject, to_table};
 use wasm_apiserver_api::{ApiError, Cause, RequestInfo, ResourceInfo, meta};
 use wasm_apiserver_plugins::UserInfo;
-use wasm_apiserver_registry::builtin::is_remote_api_service;
 use wasm_apiserver_registry::apply::Applied;
+use wasm_apiserver_registry::builtin::is_remote_api_service;
 use wasm_apiserver_registry::{
     CreateRequest, Creater, Deleted, FieldValidation, ListOutcome, ListParams, Preconditions,
     Propagation, Resource, WriteOptions,

@@ -25,6 +25,7 @@ pub mod authn;
 pub mod authz;
 pub mod cli;
 pub mod config;
+pub mod controller_cli;
 pub mod discovery;
 pub mod error;
 pub mod filters;

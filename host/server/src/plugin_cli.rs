@@ -22,7 +22,10 @@ pub enum PluginCommand {
         cache_dir: Option<PathBuf>,
     },
     /// Run an admission plugin on AdmissionReview requests (what webhooks
-    /// receive) and compare its answers with the expected ones.
+    /// receive) and compare its answers with the expected ones; or run a
+    /// controller's reconcile of one key over fixture objects
+    /// (`--cluster`, `--for`, `--key`), printing the writes it makes, or
+    /// over a case table (`--cases`).
     Test(TestArgs),
     /// Measure an admission plugin: cold compile, cached load, and the
     /// latency of calls (each on a fresh instance, as the server runs them).
@@ -64,6 +67,17 @@ pub struct TestArgs {
     /// every run compiles (seconds for Python and JavaScript components).
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
+    /// Controllers: objects the cluster holds (YAML or JSON: documents or
+    /// a `List`); reads answer from them and writes change them.
+    #[arg(long)]
+    pub cluster: Option<PathBuf>,
+    /// Controllers: the primary kind, `<apiVersion>/<Kind>` (`v1/Namespace`,
+    /// `apps/v1/Deployment`).
+    #[arg(long = "for")]
+    pub for_kind: Option<String>,
+    /// Controllers: the key to reconcile, `[<namespace>/]<name>`.
+    #[arg(long)]
+    pub key: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -268,6 +282,19 @@ async fn test(runtime: &Runtime, args: TestArgs) -> anyhow::Result<i32> {
         Some(p) => Some(std::fs::read_to_string(p)?),
         None => None,
     };
+    // A controller's test names a key, fixtures, or a table with `for:`.
+    let controller_table = match &args.cases {
+        Some(cases) => table_files(cases)?.iter().any(|f| {
+            std::fs::read(f)
+                .ok()
+                .and_then(|b| serde_yaml::from_slice::<Value>(&b).ok())
+                .is_some_and(|t| t.get("for").is_some())
+        }),
+        None => false,
+    };
+    if args.key.is_some() || args.for_kind.is_some() || args.cluster.is_some() || controller_table {
+        return test_controller(runtime, &args, config.as_deref()).await;
+    }
     if let Some(path) = &args.request {
         let plugin = load(runtime, &args.component, config.as_deref().unwrap_or("")).await?;
         let req = parse_request(&serde_json::from_slice(&std::fs::read(path)?)?)?;
@@ -295,16 +322,7 @@ async fn test(runtime: &Runtime, args: TestArgs) -> anyhow::Result<i32> {
     let Some(cases) = &args.cases else {
         anyhow::bail!("give --request or --cases");
     };
-    let files: Vec<PathBuf> = if cases.is_dir() {
-        let mut f: Vec<PathBuf> = std::fs::read_dir(cases)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
-            .collect();
-        f.sort();
-        f
-    } else {
-        vec![cases.clone()]
-    };
+    let files = table_files(cases)?;
     let (mut passed, mut failed) = (0, 0);
     for file in files {
         let table: Table = serde_yaml::from_slice(&std::fs::read(&file)?)
@@ -367,6 +385,68 @@ async fn test(runtime: &Runtime, args: TestArgs) -> anyhow::Result<i32> {
     }
     println!("{passed} passed, {failed} failed");
     Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// `plugin test` of a controller component.
+async fn test_controller(
+    runtime: &Runtime,
+    args: &TestArgs,
+    config: Option<&str>,
+) -> anyhow::Result<i32> {
+    use crate::controller_cli;
+    let objects = match &args.cluster {
+        Some(p) => controller_cli::read_objects(p)?,
+        None => Vec::new(),
+    };
+    if let Some(key) = &args.key {
+        let Some(for_kind) = &args.for_kind else {
+            anyhow::bail!("--key needs --for <apiVersion>/<Kind>");
+        };
+        let (api_version, kind) = for_kind
+            .rsplit_once('/')
+            .ok_or_else(|| anyhow::anyhow!("--for {for_kind:?}: expected <apiVersion>/<Kind>"))?;
+        let for_kind = wasm_apiserver_api::controller::KindRef {
+            api_version: api_version.into(),
+            kind: kind.into(),
+        };
+        let run = controller_cli::reconcile(
+            runtime,
+            &args.component,
+            config.unwrap_or(""),
+            &for_kind,
+            objects,
+            key,
+        )
+        .await?;
+        controller_cli::print_run(&run);
+        return Ok(if run.outcome.is_ok() { 0 } else { 1 });
+    }
+    let Some(cases) = &args.cases else {
+        anyhow::bail!("a controller needs --key (with --for) or --cases");
+    };
+    let (mut passed, mut failed) = (0, 0);
+    for file in table_files(cases)? {
+        let (p, f) =
+            controller_cli::run_table(runtime, &args.component, config, &objects, &file).await?;
+        passed += p;
+        failed += f;
+    }
+    println!("{passed} passed, {failed} failed");
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// The tables of `--cases`: a file, or a directory's `*.yaml` files.
+fn table_files(cases: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    Ok(if cases.is_dir() {
+        let mut f: Vec<PathBuf> = std::fs::read_dir(cases)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            .collect();
+        f.sort();
+        f
+    } else {
+        vec![cases.to_path_buf()]
+    })
 }
 
 /// The `p`-th percentile of sorted durations, in µs.

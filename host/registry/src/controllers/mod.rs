@@ -601,9 +601,7 @@ impl Client {
             Ok(()) => {
                 let mut opts = self.write_options();
                 opts.patching = true;
-                self.objects
-                    .patch(info, ns, name, sub, &apply, &opts)
-                    .await
+                self.objects.patch(info, ns, name, sub, &apply, &opts).await
             }
             Err(e) => Err(e),
         };
@@ -679,9 +677,7 @@ impl Client {
         let ns = meta::namespace(regarding).unwrap_or("default").to_string();
         let api_version = regarding["apiVersion"].as_str().unwrap_or_default();
         let name = meta::name(regarding).unwrap_or_default();
-        let now = chrono::Utc::now()
-            .format("%Y-%m-%dT%H:%M:%SZ")
-            .to_string();
+        let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
         let component = format!("wasm-apiserver/{}", self.name);
         let event = json!({
             "apiVersion": "v1",

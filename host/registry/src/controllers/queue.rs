@@ -107,7 +107,10 @@ impl Histogram {
     fn render(&self, out: &mut String, metric: &str, label: &str, value: &str) {
         for (i, b) in BUCKETS.iter().enumerate() {
             let n = self.counts[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "{metric}_bucket{{{label}=\"{value}\",le=\"{b:e}\"}} {n}");
+            let _ = writeln!(
+                out,
+                "{metric}_bucket{{{label}=\"{value}\",le=\"{b:e}\"}} {n}"
+            );
         }
         let count = self.count.load(Ordering::Relaxed);
         let _ = writeln!(
@@ -319,7 +322,9 @@ impl<K: Clone + Eq + Hash + Send + 'static> Queue<K> {
 
     /// How many workers the controller runs, and how many are busy.
     pub fn set_workers(&self, max: usize) {
-        self.metrics.max_workers.store(max as u64, Ordering::Relaxed);
+        self.metrics
+            .max_workers
+            .store(max as u64, Ordering::Relaxed);
     }
 
     fn worker_busy(&self, busy: bool) {

@@ -38,13 +38,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use wasm_apiserver_api::cel::authz::Authorize;
-use wasm_apiserver_api::controller::{
-    self as spec_api, ControllerSpec, KindRef, Mapping, Watch,
-};
+use wasm_apiserver_api::controller::{self as spec_api, ControllerSpec, KindRef, Mapping, Watch};
 use wasm_apiserver_api::{ApiError, meta};
-use wasm_apiserver_plugins::writes::{
-    DeleteOptions, PatchKind, WriteAccess, WriteError, Writes,
-};
+use wasm_apiserver_plugins::writes::{DeleteOptions, PatchKind, WriteAccess, WriteError, Writes};
 use wasm_apiserver_plugins::{
     ClusterAccess, ControllerPlugin, Gvr, Outcome, ReconcileReason, ReconcileRequest, Target,
     UserInfo,
@@ -109,7 +105,12 @@ fn resource_of(objects: &Objects, k: &KindRef) -> Result<Arc<Resource>, String> 
             r.group == group && r.version == version && r.kind == k.kind && r.create_only.is_none()
         })
         .cloned()
-        .ok_or_else(|| format!("no resource serves kind {:?} in {:?}", k.kind, k.api_version))
+        .ok_or_else(|| {
+            format!(
+                "no resource serves kind {:?} in {:?}",
+                k.kind, k.api_version
+            )
+        })
 }
 
 /// What a running controller shares across swaps.
@@ -351,7 +352,14 @@ impl Writes for ControllerWrites {
             .ok_or_else(|| WriteError::new(400, "BadRequest", "metadata.name is required"))?
             .to_owned();
         self.client
-            .apply(&res, ns.as_deref(), &name, subresource, &configuration, force)
+            .apply(
+                &res,
+                ns.as_deref(),
+                &name,
+                subresource,
+                &configuration,
+                force,
+            )
             .await
             .map_err(write_error)
     }
@@ -417,7 +425,6 @@ impl Running {
     fn digest(&self) -> String {
         self.shared.plugin.load().digest().to_owned()
     }
-
 }
 
 /// Stops at once: a deleted controller, or this replica losing the lead.
@@ -478,7 +485,10 @@ impl Manager {
             return;
         }
         let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
-        if running.get(&name).is_some_and(|r| r.generation == generation) {
+        if running
+            .get(&name)
+            .is_some_and(|r| r.generation == generation)
+        {
             return;
         }
         let outcome = self.start(&name, generation, obj, &mut running).await;
@@ -513,7 +523,9 @@ impl Manager {
                 }
             }
         }
-        objects.record_status(&info(objects), obj, status, NAME).await;
+        objects
+            .record_status(&info(objects), obj, status, NAME)
+            .await;
     }
 
     /// Loads generation `generation` of controller `name` and runs it,
@@ -592,14 +604,7 @@ impl Manager {
         };
         let plugin = admission
             .runtime()
-            .load_controller(
-                name,
-                &bytes,
-                &spec.config_string(),
-                limits,
-                cluster,
-                writes,
-            )
+            .load_controller(name, &bytes, &spec.config_string(), limits, cluster, writes)
             .await
             .map_err(|e| e.to_string())?;
 
@@ -776,12 +781,16 @@ async fn follow_all(
         );
         tasks.push(tokio::spawn(async move {
             objects
-                .follow(&child, |_| {}, move |obj, _| {
-                    if let Some(key) = owner_key(&obj, &primary, &for_kind) {
-                        shared.add(key, ReconcileReason::Owned);
-                    }
-                    async {}
-                })
+                .follow(
+                    &child,
+                    |_| {},
+                    move |obj, _| {
+                        if let Some(key) = owner_key(&obj, &primary, &for_kind) {
+                            shared.add(key, ReconcileReason::Owned);
+                        }
+                        async {}
+                    },
+                )
                 .await
         }));
     }
@@ -794,23 +803,27 @@ async fn follow_all(
         tasks.push(tokio::spawn(async move {
             let objects = objects2.clone();
             objects2
-                .follow(&res, |_| {}, move |obj, _| {
-                    let (objects, shared, primary, watch, selector) = (
-                        objects.clone(),
-                        shared.clone(),
-                        primary.clone(),
-                        watch.clone(),
-                        selector.clone(),
-                    );
-                    async move {
-                        if selector.as_ref().is_some_and(|s| !s.matches_object(&obj)) {
-                            return;
+                .follow(
+                    &res,
+                    |_| {},
+                    move |obj, _| {
+                        let (objects, shared, primary, watch, selector) = (
+                            objects.clone(),
+                            shared.clone(),
+                            primary.clone(),
+                            watch.clone(),
+                            selector.clone(),
+                        );
+                        async move {
+                            if selector.as_ref().is_some_and(|s| !s.matches_object(&obj)) {
+                                return;
+                            }
+                            for key in watched_keys(&objects, &obj, &watch, &primary).await {
+                                shared.add(key, ReconcileReason::Watched);
+                            }
                         }
-                        for key in watched_keys(&objects, &obj, &watch, &primary).await {
-                            shared.add(key, ReconcileReason::Watched);
-                        }
-                    }
-                })
+                    },
+                )
                 .await
         }));
     }
