@@ -6,6 +6,8 @@
 #   examples/labels-policy/{rust,python,js} (one policy, three languages, on
 #   the SDKs in plugins/sdk, plugins/sdk-python, plugins/sdk-js)
 #                                 -> examples/target/labels-policy-{rust,python,js}.wasm
+#   examples/namespace-defaults/python/app.py (a controller, on the Python
+#   controller SDK)               -> examples/target/namespace-defaults-python.wasm
 #
 # Idempotent and fast on reruns:
 # * installs componentize-py 0.25.1 (pip) only when that version is not
@@ -105,6 +107,19 @@ labels_py_build() {
 labels_py_hash="$(echo "componentize-py $PY_VERSION -w admission-plugin componentize -p . -p sdk app" |
     inputs_hash "$root/examples/labels-policy/python/app.py" "$py_sdk/wasm_apiserver_sdk.py" "${wit_files[@]}")"
 build labels-policy-python "$labels_py_hash" labels_py_build
+
+# namespace-defaults in Python: a controller (world controller-plugin) on the
+# Python controller SDK (same folder as the admission SDK, which it uses
+# for configuration parsing).
+nd_py_build() {
+    (cd "$root/examples/namespace-defaults/python" &&
+        componentize_py -d "$root/wit" -w controller-plugin componentize -p . -p "$py_sdk" app \
+            -o "$tmp" >/dev/null)
+}
+nd_py_hash="$(echo "componentize-py $PY_VERSION -w controller-plugin componentize -p . -p sdk app" |
+    inputs_hash "$root/examples/namespace-defaults/python/app.py" "$py_sdk/wasm_apiserver_sdk.py" \
+        "$py_sdk/wasm_apiserver_controller_sdk.py" "${wit_files[@]}")"
+build namespace-defaults-python "$nd_py_hash" nd_py_build
 
 # --- JavaScript -------------------------------------------------------------
 need node

@@ -112,3 +112,46 @@ class RequestTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ControllerTest(unittest.TestCase):
+    """The controller SDK's native harness, on the namespace-defaults example."""
+
+    def setUp(self):
+        import importlib.util
+        import os
+        import sys
+        import wasm_apiserver_controller_sdk as ctl
+        self.ctl = ctl
+        path = os.path.join(os.path.dirname(__file__), "../../examples/namespace-defaults/python/app.py")
+        spec = importlib.util.spec_from_file_location("namespace_defaults_app", path)
+        module = importlib.util.module_from_spec(spec)
+        # Natively `export` cannot import the bindings: load the class only.
+        sys.modules["namespace_defaults_app"] = module
+        ctl_export = ctl.export
+        ctl.export = lambda cls: cls
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            ctl.export = ctl_export
+        self.app = module
+
+    def key(self, name):
+        return self.ctl.Request("", "v1", "namespaces", None, name)
+
+    def test_a_labelled_namespace_gets_three_objects_and_loses_them_with_the_label(self):
+        ctl, app = self.ctl, self.app
+        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a", "uid": "u", "labels": {"tenant": "a"}}}
+        ctl.set_cluster([ns])
+        self.assertIsNone(ctl.reconcile(app.NamespaceDefaults, "", self.key("a")))
+        self.assertEqual([(w[0], w[1]) for w in ctl.writes()],
+                         [("apply", "NetworkPolicy"), ("apply", "ResourceQuota"), ("apply", "RoleBinding")])
+        objects = ctl.objects()
+        objects[0] = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a", "uid": "u"}}
+        ctl.set_cluster(objects)
+        ctl.reconcile(app.NamespaceDefaults, "", self.key("a"))
+        self.assertEqual([w[0] for w in ctl.writes()], ["delete"] * 3)
+
+    def test_unknown_configuration_is_refused(self):
+        with self.assertRaises(ValueError):
+            self.ctl.reconcile(self.app.NamespaceDefaults, '{"nope": 1}', self.key("a"))

@@ -579,3 +579,113 @@ fn one_replica_runs_wasm_controllers_and_another_takes_over() {
     });
     assert!(runs(survivor));
 }
+
+/// The Python SDK's namespace-defaults (componentize-py) does live what
+/// the Rust one does: the same three objects, field for field but the
+/// owner's uid, and their removal with the label.
+#[test]
+fn the_python_example_generates_what_the_rust_one_does() {
+    let dir = tempfile::tempdir().unwrap();
+    for (from, to) in [
+        (
+            wasm_apiserver_e2e::plugin_dir().join("namespace_defaults.wasm"),
+            "namespace_defaults.wasm",
+        ),
+        (
+            wasm_apiserver_e2e::example_plugin_dir().join("namespace-defaults-python.wasm"),
+            "namespace_defaults_python.wasm",
+        ),
+    ] {
+        std::fs::copy(&from, dir.path().join(to)).unwrap();
+    }
+    let server = Server::start_with_args(&["--plugin-dir", dir.path().to_str().unwrap()]);
+    full_rbac(&server, "namespace-defaults");
+    apply(
+        &server,
+        &namespace_defaults("rust-defaults", "namespace-defaults"),
+    );
+    let mut python = namespace_defaults("python-defaults", "namespace-defaults");
+    python["spec"]["module"]["file"] = json!("namespace_defaults_python.wasm");
+    python["spec"]["config"] = json!({"label": "py-tenant", "manager": "python-defaults"});
+    apply(&server, &python);
+    wait_status(&server, "python-defaults", "Active");
+    wait_status(&server, "rust-defaults", "Active");
+    kubectl_ok(&server, None, &["create", "namespace", "by-rust"]);
+    kubectl_ok(
+        &server,
+        None,
+        &["label", "namespace", "by-rust", "tenant=t"],
+    );
+    kubectl_ok(&server, None, &["create", "namespace", "by-python"]);
+    kubectl_ok(
+        &server,
+        None,
+        &["label", "namespace", "by-python", "py-tenant=t"],
+    );
+    let made = |ns: &str| {
+        poll_until(WAIT, &format!("the objects in {ns}"), || {
+            let g = generated(&server, ns);
+            g.iter()
+                .all(Option::is_some)
+                .then(|| g.into_iter().flatten().collect::<Vec<_>>())
+        })
+    };
+    let (rust, py) = (made("by-rust"), made("by-python"));
+
+    let essence = |o: &Value| {
+        let mut o = o.clone();
+        o.as_object_mut().unwrap().remove("status");
+        let m = o["metadata"].as_object_mut().unwrap();
+        for volatile in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "managedFields",
+            "namespace",
+            "generation",
+        ] {
+            m.remove(volatile);
+        }
+        m["ownerReferences"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("uid");
+        m["ownerReferences"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("name");
+        m.remove("labels");
+        o
+    };
+    for (r, p) in rust.iter().zip(&py) {
+        assert_eq!(essence(r), essence(p));
+        assert_eq!(
+            p["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+            "python-defaults"
+        );
+    }
+    // Neither removes the other's objects, and a no-op apply writes
+    // nothing: the objects stay as they are.
+    let rv = |objs: &[Value]| {
+        objs.iter()
+            .map(|o| o["metadata"]["resourceVersion"].clone())
+            .collect::<Vec<_>>()
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let again: Vec<Value> = generated(&server, "by-rust")
+        .into_iter()
+        .flatten()
+        .collect();
+    assert_eq!(rv(&rust), rv(&again));
+    kubectl_ok(
+        &server,
+        None,
+        &["label", "namespace", "by-python", "py-tenant-"],
+    );
+    poll_until(WAIT, "the Python controller to remove its objects", || {
+        generated(&server, "by-python")
+            .iter()
+            .all(Option::is_none)
+            .then_some(())
+    });
+}

@@ -25,7 +25,7 @@ use wasm_apiserver_controller_sdk::{
     owner_reference,
 };
 
-/// The label that marks generated objects.
+/// The label that marks generated objects, and its default value.
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const ME: &str = "namespace-defaults";
 
@@ -39,6 +39,15 @@ pub struct Config {
     /// `spec.hard` of the generated ResourceQuota.
     #[serde(default = "quota")]
     pub quota: BTreeMap<String, String>,
+    /// The value of the `app.kubernetes.io/managed-by` label on what it
+    /// generates: what it removes when the label goes (two instances with
+    /// different values never remove each other's objects).
+    #[serde(default = "me")]
+    pub manager: String,
+}
+
+fn me() -> String {
+    ME.into()
 }
 
 fn tenant() -> String {
@@ -54,6 +63,7 @@ impl Default for Config {
         Config {
             label: tenant(),
             quota: quota(),
+            manager: me(),
         }
     }
 }
@@ -72,7 +82,7 @@ pub fn desired(config: &Config, ns: &Value, tenant: &str) -> Vec<Value> {
         json!({
             "name": object,
             "namespace": name,
-            "labels": {MANAGED_BY: ME},
+            "labels": {MANAGED_BY: config.manager},
             "ownerReferences": [owner_reference(ns)],
         })
     };
@@ -120,7 +130,7 @@ impl Controller for NamespaceDefaults {
             }
             None => {
                 // No longer asked for: remove what was generated.
-                let selector = format!("{MANAGED_BY}={ME}");
+                let selector = format!("{MANAGED_BY}={}", config.manager);
                 for (api_version, kind, name) in GENERATED {
                     let generated = list(api_version, kind, Some(&req.name), Some(&selector))?;
                     if generated.iter().any(|o| o["metadata"]["name"] == name) {
