@@ -689,3 +689,96 @@ fn the_python_example_generates_what_the_rust_one_does() {
             .then_some(())
     });
 }
+
+/// The `widget-status` example: a Widget gets a ConfigMap it owns (with the
+/// namespace's watched widget defaults) and a `Ready` condition that
+/// `kubectl wait` sees; a spec change flows through; the garbage collector
+/// removes the ConfigMap with its Widget.
+#[test]
+fn widget_status_owns_a_configmap_and_sets_ready() {
+    let server = start();
+    apply(
+        &server,
+        &json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "properties": {"size": {"type": "integer"}}},
+                        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}}),
+    );
+    poll_until(WAIT, "the Widget resource", || {
+        kubectl(&server, None, &["get", "widgets"]).status.success().then_some(())
+    });
+    service_account(
+        &server,
+        "widget-status",
+        json!([
+            rule(&["example.com"], &["widgets"], READ),
+            rule(&["example.com"], &["widgets/status"], &["update", "patch"]),
+            rule(&[""], &["configmaps"], ALL),
+        ]),
+    );
+    apply(
+        &server,
+        &json!({"apiVersion": "controllers.wasm-apiserver.io/v1alpha1", "kind": "Controller",
+            "metadata": {"name": "widget-status"},
+            "spec": {"module": {"file": "widget_status.wasm"},
+                "for": {"apiVersion": "example.com/v1", "kind": "Widget"},
+                "owns": [{"apiVersion": "v1", "kind": "ConfigMap"}],
+                "watches": [{"apiVersion": "v1", "kind": "ConfigMap", "map": "All",
+                    "labelSelector": {"matchLabels": {"widget-defaults": "true"}}}],
+                "serviceAccountName": "kube-system/widget-status"}}),
+    );
+    wait_status(&server, "widget-status", "Active");
+    apply(
+        &server,
+        &json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w1", "namespace": "default"}, "spec": {"size": 1}}),
+    );
+    kubectl_ok(
+        &server,
+        None,
+        &["wait", "--for=condition=Ready", "widget/w1", "--timeout=30s"],
+    );
+    let widget = kubectl_json(&server, None, &["get", "widget", "w1", "-o", "json"]);
+    let cm = poll_until(WAIT, "the owned ConfigMap", || get(&server, &["configmap", "w1-widget"]));
+    assert_eq!(cm["metadata"]["ownerReferences"][0]["uid"], widget["metadata"]["uid"]);
+    assert_eq!(cm["metadata"]["ownerReferences"][0]["controller"], true);
+    assert_eq!(cm["data"]["spec"], r#"{"size":1}"#);
+    assert_eq!(widget["status"]["configMap"], "w1-widget");
+    let since = widget["status"]["conditions"][0]["lastTransitionTime"].clone();
+
+    // The watched defaults reach every Widget.
+    apply(
+        &server,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "widget-defaults", "namespace": "default",
+                "labels": {"widget-defaults": "true"}},
+            "data": {"color": "blue"}}),
+    );
+    poll_until(WAIT, "the defaults in the owned ConfigMap", || {
+        get(&server, &["configmap", "w1-widget"]).filter(|c| c["data"]["color"] == "blue")
+    });
+    // A spec change flows through; the condition keeps its transition time.
+    kubectl_ok(
+        &server,
+        None,
+        &["patch", "widget", "w1", "--type", "merge", "-p", r#"{"spec":{"size":2}}"#],
+    );
+    let widget = poll_until(WAIT, "the new generation observed", || {
+        let w = kubectl_json(&server, None, &["get", "widget", "w1", "-o", "json"]);
+        (w["status"]["conditions"][0]["observedGeneration"] == 2).then_some(w)
+    });
+    assert_eq!(widget["status"]["conditions"][0]["lastTransitionTime"], since);
+    poll_until(WAIT, "the new spec in the ConfigMap", || {
+        get(&server, &["configmap", "w1-widget"]).filter(|c| c["data"]["spec"] == r#"{"size":2}"#)
+    });
+    // The garbage collector removes the ConfigMap with its Widget.
+    kubectl_ok(&server, None, &["delete", "widget", "w1"]);
+    poll_until(WAIT, "the owned ConfigMap to be collected", || {
+        get(&server, &["configmap", "w1-widget"]).is_none().then_some(())
+    });
+}
