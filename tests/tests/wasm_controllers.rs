@@ -710,7 +710,10 @@ fn widget_status_owns_a_configmap_and_sets_ready() {
                         "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}}),
     );
     poll_until(WAIT, "the Widget resource", || {
-        kubectl(&server, None, &["get", "widgets"]).status.success().then_some(())
+        kubectl(&server, None, &["get", "widgets"])
+            .status
+            .success()
+            .then_some(())
     });
     service_account(
         &server,
@@ -741,11 +744,21 @@ fn widget_status_owns_a_configmap_and_sets_ready() {
     kubectl_ok(
         &server,
         None,
-        &["wait", "--for=condition=Ready", "widget/w1", "--timeout=30s"],
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "widget/w1",
+            "--timeout=30s",
+        ],
     );
     let widget = kubectl_json(&server, None, &["get", "widget", "w1", "-o", "json"]);
-    let cm = poll_until(WAIT, "the owned ConfigMap", || get(&server, &["configmap", "w1-widget"]));
-    assert_eq!(cm["metadata"]["ownerReferences"][0]["uid"], widget["metadata"]["uid"]);
+    let cm = poll_until(WAIT, "the owned ConfigMap", || {
+        get(&server, &["configmap", "w1-widget"])
+    });
+    assert_eq!(
+        cm["metadata"]["ownerReferences"][0]["uid"],
+        widget["metadata"]["uid"]
+    );
     assert_eq!(cm["metadata"]["ownerReferences"][0]["controller"], true);
     assert_eq!(cm["data"]["spec"], r#"{"size":1}"#);
     assert_eq!(widget["status"]["configMap"], "w1-widget");
@@ -766,19 +779,32 @@ fn widget_status_owns_a_configmap_and_sets_ready() {
     kubectl_ok(
         &server,
         None,
-        &["patch", "widget", "w1", "--type", "merge", "-p", r#"{"spec":{"size":2}}"#],
+        &[
+            "patch",
+            "widget",
+            "w1",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"size":2}}"#,
+        ],
     );
     let widget = poll_until(WAIT, "the new generation observed", || {
         let w = kubectl_json(&server, None, &["get", "widget", "w1", "-o", "json"]);
         (w["status"]["conditions"][0]["observedGeneration"] == 2).then_some(w)
     });
-    assert_eq!(widget["status"]["conditions"][0]["lastTransitionTime"], since);
+    assert_eq!(
+        widget["status"]["conditions"][0]["lastTransitionTime"],
+        since
+    );
     poll_until(WAIT, "the new spec in the ConfigMap", || {
         get(&server, &["configmap", "w1-widget"]).filter(|c| c["data"]["spec"] == r#"{"size":2}"#)
     });
     // The garbage collector removes the ConfigMap with its Widget.
     kubectl_ok(&server, None, &["delete", "widget", "w1"]);
     poll_until(WAIT, "the owned ConfigMap to be collected", || {
-        get(&server, &["configmap", "w1-widget"]).is_none().then_some(())
+        get(&server, &["configmap", "w1-widget"])
+            .is_none()
+            .then_some(())
     });
 }

@@ -45,6 +45,11 @@ const FIXTURES: &[&str] = &[
     "frozen_v2_deny_names",
     // A context-aware handler of package 0.3.0, by tests/handlers.rs.
     "namespace_team_handler",
+    // Controllers (package 0.3.0), by tests/controllers.rs.
+    "namespace_defaults",
+    "hostile_controller",
+    "widget_status",
+    "noop_controller",
 ];
 
 fn runtime() -> Runtime {

@@ -79,8 +79,13 @@ pub struct Fixtures(Vec<serde_json::Value>);
 
 #[async_trait::async_trait]
 impl wasm_apiserver_plugins::Cluster for Fixtures {
-    fn kind_of(&self, _group: &str, _version: &str, _resource: &str) -> Option<String> {
-        None
+    fn kind_of(&self, _group: &str, _version: &str, resource: &str) -> Option<String> {
+        // The resources the tests' controllers read by resource.
+        match resource {
+            "namespaces" => Some("Namespace".into()),
+            "configmaps" => Some("ConfigMap".into()),
+            _ => None,
+        }
     }
 
     async fn get(

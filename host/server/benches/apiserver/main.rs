@@ -22,6 +22,10 @@
 //! `context` (issue 33: a Kubewarden unique-Ingress-host check listing
 //! 10,000 Ingresses in 3,000 Namespaces: added latency per create, RSS of
 //! the loaded policy, µs per host `get` and 100-item `list`),
+//! `wasm-controllers` (issue 34: namespace-defaults as a wasm controller vs
+//! the same logic as a kopf operator, interleaved: namespace-to-third-object
+//! latency, CPU per namespace, RSS per loaded controller vs the operator's
+//! process; no-op reconciles/s; installs kopf with pip when missing),
 //! `rbac` (issue 4) and `etcd` (issue 5;
 //! needs the `etcd` feature and `etcd` on PATH). Each is a function that returns one or more
 //! [`Row`]s; the table at the end is Markdown, so runs can be pasted side by
@@ -86,6 +90,7 @@
 mod admission;
 mod apply;
 mod context;
+mod controllers;
 mod conversion;
 mod crd;
 mod crossplane;
@@ -200,6 +205,9 @@ fn main() -> Result<(), Error> {
         if wanted("context") {
             rows.extend(context::context(&srv, dir.path(), window).await?);
         }
+        if wanted("wasm-controllers") {
+            rows.extend(controllers::wasm_controllers(&srv, dir.path()).await?);
+        }
         if wanted("conversion") {
             rows.extend(conversion::conversion(&srv, dir.path()).await?);
         }
@@ -238,6 +246,7 @@ fn print_targets(rows: &[Row]) {
     apply::print_targets(rows);
     gc::print_targets(rows);
     context::print_targets(rows);
+    controllers::print_targets(rows);
     rbac::print_targets(rows);
     #[cfg(feature = "etcd")]
     etcd::print_targets(rows);
