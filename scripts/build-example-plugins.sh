@@ -8,6 +8,8 @@
 #                                 -> examples/target/labels-policy-{rust,python,js}.wasm
 #   examples/namespace-defaults/python/app.py (a controller, on the Python
 #   controller SDK)               -> examples/target/namespace-defaults-python.wasm
+#   examples/namespace-defaults/js/{app,logic}.js (the same, on the
+#   JavaScript controller SDK)    -> examples/target/namespace-defaults-js.wasm
 #
 # Idempotent and fast on reruns:
 # * installs componentize-py 0.25.1 (pip) only when that version is not
@@ -165,6 +167,25 @@ labels_js_build() {
 labels_js_hash="$(echo "componentize-js -n admission-plugin -d http -d fetch-event (staged with the sdk)" |
     inputs_hash "$root/examples/labels-policy/js/app.js" "$js_sdk" "$js_dir/package-lock.json" "${wit_files[@]}")"
 build labels-policy-js "$labels_js_hash" labels_js_build
+
+# namespace-defaults in JavaScript: a controller on the JavaScript controller
+# SDK, staged with both SDK modules (the controller SDK uses the admission
+# SDK's configuration parsing).
+js_ctl_sdk="$root/plugins/sdk-js/wasm-apiserver-controller-sdk.js"
+nd_js_build() {
+    local stage="$out/.namespace-defaults-js"
+    rm -rf "$stage" && mkdir -p "$stage"
+    cp "$root/examples/namespace-defaults/js/app.js" "$root/examples/namespace-defaults/js/logic.js" \
+        "$js_sdk" "$js_ctl_sdk" "$stage/"
+    (cd "$stage" &&
+        "$js_dir/node_modules/.bin/componentize-js" --wit "$root/wit" -n controller-plugin \
+            -d http -d fetch-event -o "$tmp" app.js >/dev/null)
+    rm -rf "$stage"
+}
+nd_js_hash="$(echo "componentize-js -n controller-plugin -d http -d fetch-event (staged with the sdks)" |
+    inputs_hash "$root/examples/namespace-defaults/js/app.js" "$root/examples/namespace-defaults/js/logic.js" \
+        "$js_sdk" "$js_ctl_sdk" "$js_dir/package-lock.json" "${wit_files[@]}")"
+build namespace-defaults-js "$nd_js_hash" nd_js_build
 
 # --- Rust ---------------------------------------------------------------------
 # labels-policy in Rust: a standalone crate (its own workspace, lock file

@@ -91,3 +91,25 @@ test('requests fall back to the old object; exported policies turn errors into d
   assert.equal(admission.validate('{"y": 2}', wit).status.code, 500);
   assert.equal(admission.validate('', { ...wit, object: '{}' }).allowed, true);
 });
+
+// --- the controller SDK, on the namespace-defaults example -------------------
+
+import { fixtureHost, reconcile as reconcileWith } from './wasm-apiserver-controller-sdk.js';
+import { namespaceDefaults } from '../../examples/namespace-defaults/js/logic.js';
+
+const nsKey = (name) => ({ group: '', version: 'v1', resource: 'namespaces', namespace: undefined, name });
+
+test('a labelled namespace gets three objects and loses them with the label', () => {
+  const host = fixtureHost([{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'a', uid: 'u', labels: { tenant: 'a' } } }]);
+  assert.equal(reconcileWith(namespaceDefaults, '', nsKey('a'), host), undefined);
+  assert.deepEqual(host.state.writes.map(([v, k]) => [v, k]),
+    [['apply', 'NetworkPolicy'], ['apply', 'ResourceQuota'], ['apply', 'RoleBinding']]);
+  host.state.objects[0] = { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'a', uid: 'u' } };
+  host.state.writes.length = 0;
+  reconcileWith(namespaceDefaults, '', nsKey('a'), host);
+  assert.deepEqual(host.state.writes.map(([v]) => v), ['delete', 'delete', 'delete']);
+});
+
+test('an unknown configuration field is refused', () => {
+  assert.throws(() => reconcileWith(namespaceDefaults, '{"nope": 1}', nsKey('a'), fixtureHost()), /unknown/);
+});

@@ -214,16 +214,19 @@ fn a_controller_reconciles_fixtures_and_judges_a_case_table() {
     ]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("4 passed, 0 failed"), "{out}");
-    // The Python example passes the Rust one's table.
-    let python = wasm_apiserver_e2e::example_plugin_dir().join("namespace-defaults-python.wasm");
-    let (code, out) = plugin(&[
-        "test",
-        python.to_str().unwrap(),
-        "--cases",
-        table.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains("4 passed, 0 failed"), "{out}");
+    // The Python and JavaScript examples pass the Rust one's table.
+    for lang in ["python", "js"] {
+        let component = wasm_apiserver_e2e::example_plugin_dir()
+            .join(format!("namespace-defaults-{lang}.wasm"));
+        let (code, out) = plugin(&[
+            "test",
+            component.to_str().unwrap(),
+            "--cases",
+            table.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{lang}: {out}");
+        assert!(out.contains("4 passed, 0 failed"), "{lang}: {out}");
+    }
     let config = dir.join("config.json");
     std::fs::write(&config, r#"{"label": "owner"}"#).unwrap();
     let (code, out) = plugin(&[
