@@ -24,8 +24,9 @@
 // reconcile returns undefined (done) or milliseconds to requeue after, and
 // throws to fail (the server retries with backoff). ctx.apply is
 // server-side apply with ownership forced (idempotent; a hand edit of an
-// owned field is put back); a refused write throws an ApiError with the
-// status code. Build with
+// owned field is put back), ctx.applyAll several at once (run concurrently
+// by the server; one result per object, an ApiError for a refused one); a
+// refused write throws an ApiError with the status code. Build with
 // `componentize-js --wit wit -n controller-plugin -d http -d fetch-event app.js`
 // from a folder holding app.js, this file and wasm-apiserver-sdk.js.
 //
@@ -93,6 +94,10 @@ export function witHost({ cluster, writes, events }) {
           : writes.update(target, text, subresource)));
       return JSON.parse(o.json);
     },
+    applyAll(configurations) {
+      return writes.applyAll(configurations.map((c) => JSON.stringify(c)), true).map((r) => (r.tag === 'ok'
+        ? JSON.parse(r.val.json) : new ApiError(r.val.code, r.val.reason, r.val.message)));
+    },
     patch(apiVersion, k, namespace, name, mergePatch, subresource) {
       return JSON.parse(call(() => writes.patch(kind(apiVersion, k), namespace, name, 'merge',
         JSON.stringify(mergePatch), subresource)).json);
@@ -158,6 +163,15 @@ export function fixtureHost(objects = []) {
       state.objects.push(copy(obj));
       return copy(obj);
     },
+    applyAll(configurations) {
+      return configurations.map((c) => {
+        try {
+          return this.write('apply', c);
+        } catch (e) {
+          return e;
+        }
+      });
+    },
     patch(apiVersion, k, namespace, name, mergePatch) {
       const cur = this.get(apiVersion, k, namespace, name);
       if (!cur) throw new ApiError(404, 'NotFound', `${k} "${name}" not found`);
@@ -183,6 +197,7 @@ export function context(host) {
     get: (apiVersion, kind, namespace, name) => host.get(apiVersion, kind, namespace, name),
     list: (apiVersion, kind, namespace, labelSelector) => host.list(apiVersion, kind, namespace, labelSelector),
     apply: (obj) => host.write('apply', obj),
+    applyAll: (objs) => host.applyAll(objs),
     create: (obj) => host.write('create', obj),
     update: (obj, subresource) => host.write('update', obj, subresource),
     patch: (apiVersion, kind, namespace, name, mergePatch, subresource) =>

@@ -22,8 +22,8 @@ controller is a subclass of :class:`Controller` with a configuration schema
 
 ``reconcile`` returns ``None`` (done) or a number of milliseconds after
 which to look again; raising is an error the server retries with backoff.
-Reads (:func:`get`, :func:`list_objects`) and writes (:func:`apply`, the
-default: server-side apply with ownership forced; :func:`create`,
+Reads (:func:`get`, :func:`list_objects`) and writes (:func:`apply` and
+:func:`apply_all`, the default: server-side apply with ownership forced; :func:`create`,
 :func:`update`, :func:`patch`, :func:`delete`) are requests the server makes
 as the controller's ServiceAccount; a refused write raises :class:`ApiError`
 with the status code.
@@ -94,6 +94,13 @@ def list_objects(api_version, kind, namespace=None, label_selector=None):
 def apply(configuration):
     """Server-side apply, ownership forced: creates when absent."""
     return _host().write("apply", configuration)
+
+
+def apply_all(configurations):
+    """Several applies at once (the server runs them concurrently): one
+    result per configuration, in order, each the object or an
+    :class:`ApiError`."""
+    return _host().apply_all(configurations)
 
 
 def create(obj):
@@ -172,6 +179,17 @@ class _WitHost:
             o = self._call(self.writes.update, target, text, subresource)
         return json.loads(o.json)
 
+    def apply_all(self, configurations):
+        from componentize_py_types import Ok
+        out = []
+        for r in self.writes.apply_all([json.dumps(c) for c in configurations], True):
+            if isinstance(r, Ok):
+                out.append(json.loads(r.value.json))
+            else:
+                s = r.value
+                out.append(ApiError(s.code, s.reason, s.message))
+        return out
+
     def patch(self, api_version, kind, namespace, name, merge_patch, subresource):
         o = self._call(self.writes.patch, self._kind(api_version, kind), namespace, name,
                        self.writes.PatchType.MERGE, json.dumps(merge_patch), subresource)
@@ -245,6 +263,15 @@ class _Fixtures:
             raise ApiError(404, "NotFound", f"{obj['kind']} {m['name']!r} not found")
         self.objects.append(obj)
         return obj
+
+    def apply_all(self, configurations):
+        out = []
+        for c in configurations:
+            try:
+                out.append(self.write("apply", c))
+            except ApiError as e:
+                out.append(e)
+        return out
 
     def patch(self, api_version, kind, namespace, name, merge_patch, subresource):
         cur = self.get(api_version, kind, namespace, name)

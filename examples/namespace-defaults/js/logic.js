@@ -32,13 +32,14 @@ export const namespaceDefaults = {
     if (!ns || ns.metadata.deletionTimestamp) return undefined;
     const tenant = (ns.metadata.labels ?? {})[config.label];
     if (tenant !== undefined) {
-      for (const obj of desired(config, ns, tenant, ctx)) {
-        try {
-          ctx.apply(obj);
-        } catch (e) {
-          const what = `${obj.kind} ${obj.metadata.name}`;
-          ctx.event(ns, true, 'GenerateFailed', `could not apply ${what}: ${e.message}`);
-          throw new Error(`applying ${what}: ${e.message}`);
+      // The three at once: one round trip, one storage commit.
+      const objects = desired(config, ns, tenant, ctx);
+      const results = ctx.applyAll(objects);
+      for (const [i, r] of results.entries()) {
+        if (r instanceof Error) {
+          const what = `${objects[i].kind} ${objects[i].metadata.name}`;
+          ctx.event(ns, true, 'GenerateFailed', `could not apply ${what}: ${r.message}`);
+          throw new Error(`applying ${what}: ${r.message}`);
         }
       }
       return undefined;

@@ -3,7 +3,7 @@ plugins/namespace-defaults (Rust), on the Python controller SDK; see
 ../README.md."""
 
 from wasm_apiserver_controller_sdk import (
-    Controller, apply, delete, event, export, list_objects, owner_reference)
+    ApiError, Controller, apply_all, delete, event, export, list_objects, owner_reference)
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 ME = "namespace-defaults"
@@ -41,13 +41,13 @@ class NamespaceDefaults(Controller):
             return None
         tenant = ns["metadata"].get("labels", {}).get(config.label)
         if tenant is not None:
-            for obj in desired(config, ns, tenant):
-                try:
-                    apply(obj)
-                except Exception as e:
+            # The three at once: one round trip, one storage commit.
+            objects = desired(config, ns, tenant)
+            for obj, result in zip(objects, apply_all(objects)):
+                if isinstance(result, ApiError):
                     what = f"{obj['kind']} {obj['metadata']['name']}"
-                    event(ns, True, "GenerateFailed", f"could not apply {what}: {e}")
-                    raise RuntimeError(f"applying {what}: {e}") from None
+                    event(ns, True, "GenerateFailed", f"could not apply {what}: {result}")
+                    raise RuntimeError(f"applying {what}: {result}")
             return None
         # No longer asked for: remove what was generated.
         for api_version, kind, name in GENERATED:

@@ -355,6 +355,63 @@ impl wit_writes::Host for StoreState {
             .map_err(status_to_wit)
     }
 
+    async fn apply_all(
+        &mut self,
+        configurations: Vec<String>,
+        force: bool,
+    ) -> Vec<Result<WitObject, WitStatus>> {
+        // Each is one write of the budget; those past it are refused alone.
+        let mut answers: Vec<Option<Result<WitObject, WitStatus>>> = Vec::new();
+        let mut batch = Vec::new();
+        let mut access = None;
+        for text in configurations {
+            let parsed = self.write_access().and_then(|a| {
+                access = Some(a);
+                let c = parse(&text, "the configuration")?;
+                match (c["apiVersion"].as_str(), c["kind"].as_str()) {
+                    (Some(v), Some(k)) => Ok((
+                        Target::Kind {
+                            api_version: v.to_owned(),
+                            kind: k.to_owned(),
+                        },
+                        c,
+                    )),
+                    _ => Err(WriteError::new(
+                        400,
+                        "BadRequest",
+                        "a configuration needs apiVersion and kind",
+                    )),
+                }
+            });
+            match parsed {
+                Ok(item) => {
+                    batch.push(item);
+                    answers.push(None);
+                }
+                Err(e) => answers.push(Some(Err(status_to_wit(e)))),
+            }
+        }
+        let done = match access {
+            Some(a) if !batch.is_empty() => a.writes.apply_all(batch, force).await,
+            _ => Vec::new(),
+        };
+        let mut done = done.into_iter();
+        answers
+            .into_iter()
+            .map(|a| match a {
+                Some(r) => r,
+                None => match done.next() {
+                    Some(r) => r.map(object_to_wit).map_err(status_to_wit),
+                    None => Err(status_to_wit(WriteError::new(
+                        500,
+                        "InternalError",
+                        "the host answered fewer results than configurations",
+                    ))),
+                },
+            })
+            .collect()
+    }
+
     async fn delete(
         &mut self,
         target: WitTarget,

@@ -89,6 +89,20 @@ pub trait Writes: Send + Sync {
         options: &DeleteOptions,
     ) -> Result<(), WriteError>;
 
+    /// Several applies; the host may run them concurrently. One answer per
+    /// configuration, in order. By default, one after another.
+    async fn apply_all(
+        &self,
+        configurations: Vec<(Target, Value)>,
+        force: bool,
+    ) -> Vec<Result<Value, WriteError>> {
+        let mut out = Vec::with_capacity(configurations.len());
+        for (target, configuration) in configurations {
+            out.push(self.apply(&target, configuration, force, None).await);
+        }
+        out
+    }
+
     /// Records an Event about `regarding`; never fails.
     async fn event(&self, regarding: &Value, warning: bool, reason: &str, note: &str);
 }

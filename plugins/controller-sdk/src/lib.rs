@@ -29,7 +29,7 @@
 //! What the SDK gives a controller:
 //! - [`Request`]: the key (resource, namespace, name), why it was queued,
 //!   and [`Request::get`] for the primary object;
-//! - reads ([`get`], [`list`]) and writes ([`apply`], the default:
+//! - reads ([`get`], [`list`]) and writes ([`apply`] and [`apply_all`], the default:
 //!   server-side apply with the controller as field manager and
 //!   ownership forced, so the same configuration applied twice changes
 //!   nothing and a hand edit of a field it owns is put back; [`create`],
@@ -177,12 +177,10 @@ impl<C: Controller> raw::Guest for Adapter<C> {
 
     fn reconcile(config: String, request: ReconcileRequest) -> Result<ReconcileResult, String> {
         let config = parse_config::<C::Config>(&config)?;
-        Ok(
-            match C::reconcile(&config, &Request::from_wit(request))? {
-                Action::Done => ReconcileResult::Done,
-                Action::RequeueAfterMillis(ms) => ReconcileResult::RequeueAfter(ms),
-            },
-        )
+        Ok(match C::reconcile(&config, &Request::from_wit(request))? {
+            Action::Done => ReconcileResult::Done,
+            Action::RequeueAfterMillis(ms) => ReconcileResult::RequeueAfter(ms),
+        })
     }
 }
 
@@ -267,7 +265,9 @@ fn get_resource(
     }
     #[cfg(not(target_arch = "wasm32"))]
     {
-        Ok(testing::get_resource(group, version, resource, namespace, name))
+        Ok(testing::get_resource(
+            group, version, resource, namespace, name,
+        ))
     }
 }
 
@@ -325,7 +325,12 @@ pub fn list(
     }
     #[cfg(not(target_arch = "wasm32"))]
     {
-        Ok(testing::select(api_version, kind, namespace, label_selector))
+        Ok(testing::select(
+            api_version,
+            kind,
+            namespace,
+            label_selector,
+        ))
     }
 }
 
@@ -361,6 +366,24 @@ pub fn apply(configuration: &Value) -> Result<Value, Error> {
     #[cfg(not(target_arch = "wasm32"))]
     {
         testing::write("apply", api_version, kind, configuration.clone())
+    }
+}
+
+/// Several applies at once (each as [`apply`]): the server runs them
+/// concurrently, so independent objects cost one round trip and one
+/// storage commit. One result per configuration, in order.
+pub fn apply_all(configurations: &[Value]) -> Vec<Result<Value, Error>> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        let texts: Vec<String> = configurations.iter().map(Value::to_string).collect();
+        host::writes::apply_all(&texts, true)
+            .into_iter()
+            .map(|r| r.map_err(host::error).and_then(|o| host::parse(&o.json)))
+            .collect()
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        configurations.iter().map(apply).collect()
     }
 }
 

@@ -62,7 +62,13 @@ pub fn find_write(kind: &str) -> Value {
 }
 
 /// A reconcile request for a key.
-pub fn key(group: &str, version: &str, resource: &str, namespace: Option<&str>, name: &str) -> Request {
+pub fn key(
+    group: &str,
+    version: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> Request {
     Request {
         group: group.into(),
         version: version.into(),
@@ -133,12 +139,14 @@ pub(crate) fn get_resource(
 
 /// `key=value` terms of a selector (what fixtures support).
 fn matches(obj: &Value, selector: Option<&str>) -> bool {
-    selector.unwrap_or_default().split(',').filter(|t| !t.is_empty()).all(|term| {
-        match term.split_once('=') {
+    selector
+        .unwrap_or_default()
+        .split(',')
+        .filter(|t| !t.is_empty())
+        .all(|term| match term.split_once('=') {
             Some((k, v)) => obj["metadata"]["labels"][k.trim()] == v.trim(),
             None => obj["metadata"]["labels"].get(term.trim()).is_some(),
-        }
-    })
+        })
 }
 
 pub(crate) fn select(
@@ -167,7 +175,10 @@ fn record(verb: &'static str, api_version: &str, kind: &str, object: &Value) {
         api_version: api_version.into(),
         kind: kind.into(),
         namespace: object["metadata"]["namespace"].as_str().map(String::from),
-        name: object["metadata"]["name"].as_str().unwrap_or_default().into(),
+        name: object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .into(),
         object: object.clone(),
     };
     WRITES.with(|ws| ws.borrow_mut().push(w));
@@ -183,7 +194,10 @@ pub(crate) fn write(
 ) -> Result<Value, Error> {
     record(verb, api_version, kind, &object);
     let ns = object["metadata"]["namespace"].as_str().map(String::from);
-    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     OBJECTS.with(|o| {
         let mut objects = o.borrow_mut();
         let existing = objects
@@ -270,8 +284,13 @@ pub(crate) fn record_event(regarding: &Value, warning: bool, reason: &str, note:
         verb: "event",
         api_version: regarding["apiVersion"].as_str().unwrap_or_default().into(),
         kind: regarding["kind"].as_str().unwrap_or_default().into(),
-        namespace: regarding["metadata"]["namespace"].as_str().map(String::from),
-        name: regarding["metadata"]["name"].as_str().unwrap_or_default().into(),
+        namespace: regarding["metadata"]["namespace"]
+            .as_str()
+            .map(String::from),
+        name: regarding["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .into(),
         object: serde_json::json!({"warning": warning, "reason": reason, "note": note}),
     };
     WRITES.with(|ws| ws.borrow_mut().push(w));

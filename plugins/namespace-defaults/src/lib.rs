@@ -9,8 +9,9 @@
 //! - RoleBinding `tenant-admins` (ClusterRole `admin` to the group
 //!   `tenant:<label value>`).
 //!
-//! Each is written by server-side apply (idempotent; a hand edit of a
-//! generated field is put back), carries the label
+//! All three are written by one server-side apply call (`apply_all`:
+//! idempotent; a hand edit of a generated field is put back; the server
+//! applies them concurrently), carries the label
 //! `app.kubernetes.io/managed-by: namespace-defaults` and is owned by its
 //! Namespace (so a deleted object queues the namespace again, and the
 //! garbage collector removes them with it). When the label goes, the
@@ -21,7 +22,7 @@
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use wasm_apiserver_controller_sdk::{
-    Action, Controller, Request, Value, apply, delete, event, export_controller, json, list,
+    Action, Controller, Request, Value, apply_all, delete, event, export_controller, json, list,
     owner_reference,
 };
 
@@ -72,7 +73,11 @@ impl Default for Config {
 pub const GENERATED: [(&str, &str, &str); 3] = [
     ("networking.k8s.io/v1", "NetworkPolicy", "default-deny"),
     ("v1", "ResourceQuota", "default-quota"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding", "tenant-admins"),
+    (
+        "rbac.authorization.k8s.io/v1",
+        "RoleBinding",
+        "tenant-admins",
+    ),
 ];
 
 /// What a labelled namespace gets.
@@ -120,10 +125,21 @@ impl Controller for NamespaceDefaults {
         }
         match ns["metadata"]["labels"][&config.label].as_str() {
             Some(tenant) => {
-                for object in desired(config, &ns, tenant) {
-                    if let Err(e) = apply(&object) {
-                        let what = format!("{} {}", object["kind"].as_str().unwrap_or_default(), object["metadata"]["name"].as_str().unwrap_or_default());
-                        event(&ns, true, "GenerateFailed", &format!("could not apply {what}: {e}"));
+                // The three at once: one round trip, one storage commit.
+                let objects = desired(config, &ns, tenant);
+                for (object, result) in objects.iter().zip(apply_all(&objects)) {
+                    if let Err(e) = result {
+                        let what = format!(
+                            "{} {}",
+                            object["kind"].as_str().unwrap_or_default(),
+                            object["metadata"]["name"].as_str().unwrap_or_default()
+                        );
+                        event(
+                            &ns,
+                            true,
+                            "GenerateFailed",
+                            &format!("could not apply {what}: {e}"),
+                        );
                         return Err(format!("applying {what}: {e}"));
                     }
                 }
@@ -167,16 +183,26 @@ mod tests {
         let kinds: Vec<_> = writes.iter().map(|w| (w.verb, w.kind.as_str())).collect();
         assert_eq!(
             kinds,
-            [("apply", "NetworkPolicy"), ("apply", "ResourceQuota"), ("apply", "RoleBinding")]
+            [
+                ("apply", "NetworkPolicy"),
+                ("apply", "ResourceQuota"),
+                ("apply", "RoleBinding")
+            ]
         );
         assert_eq!(writes[2].object["subjects"][0]["name"], "tenant:a");
-        assert_eq!(writes[0].object["metadata"]["ownerReferences"][0]["uid"], "u1");
+        assert_eq!(
+            writes[0].object["metadata"]["ownerReferences"][0]["uid"],
+            "u1"
+        );
         // The label goes: so do the generated objects.
         let mut objects = testing::objects();
         objects[0] = namespace(json!({}));
         testing::set_cluster(objects);
         testing::reconcile::<NamespaceDefaults>("", &key()).unwrap();
-        let deleted: Vec<_> = testing::writes().iter().map(|w| (w.verb, w.name.clone())).collect();
+        let deleted: Vec<_> = testing::writes()
+            .iter()
+            .map(|w| (w.verb, w.name.clone()))
+            .collect();
         assert_eq!(deleted.len(), 3, "{deleted:?}");
         assert!(deleted.iter().all(|(v, _)| *v == "delete"));
     }
@@ -194,8 +220,11 @@ mod tests {
     #[test]
     fn the_quota_and_label_are_configurable() {
         testing::set_cluster(vec![namespace(json!({"owner": "b"}))]);
-        testing::reconcile::<NamespaceDefaults>(r#"{"label": "owner", "quota": {"pods": "5"}}"#, &key())
-            .unwrap();
+        testing::reconcile::<NamespaceDefaults>(
+            r#"{"label": "owner", "quota": {"pods": "5"}}"#,
+            &key(),
+        )
+        .unwrap();
         let quota = testing::find_write("ResourceQuota");
         assert_eq!(quota["spec"]["hard"]["pods"], "5");
         assert!(testing::reconcile::<NamespaceDefaults>(r#"{"nope": 1}"#, &key()).is_err());

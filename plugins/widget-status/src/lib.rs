@@ -75,9 +75,9 @@ impl Controller for WidgetStatus {
         let ready = widget["status"]["conditions"]
             .as_array()
             .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
-        let current = ready.is_some_and(|c| {
-            c["status"] == "True" && c["observedGeneration"] == generation
-        }) && widget["status"]["configMap"] == cm_name.as_str();
+        let current = ready
+            .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == generation)
+            && widget["status"]["configMap"] == cm_name.as_str();
         if current {
             return Ok(Action::Done);
         }

@@ -401,6 +401,20 @@ impl Writes for ControllerWrites {
             .map_err(write_error)
     }
 
+    /// Concurrently: independent objects then share the store's commits.
+    async fn apply_all(
+        &self,
+        configurations: Vec<(Target, Value)>,
+        force: bool,
+    ) -> Vec<Result<Value, WriteError>> {
+        futures::future::join_all(
+            configurations
+                .into_iter()
+                .map(|(target, c)| async move { self.apply(&target, c, force, None).await }),
+        )
+        .await
+    }
+
     async fn event(&self, regarding: &Value, warning: bool, reason: &str, note: &str) {
         let kind = if warning { "Warning" } else { "Normal" };
         self.client.event(regarding, kind, reason, note).await;
