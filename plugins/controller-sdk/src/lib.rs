@@ -29,7 +29,8 @@
 //! What the SDK gives a controller:
 //! - [`Request`]: the key (resource, namespace, name), why it was queued,
 //!   and [`Request::get`] for the primary object;
-//! - reads ([`get`], [`list`]) and writes ([`apply`] and [`apply_all`], the default:
+//! - reads ([`get`], [`list`], and typed: [`get_as`], [`list_as`],
+//!   [`Request::get_as`] into any `Deserialize` type) and writes ([`apply`] and [`apply_all`], the default:
 //!   server-side apply with the controller as field manager and
 //!   ownership forced, so the same configuration applied twice changes
 //!   nothing and a hand edit of a field it owns is put back; [`create`],
@@ -124,6 +125,12 @@ impl Request {
             self.namespace.as_deref(),
             &self.name,
         )
+    }
+
+    /// The primary object as a typed value (e.g. a `k8s_openapi` type, or
+    /// the controller's own struct), or `None` when it is gone.
+    pub fn get_as<T: DeserializeOwned>(&self) -> Result<Option<T>, String> {
+        self.get()?.map(decode).transpose()
     }
 
     fn from_wit(r: ReconcileRequest) -> Self {
@@ -288,6 +295,36 @@ pub fn get(
     {
         Ok(testing::find(api_version, kind, namespace, name))
     }
+}
+
+/// Decodes an object into `T`, naming what did not fit.
+fn decode<T: DeserializeOwned>(v: Value) -> Result<T, String> {
+    serde_json::from_value(v).map_err(|e| format!("cannot decode the object: {e}"))
+}
+
+/// [`get`] as a typed value.
+pub fn get_as<T: DeserializeOwned>(
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Option<T>, String> {
+    get(api_version, kind, namespace, name)?
+        .map(decode)
+        .transpose()
+}
+
+/// [`list`] as typed values.
+pub fn list_as<T: DeserializeOwned>(
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    label_selector: Option<&str>,
+) -> Result<Vec<T>, String> {
+    list(api_version, kind, namespace, label_selector)?
+        .into_iter()
+        .map(decode)
+        .collect()
 }
 
 /// Every object of `kind` in `namespace` (all for `None`) matching

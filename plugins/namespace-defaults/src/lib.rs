@@ -208,6 +208,37 @@ mod tests {
     }
 
     #[test]
+    fn typed_reads_decode_into_the_callers_type() {
+        #[derive(serde::Deserialize)]
+        struct Meta {
+            name: String,
+            labels: BTreeMap<String, String>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Ns {
+            metadata: Meta,
+        }
+        testing::set_cluster(vec![namespace(json!({"tenant": "a"}))]);
+        let ns: Ns = key().get_as().unwrap().unwrap();
+        assert_eq!(
+            (
+                ns.metadata.name.as_str(),
+                ns.metadata.labels["tenant"].as_str()
+            ),
+            ("team-a", "a")
+        );
+        let all: Vec<Ns> =
+            wasm_apiserver_controller_sdk::list_as("v1", "Namespace", None, Some("tenant=a"))
+                .unwrap();
+        assert_eq!(all.len(), 1);
+        // A shape that does not fit is an error naming why.
+        let err =
+            wasm_apiserver_controller_sdk::get_as::<Vec<u8>>("v1", "Namespace", None, "team-a")
+                .unwrap_err();
+        assert!(err.contains("cannot decode"), "{err}");
+    }
+
+    #[test]
     fn unlabelled_and_absent_namespaces_are_left_alone() {
         testing::set_cluster(vec![namespace(json!({"team": "x"}))]);
         testing::reconcile::<NamespaceDefaults>("", &key()).unwrap();
