@@ -218,11 +218,15 @@ fn a_controller_reconciles_fixtures_and_judges_a_case_table() {
     for lang in ["python", "js"] {
         let component = wasm_apiserver_e2e::example_plugin_dir()
             .join(format!("namespace-defaults-{lang}.wasm"));
+        // Each case loads the component: a cache compiles it once.
+        let cache = dir.join(format!("cache-{lang}"));
         let (code, out) = plugin(&[
             "test",
             component.to_str().unwrap(),
             "--cases",
             table.to_str().unwrap(),
+            "--cache-dir",
+            cache.to_str().unwrap(),
         ]);
         assert_eq!(code, 0, "{lang}: {out}");
         assert!(out.contains("4 passed, 0 failed"), "{lang}: {out}");
@@ -242,4 +246,53 @@ fn a_controller_reconciles_fixtures_and_judges_a_case_table() {
         out.contains("FAIL a labelled namespace gets its three objects: expected writes"),
         "{out}"
     );
+}
+
+/// A context-aware admission plugin (package 0.3.0) reads fixture objects
+/// offline: the table's `cluster:` (or `--cluster`) answers its reads, and
+/// without them the denial it expected does not happen.
+#[test]
+fn a_context_aware_plugin_reads_fixtures_offline() {
+    let table = fixtures().join("unique-ingress-host.yaml");
+    let (code, out) = plugin(&[
+        "test",
+        &component("unique_ingress_host.wasm"),
+        "--cases",
+        table.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("2 passed, 0 failed"), "{out}");
+
+    // The same cases without the fixtures: the host is free, so the
+    // denial does not happen; given again through --cluster, it does.
+    let doc: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&table).unwrap()).unwrap();
+    let dir = std::env::temp_dir().join(format!("plugin-cli-ctx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bare = dir.join("bare.yaml");
+    let mut without = serde_yaml::Mapping::new();
+    without.insert("cases".into(), doc["cases"].clone());
+    std::fs::write(&bare, serde_yaml::to_string(&without).unwrap()).unwrap();
+    let (code, out) = plugin(&[
+        "test",
+        &component("unique_ingress_host.wasm"),
+        "--cases",
+        bare.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAIL a host another Ingress serves is refused: expected Deny"),
+        "{out}"
+    );
+    let objects = dir.join("objects.yaml");
+    std::fs::write(&objects, serde_yaml::to_string(&doc["cluster"]).unwrap()).unwrap();
+    let (code, out) = plugin(&[
+        "test",
+        &component("unique_ingress_host.wasm"),
+        "--cases",
+        bare.to_str().unwrap(),
+        "--cluster",
+        objects.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}");
 }

@@ -808,3 +808,53 @@ fn widget_status_owns_a_configmap_and_sets_ready() {
             .then_some(())
     });
 }
+
+/// `spec.resyncSeconds` queues every primary object again on its period
+/// (controller-runtime's SyncPeriod), with nothing changed; without it
+/// (the 10 h default) nothing is reconciled while nothing changes.
+#[test]
+fn resync_reconciles_every_object_on_its_period() {
+    let server = start();
+    service_account(&server, "noop", json!([rule(&[""], &["namespaces"], READ)]));
+    let noop = |name: &str, resync: Option<u64>| {
+        let mut c = json!({
+            "apiVersion": "controllers.wasm-apiserver.io/v1alpha1", "kind": "Controller",
+            "metadata": {"name": name},
+            "spec": {"module": {"file": "noop_controller.wasm"},
+                "for": {"apiVersion": "v1", "kind": "Namespace"},
+                "serviceAccountName": "kube-system/noop"}});
+        if let Some(r) = resync {
+            c["spec"]["resyncSeconds"] = json!(r);
+        }
+        c
+    };
+    apply(&server, &noop("resyncing", Some(1)));
+    apply(&server, &noop("steady", None));
+    wait_status(&server, "resyncing", "Active");
+    wait_status(&server, "steady", "Active");
+    let namespaces = kubectl_json(&server, None, &["get", "namespaces", "-o", "json"])["items"]
+        .as_array()
+        .unwrap()
+        .len() as u64;
+    let reconciled = |name: &str| -> u64 {
+        let m = server.get("/metrics").expect("metrics").1;
+        let prefix = format!(
+            "controller_runtime_reconcile_total{{controller=\"{name}\",result=\"success\"}} "
+        );
+        m.lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+            .unwrap_or(0)
+    };
+    // Both have reconciled every namespace once.
+    poll_until(WAIT, "the initial reconciles", || {
+        (reconciled("resyncing") >= namespaces && reconciled("steady") >= namespaces).then_some(())
+    });
+    let (r0, s0) = (reconciled("resyncing"), reconciled("steady"));
+    std::thread::sleep(Duration::from_millis(3500));
+    let (r1, s1) = (reconciled("resyncing"), reconciled("steady"));
+    assert!(
+        r1 >= r0 + 2 * namespaces,
+        "resync: {r0} -> {r1} for {namespaces} namespaces"
+    );
+    assert_eq!(s1, s0, "no resync without a period");
+}

@@ -324,6 +324,21 @@ impl Writes for FixtureWrites {
     }
 }
 
+/// Cluster reads over fixture objects, every kind readable: what `plugin
+/// test` gives an admission plugin of package 0.3.0.
+pub fn fixture_access(objects: Vec<Value>) -> ClusterAccess {
+    ClusterAccess {
+        reads: Arc::new(Fixtures {
+            objects: Mutex::new(objects),
+            writes: Default::default(),
+        }),
+        grants: Vec::new(),
+        all_kinds: true,
+        max_calls: wasm_apiserver_api::admission::DEFAULT_CLUSTER_READS,
+        max_bytes: wasm_apiserver_api::admission::DEFAULT_CLUSTER_READ_BYTES,
+    }
+}
+
 /// Objects from a YAML or JSON file: one document, several documents, or
 /// a `List`.
 pub fn read_objects(path: &Path) -> anyhow::Result<Vec<Value>> {

@@ -67,8 +67,9 @@ pub struct TestArgs {
     /// every run compiles (seconds for Python and JavaScript components).
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
-    /// Controllers: objects the cluster holds (YAML or JSON: documents or
-    /// a `List`); reads answer from them and writes change them.
+    /// Objects the cluster holds (YAML or JSON: documents or a `List`): an
+    /// admission plugin's cluster reads answer from them; a controller's
+    /// reads too, and its writes change them.
     #[arg(long)]
     pub cluster: Option<PathBuf>,
     /// Controllers: the primary kind, `<apiVersion>/<Kind>` (`v1/Namespace`,
@@ -124,6 +125,9 @@ struct Case {
 struct Table {
     #[serde(default)]
     config: Option<String>,
+    /// Objects the plugin's cluster reads answer from (with `--cluster`'s).
+    #[serde(default)]
+    cluster: Vec<Value>,
     cases: Vec<Case>,
 }
 
@@ -262,18 +266,23 @@ fn describe(r: &AdmissionResponse) -> String {
     }
 }
 
+/// Loads an admission plugin; its cluster reads (package 0.3.0) answer
+/// from `objects`, every kind readable (offline, nothing is granted or
+/// refused: the grants are the `AdmissionPlugin`'s business).
 async fn load(
     runtime: &Runtime,
     component: &Path,
     config: &str,
+    objects: &[Value],
 ) -> anyhow::Result<AdmissionPlugin> {
     let wasm = std::fs::read(component)?;
     let name = component
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "plugin".into());
+    let cluster = crate::controller_cli::fixture_access(objects.to_vec());
     Ok(runtime
-        .load_admission(&name, &wasm, config, Limits::default())
+        .load_admission_with_cluster(&name, &wasm, config, Limits::default(), Some(cluster))
         .await?)
 }
 
@@ -282,7 +291,7 @@ async fn test(runtime: &Runtime, args: TestArgs) -> anyhow::Result<i32> {
         Some(p) => Some(std::fs::read_to_string(p)?),
         None => None,
     };
-    // A controller's test names a key, fixtures, or a table with `for:`.
+    // A controller's test names a key (with `--for`), or a table with `for:`.
     let controller_table = match &args.cases {
         Some(cases) => table_files(cases)?.iter().any(|f| {
             std::fs::read(f)
@@ -292,11 +301,22 @@ async fn test(runtime: &Runtime, args: TestArgs) -> anyhow::Result<i32> {
         }),
         None => false,
     };
-    if args.key.is_some() || args.for_kind.is_some() || args.cluster.is_some() || controller_table {
+    if args.key.is_some() || args.for_kind.is_some() || controller_table {
         return test_controller(runtime, &args, config.as_deref()).await;
     }
+    // An admission plugin's cluster reads answer from `--cluster`.
+    let cluster = match &args.cluster {
+        Some(p) => crate::controller_cli::read_objects(p)?,
+        None => Vec::new(),
+    };
     if let Some(path) = &args.request {
-        let plugin = load(runtime, &args.component, config.as_deref().unwrap_or("")).await?;
+        let plugin = load(
+            runtime,
+            &args.component,
+            config.as_deref().unwrap_or(""),
+            &cluster,
+        )
+        .await?;
         let req = parse_request(&serde_json::from_slice(&std::fs::read(path)?)?)?;
         let (resp, patch) = answer(&plugin, &req).await?;
         println!("{}", describe(&resp));
@@ -328,7 +348,9 @@ async fn test(runtime: &Runtime, args: TestArgs) -> anyhow::Result<i32> {
         let table: Table = serde_yaml::from_slice(&std::fs::read(&file)?)
             .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
         let cfg = config.clone().or(table.config.clone()).unwrap_or_default();
-        let plugin = load(runtime, &args.component, &cfg).await?;
+        let mut objects = cluster.clone();
+        objects.extend(table.cluster.iter().cloned());
+        let plugin = load(runtime, &args.component, &cfg, &objects).await?;
         let base = file.parent().unwrap_or(Path::new("."));
         for case in &table.cases {
             let req = match &case.request {
