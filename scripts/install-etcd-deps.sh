@@ -5,6 +5,8 @@
 #                      (google/protobuf/descriptor.proto; only a Recommends)
 #   etcd-server        the `etcd` binary the tests start on loopback ports
 #   openssl            makes the certificates of the etcd TLS test
+#   docker-registry    the OCI registry (CNCF distribution) the module-pull
+#                      tests push components to and the server pulls from
 # Idempotent: installs only what is missing, and runs `apt-get update` once,
 # only when something is. Run as root (no sudo).
 set -euo pipefail
@@ -14,6 +16,7 @@ command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/descriptor.proto ] || missing+=(libprotobuf-dev)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0
@@ -29,5 +32,6 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 command -v protoc >/dev/null && command -v etcd >/dev/null && command -v openssl >/dev/null \
+    && command -v docker-registry >/dev/null \
     && [ -f /usr/include/google/protobuf/descriptor.proto ]
 

@@ -6,7 +6,7 @@
 //! kind: AdmissionPlugin
 //! metadata: {name: require-team}
 //! spec:
-//!   module: {file: require_labels.wasm}   # or {wasm: <base64>}; sha256 optional;
+//!   module: {file: require_labels.wasm}   # or {wasm: <base64>}, or {image: <OCI reference>}; sha256 optional;
 //!                                         # format: component (default) or kubewarden
 //!   phases: [Validating]                  # Mutating and/or Validating
 //!   order: 0                              # run order within a phase (then name)
@@ -55,6 +55,12 @@ pub struct Module {
     /// paths, so an object can only name modules the operator installed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
+    /// An OCI image reference (`registry/repository:tag` or `@sha256:...`)
+    /// whose wasm layer is the module, as Kubewarden and wasm-to-oci
+    /// publish policies; pulled over HTTPS (plain HTTP for the server's
+    /// `--insecure-plugin-registries`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     /// Expected sha256 (hex) of the component; checked when given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,

@@ -99,13 +99,25 @@ impl Module {
     /// Checks that exactly one source is set, and that a file is a plain
     /// name in the plugin directory.
     pub fn check(&self) -> Result<(), String> {
-        match (&self.wasm, &self.file) {
-            (Some(_), Some(_)) | (None, None) => {
-                Err("spec.module: exactly one of wasm and file must be set".into())
-            }
-            (_, Some(f)) if !valid_file_name(f) => Err(format!(
+        let set = [
+            self.wasm.is_some(),
+            self.file.is_some(),
+            self.image.is_some(),
+        ];
+        if set.iter().filter(|s| **s).count() != 1 {
+            return Err("spec.module: exactly one of wasm, file and image must be set".into());
+        }
+        match (&self.file, &self.image) {
+            (Some(f), _) if !valid_file_name(f) => Err(format!(
                 "spec.module.file: {f:?} must be a plain file name ending in .wasm"
             )),
+            (_, Some(i))
+                if i.is_empty() || i.chars().any(|c| c.is_whitespace() || c.is_control()) =>
+            {
+                Err(format!(
+                    "spec.module.image: {i:?} is not an image reference"
+                ))
+            }
             _ => Ok(()),
         }
     }

@@ -48,6 +48,7 @@ pub mod error;
 pub mod handlers;
 pub mod informer;
 pub mod namespaces;
+pub mod oci;
 pub mod options;
 pub mod resources;
 pub mod store;

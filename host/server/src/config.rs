@@ -116,6 +116,12 @@ pub struct ServeArgs {
     #[arg(long)]
     pub plugin_dir: Option<PathBuf>,
 
+    /// Registries (`host[:port]`, comma-separated) that `spec.module.image`
+    /// is pulled from over plain HTTP instead of HTTPS (a registry on
+    /// loopback or inside the cluster's network).
+    #[arg(long, value_delimiter = ',')]
+    pub insecure_plugin_registries: Vec<String>,
+
     /// Admission plugins loaded at start (YAML `AdmissionPlugin` documents);
     /// they cannot be changed through the API, so they can guard it.
     #[arg(long)]
@@ -210,6 +216,7 @@ impl ServeArgs {
             storage_cache_bytes: wasm_apiserver_storage::embedded::DEFAULT_CACHE_BYTES,
             max_request_bytes: 3 * 1024 * 1024,
             plugin_dir: None,
+            insecure_plugin_registries: Vec::new(),
             admission_control_config_file: None,
             etcd_servers: Vec::new(),
             etcd_prefix: String::new(),

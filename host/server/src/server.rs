@@ -291,6 +291,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         args.plugin_dir.clone(),
         storage.clone(),
     ));
+    admission.set_insecure_registries(args.insecure_plugin_registries.clone());
     if let Some(path) = &args.admission_control_config_file {
         let n = controller::load_config_file(&admission, path).await?;
         tracing::info!(plugins = n, file = %path.display(), "static admission plugins loaded");

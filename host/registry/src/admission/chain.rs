@@ -183,6 +183,9 @@ pub struct Admission {
     /// The reads plugins granted `contextAwareResources` make (set once by
     /// the assembly).
     cluster: std::sync::OnceLock<Arc<dyn wasm_apiserver_plugins::Cluster>>,
+    /// Registries (`host[:port]`) modules are pulled from over plain HTTP
+    /// (`--insecure-plugin-registries`).
+    insecure_registries: RwLock<Vec<String>>,
 }
 
 /// A plugin's field causes as API causes (`FieldValueInvalid` when it gave no reason).
@@ -226,6 +229,14 @@ impl Admission {
             storage,
             policies: Default::default(),
             cluster: Default::default(),
+            insecure_registries: Default::default(),
+        }
+    }
+
+    /// Pull `spec.module.image` from these registries over plain HTTP.
+    pub fn set_insecure_registries(&self, registries: Vec<String>) {
+        if let Ok(mut r) = self.insecure_registries.write() {
+            *r = registries;
         }
     }
 
@@ -301,6 +312,15 @@ impl Admission {
             (Some(b64), _) => base64::engine::general_purpose::STANDARD
                 .decode(b64.trim())
                 .map_err(|e| format!("spec.module.wasm is not valid base64: {e}"))?,
+            (None, None) if module.image.is_some() => {
+                let image = module.image.as_deref().unwrap_or_default();
+                let insecure = self
+                    .insecure_registries
+                    .read()
+                    .map(|r| r.clone())
+                    .unwrap_or_default();
+                crate::oci::pull(image, &insecure).await?
+            }
             (None, Some(file)) => {
                 let dir = self
                     .plugin_dir
