@@ -164,8 +164,8 @@ fn bench_prints_a_row_of_timings() {
 /// watches another label fails the cases that expected writes, by name.
 #[test]
 fn a_controller_reconciles_fixtures_and_judges_a_case_table() {
-    let dir = std::env::temp_dir().join(format!("plugin-cli-ctl-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let cluster = dir.join("cluster.yaml");
     std::fs::write(
         &cluster,
@@ -267,8 +267,8 @@ fn a_context_aware_plugin_reads_fixtures_offline() {
     // denial does not happen; given again through --cluster, it does.
     let doc: serde_yaml::Value =
         serde_yaml::from_str(&std::fs::read_to_string(&table).unwrap()).unwrap();
-    let dir = std::env::temp_dir().join(format!("plugin-cli-ctx-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let bare = dir.join("bare.yaml");
     let mut without = serde_yaml::Mapping::new();
     without.insert("cases".into(), doc["cases"].clone());
