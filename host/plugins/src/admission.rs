@@ -307,7 +307,7 @@ pub(crate) mod v0_3 {
         }
     }
 
-    fn target_from_wit(t: wit_cluster::Target) -> crate::cluster::Target {
+    pub(crate) fn target_from_wit(t: wit_cluster::Target) -> crate::cluster::Target {
         match t {
             wit_cluster::Target::Kind(k) => crate::cluster::Target::Kind {
                 api_version: k.api_version,
@@ -321,7 +321,7 @@ pub(crate) mod v0_3 {
         }
     }
 
-    fn object_to_wit(o: serde_json::Value) -> wit_cluster::Object {
+    pub(crate) fn object_to_wit(o: serde_json::Value) -> wit_cluster::Object {
         let resource_version = o["metadata"]["resourceVersion"]
             .as_str()
             .unwrap_or_default()

@@ -44,6 +44,7 @@ mod v0_3 {
     pub(crate) type Pre = ControllerPluginPre<crate::sandbox::StoreState>;
 }
 
+use crate::admission::v0_3::{object_to_wit, target_from_wit};
 use v0_3::exports::wasm_apiserver::plugin::controller as wit;
 use v0_3::wasm_apiserver::plugin::{events as wit_events, writes as wit_writes};
 type WitStatus = crate::admission::v0_3::wasm_apiserver::plugin::types::Status;
@@ -209,20 +210,6 @@ impl ControllerPlugin {
     }
 }
 
-fn target_from_wit(t: WitTarget) -> Target {
-    match t {
-        WitTarget::Kind(k) => Target::Kind {
-            api_version: k.api_version,
-            kind: k.kind,
-        },
-        WitTarget::Resource(r) => Target::Resource {
-            group: r.group,
-            version: r.version,
-            resource: r.resource,
-        },
-    }
-}
-
 fn status_to_wit(e: WriteError) -> WitStatus {
     WitStatus {
         code: e.code,
@@ -239,17 +226,6 @@ fn status_to_wit(e: WriteError) -> WitStatus {
                 },
             )
             .collect(),
-    }
-}
-
-fn object_to_wit(o: serde_json::Value) -> WitObject {
-    let resource_version = o["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    WitObject {
-        json: o.to_string(),
-        resource_version,
     }
 }
 

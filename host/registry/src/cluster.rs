@@ -72,20 +72,27 @@ impl ClusterReads {
 
     /// The resource serving `kind` in `api_version`.
     fn resource(&self, api_version: &str, kind: &str) -> Result<Arc<Resource>, String> {
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        self.objects
-            .resources
-            .snapshot()
-            .all()
-            .find(|r| {
-                r.group == group
-                    && r.version == version
-                    && r.kind == kind
-                    && r.create_only.is_none()
-            })
-            .cloned()
-            .ok_or_else(|| format!("no resource serves kind {kind:?} in {api_version:?}"))
+        resource_for_kind(&self.objects, api_version, kind)
     }
+}
+
+/// The resource serving `kind` in `api_version` (no create-only ones: a
+/// review kind is not readable).
+pub fn resource_for_kind(
+    objects: &Objects,
+    api_version: &str,
+    kind: &str,
+) -> Result<Arc<Resource>, String> {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    objects
+        .resources
+        .snapshot()
+        .all()
+        .find(|r| {
+            r.group == group && r.version == version && r.kind == kind && r.create_only.is_none()
+        })
+        .cloned()
+        .ok_or_else(|| format!("no resource serves kind {kind:?} in {api_version:?}"))
 }
 
 fn message(e: ApiError) -> String {

@@ -96,21 +96,7 @@ fn info(objects: &Objects) -> Arc<Resource> {
 
 /// The resource serving `kind`.
 fn resource_of(objects: &Objects, k: &KindRef) -> Result<Arc<Resource>, String> {
-    let (group, version) = k.group_version();
-    objects
-        .resources
-        .snapshot()
-        .all()
-        .find(|r| {
-            r.group == group && r.version == version && r.kind == k.kind && r.create_only.is_none()
-        })
-        .cloned()
-        .ok_or_else(|| {
-            format!(
-                "no resource serves kind {:?} in {:?}",
-                k.kind, k.api_version
-            )
-        })
+    crate::cluster::resource_for_kind(objects, &k.api_version, &k.kind)
 }
 
 /// What a running controller shares across swaps.
