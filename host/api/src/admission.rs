@@ -20,7 +20,15 @@
 //!   contextAwareResources: [{apiVersion: v1, kind: Service}]  # what it may read
 //!                                         # (Kubewarden policies' host calls)
 //!   config: {labels: [team]}              # any JSON; passed to the plugin as a string
+//!   backgroundAudit: true                 # check stored objects too (reports); default true
+//!   shadow: {module: {file: v2.wasm}, config: {...}}  # a version on trial: sees every
+//!                                         # request, never enforced, disagreements counted
 //! ```
+//!
+//! Severity and category of its report results come from the object's
+//! annotations `io.kubewarden.policy.severity` and
+//! `io.kubewarden.policy.category` (Kubewarden's), or a Kubewarden
+//! module's own metadata annotations.
 
 use crate::selector::{LabelSelector, Requirement};
 use serde::{Deserialize, Serialize};
@@ -218,6 +226,26 @@ pub struct PluginSpec {
     /// Opaque configuration; a string is passed as is, anything else as JSON.
     #[serde(default)]
     pub config: Value,
+    /// Whether the background audit checks stored objects against the
+    /// plugin (Kubewarden's metadata field). Unset: yes for components,
+    /// what a Kubewarden module's metadata says (default yes).
+    #[serde(default)]
+    pub background_audit: Option<bool>,
+    /// A second version of the plugin that sees every request this one
+    /// sees, off the request path, and whose decision is never enforced.
+    #[serde(default)]
+    pub shadow: Option<ShadowSpec>,
+}
+
+/// `spec.shadow` of an `AdmissionPlugin`: the module and configuration of a
+/// version on trial (same format, rules and limits as the plugin).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ShadowSpec {
+    pub module: Module,
+    /// Its configuration; unset means the plugin's own `spec.config`.
+    #[serde(default)]
+    pub config: Option<Value>,
 }
 
 impl PluginSpec {
@@ -226,6 +254,15 @@ impl PluginSpec {
         let s: PluginSpec =
             serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
         s.module.check()?;
+        if let Some(shadow) = &s.shadow {
+            shadow
+                .module
+                .check()
+                .map_err(|e| e.replacen("spec.module", "spec.shadow.module", 1))?;
+            if shadow.module.format != s.module.format {
+                return Err("spec.shadow.module.format: must be the format of spec.module".into());
+            }
+        }
         if s.phases.is_empty() {
             return Err("spec.phases: at least one of Mutating, Validating is required".into());
         }

@@ -250,6 +250,12 @@ pub fn resources() -> Vec<ResourceInfo> {
             )
             .or(json!("Deny")),
             string("Status", "Whether the plugin is loaded", ".status.phase"),
+            Column::new(
+                "Violations",
+                "integer",
+                "Stored objects the plugin denies (background audit)",
+                ".status.audit.violations",
+            ),
             Column::age(),
         ]),
         ResourceInfo::new(

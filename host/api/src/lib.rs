@@ -28,6 +28,7 @@ pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod rbac;
+pub mod report;
 pub mod request;
 pub mod resource;
 pub mod schema;

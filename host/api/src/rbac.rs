@@ -789,6 +789,10 @@ pub const CONTROLLERS: &[&str] = &[
     // Ours: runs `Controller` objects (each as its own ServiceAccount); it
     // only records the Events about their failures.
     "wasm-controller-manager",
+    // Ours: the background audit of admission plugins and policies; reads
+    // what their rules match, writes policy reports and the violation
+    // counts in the policies' status.
+    "policy-audit",
 ];
 
 /// Controllers whose upstream roles are namespaced: `(controller,
@@ -933,6 +937,34 @@ fn controller_roles() -> Vec<Value> {
             "service-account-controller" => {
                 vec![PolicyRule::new(&["create"], &[""], &["serviceaccounts"])]
             }
+            "policy-audit" => vec![
+                PolicyRule::new(&["get", "list", "watch"], &["*"], &["*"]),
+                PolicyRule::new(
+                    &["create", "delete", "patch", "update"],
+                    &["openreports.io"],
+                    &["reports", "clusterreports"],
+                ),
+                PolicyRule::new(
+                    &["create", "delete", "patch", "update"],
+                    &["wgpolicyk8s.io"],
+                    &["policyreports", "clusterpolicyreports"],
+                ),
+                PolicyRule::new(
+                    &["create"],
+                    &["apiextensions.k8s.io"],
+                    &["customresourcedefinitions"],
+                ),
+                PolicyRule::new(
+                    &["update", "patch"],
+                    &["admission.wasm-apiserver.io"],
+                    &["admissionplugins/status"],
+                ),
+                PolicyRule::new(
+                    &["update", "patch"],
+                    &["admissionregistration.k8s.io"],
+                    &["validatingadmissionpolicies/status"],
+                ),
+            ],
             "root-ca-cert-publisher" => {
                 vec![PolicyRule::new(
                     &["create", "update"],

@@ -440,7 +440,8 @@ mod tests {
             ap[1..4],
             [json!("Mutating,Validating"), json!("Deny"), json!("")]
         );
-        assert_eq!(ap[4], "<unknown>");
+        assert_eq!(ap[4], json!(null));
+        assert_eq!(ap[5], "<unknown>");
         let secret = cells_of(
             "secrets",
             "",

@@ -555,6 +555,19 @@ impl AdmissionPlugin {
         }
     }
 
+    /// What a Kubewarden policy's metadata says of background audits and
+    /// its annotations (`backgroundAudit`, default true; `None` for a
+    /// component or a policy without metadata).
+    pub fn kubewarden_audit(&self) -> Option<(bool, std::collections::BTreeMap<String, String>)> {
+        match &self.inner.plugin {
+            Backend::Component(_) => None,
+            Backend::Kubewarden(p) => p
+                .metadata
+                .as_ref()
+                .map(|m| (m.background_audit.unwrap_or(true), m.annotations.clone())),
+        }
+    }
+
     /// How many calls so far found an instance prepared ahead of need, and
     /// how many instantiated on demand
     /// ([`RuntimeConfig::prepared_instances`](crate::RuntimeConfig::prepared_instances)).

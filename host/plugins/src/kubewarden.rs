@@ -45,6 +45,13 @@ pub(crate) struct Metadata {
     pub(crate) mutating: bool,
     #[serde(default)]
     pub(crate) execution_mode: Option<String>,
+    /// Whether the policy may be run on stored objects (Kubewarden's
+    /// audit-scanner honours it; default true).
+    #[serde(default)]
+    pub(crate) background_audit: Option<bool>,
+    /// `io.kubewarden.policy.*` annotations (title, severity, category...).
+    #[serde(default)]
+    pub(crate) annotations: BTreeMap<String, String>,
 }
 
 /// Kubewarden's `ValidationResponse`.

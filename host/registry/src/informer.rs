@@ -9,9 +9,12 @@
 //! object's size.
 
 use crate::error::storage_error;
+use crate::resources::{Resource, Snapshot};
 use crate::store::Objects;
 use futures::StreamExt;
 use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::Arc;
 use wasm_apiserver_api::ApiError;
 use wasm_apiserver_storage::{EventKind, KeyValue, ListOptions, WatchItem};
 
@@ -146,5 +149,66 @@ pub async fn follow_metadata(objects: &Objects, mut on_change: impl FnMut(Change
             tracing::warn!(error = %e, "metadata informer: watch ended; relisting");
         }
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
+/// Resources by storage prefix and by (apiVersion, kind), per registry
+/// snapshot.
+#[derive(Default)]
+pub struct Resolver {
+    snapshot: Option<Arc<Snapshot>>,
+    pub by_prefix: HashMap<String, Arc<Resource>>,
+    pub by_kind: HashMap<(String, String), Arc<Resource>>,
+}
+
+impl Resolver {
+    pub fn refresh(&mut self, snap: Arc<Snapshot>) {
+        if self
+            .snapshot
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, &snap))
+        {
+            return;
+        }
+        self.by_prefix.clear();
+        self.by_kind.clear();
+        for r in snap.all().filter(|r| r.create_only.is_none()) {
+            self.by_prefix
+                .entry(r.key_prefix())
+                .or_insert_with(|| r.clone());
+            let api_version = if r.group.is_empty() {
+                r.version.clone()
+            } else {
+                format!("{}/{}", r.group, r.version)
+            };
+            self.by_kind
+                .insert((api_version, r.kind.clone()), r.clone());
+        }
+        self.snapshot = Some(snap);
+    }
+}
+
+/// Where an object lives.
+pub struct Located {
+    pub res: Arc<Resource>,
+    pub ns: Option<String>,
+    pub name: String,
+}
+
+impl Resolver {
+    /// The resource, namespace and name of the object stored at `key`.
+    pub fn locate(&self, key: &str) -> Option<Located> {
+        let rest = key.strip_prefix(ROOT)?;
+        let mut parts = rest.splitn(3, '/');
+        let (group, plural, tail) = (parts.next()?, parts.next()?, parts.next()?);
+        let prefix = format!("{ROOT}{group}/{plural}/");
+        let res = self.by_prefix.get(&prefix)?.clone();
+        let (ns, name) = if res.namespaced {
+            let (ns, name) = tail.split_once('/')?;
+            (Some(ns.to_string()), name.to_string())
+        } else {
+            (None, tail.to_string())
+        };
+        Some(Located { res, ns, name })
     }
 }

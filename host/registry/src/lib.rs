@@ -47,6 +47,7 @@ pub mod crd;
 pub mod error;
 pub mod handlers;
 pub mod informer;
+pub mod load;
 pub mod namespaces;
 pub mod oci;
 pub mod options;

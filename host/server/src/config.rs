@@ -58,9 +58,27 @@ pub struct ServeArgs {
     /// `certificatesigningrequest-approving-controller`,
     /// `certificatesigningrequest-signing-controller`,
     /// `bootstrap-signer-controller` (runs with `--enable-bootstrap-token-auth`),
-    /// `wasm-controllers` (runs `Controller` objects' components).
+    /// `wasm-controllers` (runs `Controller` objects' components),
+    /// `policy-audit` (checks stored objects against admission plugins and
+    /// policies, writes policy reports).
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
+
+    /// Time between full passes of the background policy audit (objects
+    /// that change are checked as they change).
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub audit_interval: Duration,
+
+    /// Share of one core the background policy audit may use while the
+    /// server is idle (a tenth of it while requests are served).
+    #[arg(long, default_value_t = 0.5)]
+    pub audit_cpu_budget: f64,
+
+    /// The policy reports the audit writes: `openreports`
+    /// (`openreports.io/v1alpha1` Report, ClusterReport) or `policyreport`
+    /// (`wgpolicyk8s.io/v1alpha2` PolicyReport, ClusterPolicyReport).
+    #[arg(long, default_value = "openreports", value_parser = wasm_apiserver_api::report::Format::parse)]
+    pub report_format: wasm_apiserver_api::report::Format,
 
     /// How long a leader's Lease lasts without renewal before another
     /// replica takes over (replicas on etcd only).
@@ -240,6 +258,9 @@ impl ServeArgs {
             service_account_issuer: Vec::new(),
             advertise_address: None,
             controllers: vec!["*".into()],
+            audit_interval: Duration::from_secs(3600),
+            audit_cpu_budget: 0.5,
+            report_format: Default::default(),
             cluster_signing_cert_file: None,
             cluster_signing_key_file: None,
             cluster_signing_duration: Duration::from_secs(8760 * 3600),

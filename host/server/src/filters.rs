@@ -29,6 +29,17 @@ pub async fn with_request_info(mut req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
+/// Counts the request as in flight while it is served (until its response
+/// head is ready: a watch's stream is not counted).
+pub async fn count_in_flight(
+    State(state): State<Arc<AppState>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let _in_flight = state.load.enter();
+    next.run(req).await
+}
+
 /// Authentication: sets the request's [`UserInfo`] or answers 401.
 pub async fn authenticate(
     State(state): State<Arc<AppState>>,

@@ -64,6 +64,7 @@ impl AppState {
             audit: None,
             crds: installed.crds,
             controllers: Default::default(),
+            load: Default::default(),
         }
     }
 }
@@ -73,6 +74,7 @@ impl AppState {
 /// handler (which runs admission).
 pub fn router(state: Arc<AppState>) -> Router {
     let pipeline = ServiceBuilder::new()
+        .layer(from_fn_with_state(state.clone(), filters::count_in_flight))
         .layer(from_fn(filters::with_request_info))
         .layer(from_fn_with_state(state.clone(), filters::authenticate))
         .layer(from_fn_with_state(state.clone(), filters::audit))
@@ -432,7 +434,8 @@ fn start_controllers(
     pki: &crate::tls::Pki,
 ) -> anyhow::Result<()> {
     use wasm_apiserver_registry::controllers::{
-        Client, apiservice, bootstrap, certificates, gc, hostname, leader, serviceaccounts, wasm,
+        Client, apiservice, bootstrap, certificates, gc, hostname, leader, policy_audit,
+        serviceaccounts, wasm,
     };
     let ca_pem = &pki.ca_pem;
     let objects = &state.objects;
@@ -467,6 +470,19 @@ fn start_controllers(
                 metrics: state.controllers.clone(),
             },
             leadership.clone(),
+        );
+    }
+    if args.controller_enabled(policy_audit::NAME) {
+        policy_audit::spawn(
+            client(policy_audit::NAME),
+            policy_audit::Config {
+                interval: args.audit_interval,
+                format: args.report_format,
+                cpu_budget: args.audit_cpu_budget,
+            },
+            state.load.clone(),
+            leadership.clone(),
+            &state.controllers,
         );
     }
     if args.controller_enabled("garbage-collector-controller") {

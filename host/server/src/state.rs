@@ -26,4 +26,6 @@ pub struct AppState {
     pub crds: Arc<wasm_apiserver_registry::crd::Served>,
     /// The controllers' work queues, for `/metrics`.
     pub controllers: Arc<wasm_apiserver_registry::controllers::Metrics>,
+    /// Requests in flight (background work stays below them).
+    pub load: Arc<wasm_apiserver_registry::load::Load>,
 }

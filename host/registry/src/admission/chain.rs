@@ -61,6 +61,13 @@ pub struct Active {
     pub backend: Backend,
     namespace_selector: Option<LabelSelector>,
     object_selector: Option<LabelSelector>,
+    /// Whether the background audit runs it on stored objects.
+    pub background_audit: bool,
+    /// Severity and category of its report results.
+    pub severity: Option<String>,
+    pub category: Option<String>,
+    /// The version on trial (`spec.shadow`).
+    pub shadow: Option<super::shadow::Shadow>,
 }
 
 impl Active {
@@ -89,7 +96,25 @@ impl Active {
             backend,
             namespace_selector: sel(namespace_selector)?,
             object_selector: sel(object_selector)?,
+            background_audit: true,
+            severity: None,
+            category: None,
+            shadow: None,
         })
+    }
+
+    /// Takes severity and category from `io.kubewarden.policy.severity`
+    /// and `io.kubewarden.policy.category` annotations, when present.
+    pub fn set_report_annotations(&mut self, annotations: &BTreeMap<String, String>) {
+        if let Some(s) = annotations
+            .get("io.kubewarden.policy.severity")
+            .and_then(|s| wasm_apiserver_api::report::severity(s))
+        {
+            self.severity = Some(s);
+        }
+        if let Some(c) = annotations.get("io.kubewarden.policy.category") {
+            self.category = Some(c.clone());
+        }
     }
 
     pub(crate) fn digest(&self) -> String {
@@ -186,6 +211,8 @@ pub struct Admission {
     /// Registries (`host[:port]`) modules are pulled from over plain HTTP
     /// (`--insecure-plugin-registries`).
     insecure_registries: RwLock<Vec<String>>,
+    /// Shadow counts by plugin name.
+    shadow_stats: std::sync::Mutex<BTreeMap<String, Arc<super::shadow::Stats>>>,
 }
 
 /// A plugin's field causes as API causes (`FieldValueInvalid` when it gave no reason).
@@ -228,6 +255,7 @@ impl Admission {
             chain: RwLock::new(Arc::new(Chain::default())),
             storage,
             policies: Default::default(),
+            shadow_stats: Default::default(),
             cluster: Default::default(),
             insecure_registries: Default::default(),
         }
@@ -278,7 +306,109 @@ impl Admission {
 
     /// Prometheus text of the plugins' and the admission policies' metrics.
     pub fn metrics_text(&self) -> String {
-        self.runtime.metrics_text() + &self.policies.metrics_text()
+        let mut out = self.runtime.metrics_text() + &self.policies.metrics_text();
+        let shadows = self.shadows();
+        if !shadows.is_empty() {
+            out.push_str(
+                "# HELP wasm_apiserver_admission_shadow_decisions_total Decisions of admission plugins' shadow versions, by how they compare with the enforced decision.\n\
+                 # TYPE wasm_apiserver_admission_shadow_decisions_total counter\n",
+            );
+            for (name, stats, _) in &shadows {
+                for (outcome, n) in stats.totals() {
+                    out.push_str(&format!(
+                        "wasm_apiserver_admission_shadow_decisions_total{{plugin=\"{name}\",outcome=\"{outcome}\"}} {n}\n"
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// What the plugins whose background audit is on say of a stored
+    /// object: each plugin whose rules and selectors match a CREATE of it
+    /// runs on a synthetic dry-run CREATE by `user` (what Kubewarden's
+    /// audit-scanner sends). A mutating-only plugin runs its mutating
+    /// phase (a patch is not a failure); webhooks are not audited. A denial
+    /// is a `fail` (a `warn` for a plugin in `Warn` mode), a plugin failure
+    /// an `error`.
+    pub async fn audit(
+        &self,
+        a: &Attributes<'_>,
+        obj: &Value,
+        user: wasm_apiserver_plugins::UserInfo,
+    ) -> Vec<wasm_apiserver_api::report::Finding> {
+        use wasm_apiserver_api::report::{Finding, Outcome};
+        let ctx = WriteOptions::new(true, user);
+        let mut plugins = self.matching(Phase::Validating, a, Some(obj), None).await;
+        for m in self.matching(Phase::Mutating, a, Some(obj), None).await {
+            if !plugins.iter().any(|p| p.name == m.name) {
+                plugins.push(m);
+            }
+        }
+        plugins.retain(|p| p.background_audit && matches!(p.backend, Backend::Wasm(_)));
+        if plugins.is_empty() {
+            return Vec::new();
+        }
+        let req = Self::request(a, Some(obj), None, &ctx);
+        let encoded = req.encode();
+        let mut out = Vec::with_capacity(plugins.len());
+        for p in plugins {
+            let Backend::Wasm(plugin) = &p.backend else {
+                continue;
+            };
+            let result = if p.phases.contains(&Phase::Validating) {
+                plugin.validate_encoded(&encoded).await
+            } else {
+                plugin.mutate(&req).await
+            };
+            let (outcome, message) = match result {
+                Ok(r) if r.allowed => (Outcome::Pass, String::new()),
+                Ok(r) => (
+                    if p.mode == Mode::Warn {
+                        Outcome::Warn
+                    } else {
+                        Outcome::Fail
+                    },
+                    r.status.map(|s| s.message).unwrap_or_default(),
+                ),
+                Err(e) => (Outcome::Error, e.to_string()),
+            };
+            out.push(Finding {
+                policy: p.name.clone(),
+                rule: None,
+                outcome,
+                message,
+                severity: p.severity.clone(),
+                category: p.category.clone(),
+                properties: Default::default(),
+            });
+        }
+        out
+    }
+
+    /// The names and background-audit settings of the plugins of the
+    /// chain, with what changes when they are replaced (generation and
+    /// digest), and their rules: what the background audit follows.
+    pub fn audited(&self) -> Vec<(String, String, Vec<Rule>)> {
+        let c = self.snapshot();
+        c.statics
+            .iter()
+            .chain(c.dynamic.values())
+            .filter(|a| a.background_audit && matches!(a.backend, Backend::Wasm(_)))
+            .map(|a| {
+                (
+                    a.name.clone(),
+                    format!(
+                        "{}/{}/{:?}/{:?}",
+                        a.generation,
+                        a.digest(),
+                        a.severity,
+                        a.category
+                    ),
+                    a.rules.clone(),
+                )
+            })
+            .collect()
     }
 
     pub fn runtime(&self) -> &Runtime {
@@ -344,7 +474,8 @@ impl Admission {
         Ok(bytes)
     }
 
-    /// Compiles (or takes from the cache) and instantiates-checks a plugin.
+    /// Compiles (or takes from the cache) and instantiates-checks a plugin,
+    /// and its shadow version when it has one.
     pub async fn load(
         &self,
         name: &str,
@@ -353,27 +484,41 @@ impl Admission {
     ) -> Result<Active, String> {
         let bytes = self.module_bytes(&spec.module).await?;
         let (config, limits) = (spec.config_string(), limits(&spec.limits));
-        let plugin = match spec.module.format {
-            ModuleFormat::Component => {
-                self.runtime
-                    .load_admission_with_cluster(
-                        name,
+        let cluster = self.cluster_access(&spec);
+        let plugin = self
+            .load_module(name, spec.module.format, &bytes, &config, &limits, &cluster)
+            .await?;
+        let shadow = match &spec.shadow {
+            None => None,
+            Some(shadow) => {
+                let bytes = self
+                    .module_bytes(&shadow.module)
+                    .await
+                    .map_err(|e| format!("spec.shadow: {e}"))?;
+                let config = shadow
+                    .config
+                    .as_ref()
+                    .map(wasm_apiserver_api::admission::config_string)
+                    .unwrap_or_else(|| config.clone());
+                let plugin = self
+                    .load_module(
+                        &format!("{name}/shadow"),
+                        spec.module.format,
                         &bytes,
                         &config,
-                        limits,
-                        self.cluster_access(&spec),
+                        &limits,
+                        &cluster,
                     )
                     .await
+                    .map_err(|e| format!("spec.shadow: {e}"))?;
+                Some(super::shadow::Shadow {
+                    plugin,
+                    stats: self.shadow_stats(name),
+                })
             }
-            // `spec.config` is the policy's settings.
-            ModuleFormat::Kubewarden => {
-                self.runtime
-                    .load_kubewarden(name, &bytes, &config, limits, self.cluster_access(&spec))
-                    .await
-            }
-        }
-        .map_err(|e| e.to_string())?;
-        Active::new(
+        };
+        let kubewarden = plugin.kubewarden_audit();
+        let mut active = Active::new(
             name.to_string(),
             spec.phases,
             spec.order,
@@ -384,7 +529,75 @@ impl Admission {
             spec.mode,
             generation,
             Backend::Wasm(plugin),
-        )
+        )?;
+        active.background_audit = spec
+            .background_audit
+            .unwrap_or_else(|| kubewarden.as_ref().is_none_or(|(audit, _)| *audit));
+        if let Some((_, annotations)) = &kubewarden {
+            active.set_report_annotations(annotations);
+        }
+        active.shadow = shadow;
+        Ok(active)
+    }
+
+    async fn load_module(
+        &self,
+        name: &str,
+        format: ModuleFormat,
+        bytes: &[u8],
+        config: &str,
+        limits: &Limits,
+        cluster: &Option<wasm_apiserver_plugins::ClusterAccess>,
+    ) -> Result<AdmissionPlugin, String> {
+        match format {
+            ModuleFormat::Component => {
+                self.runtime
+                    .load_admission_with_cluster(
+                        name,
+                        bytes,
+                        config,
+                        limits.clone(),
+                        cluster.clone(),
+                    )
+                    .await
+            }
+            // `spec.config` is the policy's settings.
+            ModuleFormat::Kubewarden => {
+                self.runtime
+                    .load_kubewarden(name, bytes, config, limits.clone(), cluster.clone())
+                    .await
+            }
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// The shadow counts of the plugin `name` (kept across reloads).
+    pub fn shadow_stats(&self, name: &str) -> Arc<super::shadow::Stats> {
+        self.shadow_stats
+            .lock()
+            .expect("shadow stats lock")
+            .entry(name.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// The plugins with shadow counts, and their shadow's digest when one
+    /// is loaded.
+    pub fn shadows(&self) -> Vec<(String, Arc<super::shadow::Stats>, Option<String>)> {
+        let chain = self.snapshot();
+        self.shadow_stats
+            .lock()
+            .expect("shadow stats lock")
+            .iter()
+            .map(|(name, stats)| {
+                let digest = chain
+                    .dynamic
+                    .get(name)
+                    .and_then(|a| a.shadow.as_ref())
+                    .map(|s| s.plugin.digest().to_string());
+                (name.clone(), stats.clone(), digest)
+            })
+            .collect()
     }
 
     /// Installs a plugin loaded from the configuration file.
@@ -620,7 +833,11 @@ impl Admission {
         let mut patched_any = false;
         for p in self.matching(Phase::Mutating, a, Some(obj), old).await {
             let req = Self::request(a, Some(obj), old, ctx);
-            match p.mutate(&req).await {
+            let result = p.mutate(&req).await;
+            if let Some(shadow) = &p.shadow {
+                shadow.observe(Phase::Mutating, &req, &result);
+            }
+            match result {
                 Ok(resp) => {
                     Self::decide(&p, &resp, ctx)?;
                     if let Some(patch_doc) = resp.patch.as_ref().filter(|_| resp.allowed) {
@@ -654,7 +871,11 @@ impl Admission {
         let req = Self::request(a, obj, old, ctx);
         let encoded = req.encode();
         for p in plugins {
-            match p.validate(&encoded).await {
+            let result = p.validate(&encoded).await;
+            if let Some(shadow) = &p.shadow {
+                shadow.observe(Phase::Validating, encoded.request(), &result);
+            }
+            match result {
                 Ok(resp) => Self::decide(&p, &resp, ctx)?,
                 Err((kind, e)) => Self::failed(&p, e, kind)?,
             }

@@ -6,6 +6,7 @@
 
 use crate::admission::chain::{Active, Admission, Backend};
 use crate::admission::policy::{self, Kind};
+use crate::admission::shadow;
 use crate::resources::Resource;
 use crate::store::Objects;
 use crate::webhook::{self, Webhook};
@@ -39,7 +40,11 @@ pub async fn reconcile(objects: &Objects, obj: &Value) {
         _ => match PluginSpec::parse(&obj["spec"]) {
             Err(e) => ("Failed", e, String::new()),
             Ok(spec) => match admission.load(&name, spec, generation).await {
-                Ok(active) => {
+                Ok(mut active) => {
+                    let annotations: std::collections::BTreeMap<String, String> =
+                        serde_json::from_value(obj["metadata"]["annotations"].clone())
+                            .unwrap_or_default();
+                    active.set_report_annotations(&annotations);
                     let digest = active.digest();
                     admission.install(active);
                     tracing::info!(plugin = %name, generation, %digest, "admission plugin active");
@@ -53,6 +58,12 @@ pub async fn reconcile(objects: &Objects, obj: &Value) {
         },
     };
     let mut status = json!({"phase": phase, "observedGeneration": generation});
+    // What the background audit and the shadow versions record.
+    for kept in ["audit", "shadow"] {
+        if let Some(v) = obj["status"].get(kept) {
+            status[kept] = v.clone();
+        }
+    }
     if !message.is_empty() {
         status["message"] = json!(message);
     }
@@ -219,8 +230,51 @@ pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
                     .await
             }
         });
-        futures::future::join_all(loops).await;
+        let shadows = record_shadows(objects.clone(), admission.clone());
+        tokio::join!(futures::future::join_all(loops), shadows);
     })
+}
+
+/// How often each replica adds its shadow counts to the plugins' status.
+const SHADOW_STATUS_PERIOD: Duration = Duration::from_secs(2);
+
+/// Adds this replica's shadow counts and disagreements to each plugin's
+/// `status.shadow`, every [`SHADOW_STATUS_PERIOD`] when there are any
+/// (read-modify-write, so replicas add up rather than overwrite).
+async fn record_shadows(objects: Objects, admission: Arc<crate::admission::Admission>) {
+    let info = plugin_info(&objects);
+    let ctx = crate::options::WriteOptions::system("admission-controller");
+    loop {
+        tokio::time::sleep(SHADOW_STATUS_PERIOD).await;
+        for (name, stats, digest) in admission.shadows() {
+            let pending = stats.take();
+            if pending.is_empty() {
+                continue;
+            }
+            let result = objects
+                .guaranteed_update(&info, None, &name, Some("status"), &ctx, |cur| {
+                    let digest = digest.clone().unwrap_or_else(|| {
+                        cur["status"]["shadow"]["digest"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .trim_start_matches("sha256:")
+                            .to_string()
+                    });
+                    let mut new = cur.clone();
+                    new["status"]["shadow"] =
+                        shadow::merged_status(&cur["status"]["shadow"], &pending, &digest);
+                    Ok(new)
+                })
+                .await;
+            match result {
+                Ok(_) | Err(wasm_apiserver_api::ApiError::NotFound(_)) => {}
+                Err(e) => {
+                    tracing::debug!(plugin = %name, error = %e, "could not record shadow status");
+                    stats.give_back(pending);
+                }
+            }
+        }
+    }
 }
 
 async fn apply(objects: &Objects, info: &Resource, obj: &Value, deleted: bool) {

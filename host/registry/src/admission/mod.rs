@@ -19,6 +19,10 @@
 //!   which every replica follows through a storage watch. A module that fails
 //!   to load is reported in the object's status and the previous version
 //!   keeps serving.
+//! * A plugin's shadow version ([`shadow`]) sees what the plugin sees, off
+//!   the request path, and is never enforced; the background audit of
+//!   stored objects ([`Admission::audit`], driven by the `policy-audit`
+//!   controller) runs the same plugins on synthetic requests.
 
 pub mod certificates;
 pub mod chain;
@@ -26,5 +30,6 @@ pub mod controller;
 pub mod ownerrefs;
 pub mod policy;
 pub mod serviceaccount;
+pub mod shadow;
 
 pub use chain::{Active, Admission, Attributes, Backend, limits};

@@ -481,19 +481,17 @@ async fn params(
     Ok(Some(found))
 }
 
-/// Runs the matching admission policies on the object to be stored.
-pub async fn validate(
+/// The policy/binding pairs that match a request, and the namespace
+/// object when a policy or binding needs it (`None`: nothing matches).
+async fn select(
     objects: &dyn Lookup,
-    policies: &Policies,
+    set: &Set,
     a: &Attributes<'_>,
-    request: impl FnOnce() -> Value,
     obj: Option<&Value>,
     old: Option<&Value>,
-    ctx: &WriteOptions,
-) -> Result<(), ApiError> {
-    let set = policies.snapshot();
+) -> Option<(Vec<Matched>, Option<Value>)> {
     if set.bindings.is_empty() || vap::is_exempt(&a.info.group, &a.info.plural) {
-        return Ok(());
+        return None;
     }
     let candidates: Vec<Matched> = set
         .bindings
@@ -510,7 +508,7 @@ pub async fn validate(
         })
         .collect();
     if candidates.is_empty() {
-        return Ok(());
+        return None;
     }
     // One storage read, only when a policy selects namespaces or reads
     // `namespaceObject`.
@@ -534,8 +532,8 @@ pub async fn validate(
         old_object: old,
         namespace_labels: ns_labels.as_ref(),
     };
-    let matched: Vec<&Matched> = candidates
-        .iter()
+    let matched: Vec<Matched> = candidates
+        .into_iter()
         .filter(|m| match &*m.entry {
             Entry::Ready(p) => p.matcher.matches(&match_input),
             Entry::Broken { .. } => true,
@@ -547,9 +545,23 @@ pub async fn validate(
                 .is_none_or(|b| b.matches(&match_input))
         })
         .collect();
-    if matched.is_empty() {
+    (!matched.is_empty()).then_some((matched, namespace_object))
+}
+
+/// Runs the matching admission policies on the object to be stored.
+pub async fn validate(
+    objects: &dyn Lookup,
+    policies: &Policies,
+    a: &Attributes<'_>,
+    request: impl FnOnce() -> Value,
+    obj: Option<&Value>,
+    old: Option<&Value>,
+    ctx: &WriteOptions,
+) -> Result<(), ApiError> {
+    let set = policies.snapshot();
+    let Some((matched, namespace_object)) = select(objects, &set, a, obj, old).await else {
         return Ok(());
-    }
+    };
     let request = request();
     let authorizer = policies
         .authorizer
@@ -559,7 +571,7 @@ pub async fn validate(
         .map_err(|e| ApiError::Internal(format!("admission policy input: {e}")))?;
     let mut denial: Option<ApiError> = None;
     let mut audit_failures = Vec::new();
-    for m in matched {
+    for m in &matched {
         let started = Instant::now();
         let b = &m.binding;
         let (policy_name, verdict) = match &*m.entry {
@@ -626,6 +638,100 @@ pub async fn validate(
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// What the validating policies say of a stored object, for the
+/// background audit: each binding that matches a CREATE of it (a
+/// synthetic request, `request`) is one finding named by its policy, with
+/// the binding as its rule. No failure is a `pass`; a failure is a `fail`
+/// when the binding denies or audits, a `warn` when it only warns; an
+/// expression error is an `error`; a binding whose params are missing is
+/// a `skip`.
+pub async fn audit(
+    objects: &dyn Lookup,
+    policies: &Policies,
+    a: &Attributes<'_>,
+    request: &Value,
+    obj: &Value,
+    user: &wasm_apiserver_plugins::UserInfo,
+) -> Vec<wasm_apiserver_api::report::Finding> {
+    use wasm_apiserver_api::report::{Finding, Outcome};
+    let set = policies.snapshot();
+    let Some((matched, namespace_object)) = select(objects, &set, a, Some(obj), None).await else {
+        return Vec::new();
+    };
+    let authorizer = policies
+        .authorizer
+        .get()
+        .map(|z| Authorizer::new(z.clone(), &user.username, &user.groups));
+    let input = match Input::new(
+        Some(obj),
+        None,
+        request,
+        namespace_object.as_ref(),
+        authorizer,
+    ) {
+        Ok(input) => input,
+        Err(e) => {
+            tracing::warn!(error = %e, "background audit: admission policy input");
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for m in &matched {
+        let b = &m.binding;
+        let (policy_name, verdict) = match &*m.entry {
+            Entry::Broken {
+                message,
+                failure_policy,
+                ..
+            } => (
+                b.policy_name.as_str(),
+                on_error(*failure_policy, message.clone()),
+            ),
+            Entry::Ready(p) => (
+                p.name.as_str(),
+                run(objects, p, b, &input, a.namespace).await,
+            ),
+        };
+        let (outcome, message) = match verdict {
+            Verdict::Skip => (Outcome::Skip, String::new()),
+            Verdict::Failures(f, _) if f.is_empty() => (Outcome::Pass, String::new()),
+            Verdict::Failures(f, _) => {
+                let message = f
+                    .iter()
+                    .map(|f| f.message.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                let outcome = if f.iter().any(|f| f.error) {
+                    Outcome::Error
+                } else if b.actions.deny || b.actions.audit {
+                    Outcome::Fail
+                } else {
+                    Outcome::Warn
+                };
+                (outcome, message)
+            }
+        };
+        let actions: Vec<&str> = [
+            (b.actions.deny, "Deny"),
+            (b.actions.warn, "Warn"),
+            (b.actions.audit, "Audit"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+        out.push(Finding {
+            policy: policy_name.to_string(),
+            rule: Some(b.name.clone()),
+            outcome,
+            message,
+            severity: None,
+            category: Some("ValidatingAdmissionPolicy".into()),
+            properties: [("validationActions".to_string(), actions.join(","))].into(),
+        });
+    }
+    out
 }
 
 /// The namespace object of a namespaced request.
@@ -876,6 +982,34 @@ async fn run(
 }
 
 impl Policies {
+    /// What changes when a validating policy or binding is added, changed
+    /// or removed (the background audit's cue for a full pass).
+    pub fn fingerprint(&self) -> String {
+        let set = self.snapshot();
+        let mut out = String::new();
+        for (name, e) in &set.policies {
+            out.push_str(&format!("p:{name}:{};", e.generation()));
+        }
+        for (name, b) in &set.bindings {
+            out.push_str(&format!("b:{name}:{:p};", Arc::as_ptr(b)));
+        }
+        out
+    }
+
+    /// Whether a validating policy with a binding may match resources of
+    /// `group` (a cheap filter; matching decides).
+    pub fn may_match_group(&self, group: &str) -> bool {
+        let set = self.snapshot();
+        set.bindings.values().any(|b| {
+            set.policies
+                .get(&b.policy_name)
+                .is_some_and(|e| match &**e {
+                    Entry::Ready(p) => p.matcher.mentions_group(group),
+                    Entry::Broken { .. } => false,
+                })
+        })
+    }
+
     /// The compiled validating policy of that name, if it compiles.
     pub fn validating(&self, name: &str) -> Option<Arc<Policy>> {
         match &**self.snapshot().policies.get(name)? {
@@ -898,20 +1032,40 @@ pub fn policy_status(c: &Compiled, warnings: &[(String, String)], current: &Valu
             .collect::<Vec<_>>()})
     };
     let mut status = json!({"observedGeneration": c.generation, "typeChecking": type_checking});
+    // The background audit's condition stays.
+    let audited: Vec<Value> = current["status"]["conditions"]
+        .as_array()
+        .map(|cs| {
+            cs.iter()
+                .filter(|c| c["type"] == "Audited")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut conditions = Vec::new();
     if let Some(e) = &c.error {
-        let since = current["status"]["conditions"][0]["lastTransitionTime"]
+        let compiled = current["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Compiled"))
+            .cloned()
+            .unwrap_or_default();
+        let since = compiled["lastTransitionTime"]
             .as_str()
-            .filter(|_| current["status"]["conditions"][0]["message"] == json!(e))
+            .filter(|_| compiled["message"] == json!(e))
             .map(String::from)
             .unwrap_or_else(|| meta::timestamp(chrono::Utc::now()));
-        status["conditions"] = json!([{
+        conditions.push(json!({
             "type": "Compiled",
             "status": "False",
             "reason": "CompilationFailed",
             "message": e,
             "observedGeneration": c.generation,
             "lastTransitionTime": since,
-        }]);
+        }));
+    }
+    conditions.extend(audited);
+    if !conditions.is_empty() {
+        status["conditions"] = json!(conditions);
     }
     status
 }

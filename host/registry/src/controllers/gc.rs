@@ -24,9 +24,8 @@
 use super::leader::Leadership;
 use super::queue::Queue;
 use super::{Action, Client, Metrics, Reconcile};
-use crate::informer::{self, Change, ObjectMeta, OwnerReference};
+use crate::informer::{self, Change, Located, ObjectMeta, OwnerReference, Resolver};
 use crate::options::{FINALIZER_FOREGROUND, FINALIZER_ORPHAN, Preconditions, Propagation};
-use crate::resources::{Resource, Snapshot};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -187,55 +186,12 @@ impl Graph {
     }
 }
 
-/// Resources by storage prefix and by (apiVersion, kind), per registry
-/// snapshot.
-#[derive(Default)]
-struct Resolver {
-    snapshot: Option<Arc<Snapshot>>,
-    by_prefix: HashMap<String, Arc<Resource>>,
-    by_kind: HashMap<(String, String), Arc<Resource>>,
-}
-
-impl Resolver {
-    fn refresh(&mut self, snap: Arc<Snapshot>) {
-        if self
-            .snapshot
-            .as_ref()
-            .is_some_and(|s| Arc::ptr_eq(s, &snap))
-        {
-            return;
-        }
-        self.by_prefix.clear();
-        self.by_kind.clear();
-        for r in snap.all().filter(|r| r.create_only.is_none()) {
-            self.by_prefix
-                .entry(r.key_prefix())
-                .or_insert_with(|| r.clone());
-            let api_version = if r.group.is_empty() {
-                r.version.clone()
-            } else {
-                format!("{}/{}", r.group, r.version)
-            };
-            self.by_kind
-                .insert((api_version, r.kind.clone()), r.clone());
-        }
-        self.snapshot = Some(snap);
-    }
-}
-
 /// The collector.
 pub struct Collector {
     client: Client,
     graph: Mutex<Graph>,
     queue: Arc<Queue<Item>>,
     resolver: Mutex<Resolver>,
-}
-
-/// Where an object lives.
-struct Located {
-    res: Arc<Resource>,
-    ns: Option<String>,
-    name: String,
 }
 
 impl Collector {
@@ -281,18 +237,7 @@ impl Collector {
     }
 
     fn locate(&self, key: &str) -> Option<Located> {
-        let rest = key.strip_prefix("/registry/")?;
-        let mut parts = rest.splitn(3, '/');
-        let (group, plural, tail) = (parts.next()?, parts.next()?, parts.next()?);
-        let prefix = format!("/registry/{group}/{plural}/");
-        let res = self.resolver().by_prefix.get(&prefix)?.clone();
-        let (ns, name) = if res.namespaced {
-            let (ns, name) = tail.split_once('/')?;
-            (Some(ns.to_string()), name.to_string())
-        } else {
-            (None, tail.to_string())
-        };
-        Some(Located { res, ns, name })
+        self.resolver().locate(key)
     }
 
     fn key_of(&self, item: &Item) -> Option<Box<str>> {

@@ -18,13 +18,15 @@
 //!
 //! The native controllers here: the garbage collector ([`gc`]), the
 //! `default` ServiceAccount and `kube-root-ca.crt` publishers
-//! ([`serviceaccounts`]), and the `kubernetes` Service ([`apiservice`]).
+//! ([`serviceaccounts`]), the `kubernetes` Service ([`apiservice`]), and
+//! the background audit of policies with its reports ([`policy_audit`]).
 
 pub mod apiservice;
 pub mod bootstrap;
 pub mod certificates;
 pub mod gc;
 pub mod leader;
+pub mod policy_audit;
 pub mod queue;
 pub mod serviceaccounts;
 pub mod wasm;
