@@ -438,3 +438,83 @@ spec:
     // The server still serves.
     kubectl_ok(&s, None, &["get", "secrets"]);
 }
+
+#[test]
+fn kubewarden_policies_write_wgpolicyk8s_reports() {
+    let dir = wasm_apiserver_e2e::kubewarden_policy_dir();
+    let s = Server::start_with_args(&[
+        "--plugin-dir",
+        dir.to_str().expect("UTF-8 path"),
+        "--report-format",
+        "policyreport",
+    ]);
+    for (name, privileged) in [("root", true), ("plain", false)] {
+        apply(
+            &s,
+            name,
+            &format!(
+                r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default}}
+spec:
+  containers:
+  - name: debug
+    image: busybox
+    securityContext: {{privileged: {privileged}}}
+"#
+            ),
+        );
+    }
+    apply(
+        &s,
+        "kw",
+        r#"apiVersion: admission.wasm-apiserver.io/v1alpha1
+kind: AdmissionPlugin
+metadata: {name: no-privileged}
+spec:
+  module: {file: kw_privileged_pods.wasm, format: kubewarden}
+  phases: [Validating]
+  rules:
+  - operations: [CREATE, UPDATE]
+    apiGroups: [""]
+    apiVersions: ["*"]
+    resources: [pods]
+  config: {}
+"#,
+    );
+    let pod_uid = |name: &str| {
+        kubectl_json(&s, None, &["get", "pod", name])["metadata"]["uid"]
+            .as_str()
+            .expect("uid")
+            .to_string()
+    };
+    let polr = |uid: &str| {
+        let out = kubectl(&s, None, &["get", "policyreports", uid, "-o", "json"]);
+        out.status
+            .success()
+            .then(|| serde_json::from_slice::<Value>(&out.stdout).expect("JSON"))
+    };
+    let (root, plain) = (pod_uid("root"), pod_uid("plain"));
+    let r = poll_until(WAIT, "the PolicyReport of the privileged Pod", || {
+        polr(&root)
+    });
+    assert_eq!(r["apiVersion"], "wgpolicyk8s.io/v1alpha2", "{r}");
+    let result = result_of(&r, "no-privileged").unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(result["result"], "fail", "{r}");
+    assert!(
+        result["message"]
+            .as_str()
+            .unwrap()
+            .contains("privileged containers are not allowed"),
+        "{r}"
+    );
+    let r = poll_until(WAIT, "the PolicyReport of the plain Pod", || polr(&plain));
+    assert_eq!(
+        result_of(&r, "no-privileged").unwrap()["result"],
+        "pass",
+        "{r}"
+    );
+    // No openreports.io resources in this format.
+    let out = kubectl(&s, None, &["get", "reports.openreports.io", "-A"]);
+    assert!(!out.status.success());
+}

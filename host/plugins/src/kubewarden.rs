@@ -445,6 +445,19 @@ mod tests {
         .unwrap()
         .unwrap();
         assert!(m.mutating);
+        assert_eq!(m.background_audit, None);
+        let m = read_metadata(
+            "p",
+            &module_with_section(
+                METADATA_SECTION,
+                br#"{"protocolVersion":"v1","backgroundAudit":false,
+                    "annotations":{"io.kubewarden.policy.severity":"medium"}}"#,
+            ),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(m.background_audit, Some(false));
+        assert_eq!(m.annotations["io.kubewarden.policy.severity"], "medium");
         for bad in [
             &br#"{"executionMode":"opa"}"#[..],
             br#"{"protocolVersion":"v2"}"#,

@@ -6,9 +6,13 @@
 //!   plugin saw and the plugin's decision *after* that decision is made;
 //!   the shadow runs on its own task. A request waits for nothing but a
 //!   clone of its admission request, and only when a permit is free.
-//! * **Bounded**: at most [`PERMITS`] shadow calls of a plugin run at once
-//!   (a request arriving while they are busy is `skipped`, and counted);
-//!   each call runs under the plugin's limits; after [`TRIP_AFTER`]
+//! * **Bounded**: at most [`PERMITS`] shadow calls of a plugin run at once,
+//!   and its calls may use at most [`CPU_SHARE`] of a core (a token bucket
+//!   of call time, [`BURST`] deep): a request arriving while the shadow is
+//!   busy or over its share is `skipped`, and counted, so under a light
+//!   load the shadow sees every request and under saturation a sample, at
+//!   a cost the requests hardly feel; each call runs under the plugin's
+//!   limits; after [`TRIP_AFTER`]
 //!   failures in a row (traps, timeouts, memory) the shadow is paused, for
 //!   one second and then twice as long after each new failure (up to a
 //!   minute): a hostile shadow costs at most a bounded share of CPU and is
@@ -33,6 +37,10 @@ use wasm_apiserver_plugins::{AdmissionPlugin, AdmissionRequest, AdmissionRespons
 
 /// Shadow calls of one plugin that may run at once.
 pub const PERMITS: usize = 1;
+/// Share of one core a plugin's shadow calls may use.
+pub const CPU_SHARE: f64 = 0.05;
+/// Call time a shadow may spend at once after an idle spell.
+pub const BURST: Duration = Duration::from_millis(50);
 /// Disagreements kept for the status.
 pub const KEEP: usize = 10;
 /// Failures in a row that pause a shadow.
@@ -97,6 +105,34 @@ impl Pending {
     }
 }
 
+/// Call time a shadow may still spend (seconds; negative: in debt).
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn new() -> Self {
+        Bucket {
+            tokens: BURST.as_secs_f64(),
+            at: Instant::now(),
+        }
+    }
+
+    /// Refills at [`CPU_SHARE`]; whether a call may start.
+    fn may_start(&mut self) -> bool {
+        let now = Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * CPU_SHARE;
+        self.tokens = (self.tokens + refill).min(BURST.as_secs_f64());
+        self.at = now;
+        self.tokens > 0.0
+    }
+
+    fn spend(&mut self, took: Duration) {
+        self.tokens -= took.as_secs_f64();
+    }
+}
+
 #[derive(Default)]
 struct Breaker {
     failures: u32,
@@ -112,6 +148,7 @@ pub struct Stats {
     skipped: AtomicU64,
     pending: Mutex<Pending>,
     breaker: Mutex<Breaker>,
+    bucket: Mutex<Bucket>,
     permits: Arc<tokio::sync::Semaphore>,
 }
 
@@ -124,6 +161,7 @@ impl Default for Stats {
             skipped: AtomicU64::new(0),
             pending: Mutex::default(),
             breaker: Mutex::default(),
+            bucket: Mutex::new(Bucket::new()),
             permits: Arc::new(tokio::sync::Semaphore::new(PERMITS)),
         }
     }
@@ -204,7 +242,7 @@ impl Shadow {
         enforced: &Result<AdmissionResponse, (&'static str, String)>,
     ) {
         let stats = self.stats.clone();
-        if stats.paused() {
+        if stats.paused() || !stats.bucket.lock().expect("bucket lock").may_start() {
             stats.count("skipped");
             return;
         }
@@ -216,12 +254,18 @@ impl Shadow {
         let request = request.clone();
         let plugin = self.plugin.clone();
         tokio::spawn(async move {
+            let started = Instant::now();
             let result = match phase {
                 Phase::Mutating => plugin.mutate(&request).await,
                 Phase::Validating => plugin.validate(&request).await,
             }
             .map_err(|e| (e.kind(), e.to_string()));
             drop(permit);
+            stats
+                .bucket
+                .lock()
+                .expect("bucket lock")
+                .spend(started.elapsed());
             stats.record_call(result.is_err());
             let shadow = Decision::of(&result);
             let outcome = match (&enforced, &shadow) {
@@ -365,6 +409,23 @@ mod tests {
         assert_eq!(last.len(), KEEP);
         assert_eq!(last[KEEP - 1]["uid"], "new");
         assert_eq!(last[0]["uid"], 1);
+    }
+
+    #[test]
+    fn the_bucket_holds_a_shadow_to_its_share() {
+        let mut b = Bucket::new();
+        assert!(b.may_start());
+        b.spend(Duration::from_millis(100));
+        assert!(!b.may_start());
+        // 50 ms of debt at 5% of a core: about a second to repay.
+        b.at -= Duration::from_millis(600);
+        assert!(!b.may_start());
+        b.at -= Duration::from_millis(600);
+        assert!(b.may_start());
+        // Idle time refills only up to the burst.
+        b.at -= Duration::from_secs(3600);
+        assert!(b.may_start());
+        assert!(b.tokens <= BURST.as_secs_f64());
     }
 
     #[test]
