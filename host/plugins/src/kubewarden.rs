@@ -450,14 +450,13 @@ mod tests {
             "p",
             &module_with_section(
                 METADATA_SECTION,
-                br#"{"protocolVersion":"v1","backgroundAudit":false,
-                    "annotations":{"io.kubewarden.policy.severity":"medium"}}"#,
+                br#"{"backgroundAudit":false,"annotations":{"io.kubewarden.policy.severity":"low"}}"#,
             ),
         )
         .unwrap()
         .unwrap();
         assert_eq!(m.background_audit, Some(false));
-        assert_eq!(m.annotations["io.kubewarden.policy.severity"], "medium");
+        assert_eq!(m.annotations["io.kubewarden.policy.severity"], "low");
         for bad in [
             &br#"{"executionMode":"opa"}"#[..],
             br#"{"protocolVersion":"v2"}"#,
