@@ -22,4 +22,7 @@ pub enum Command {
     /// Inspect and test plugin components offline, in the server's runtime.
     #[command(subcommand)]
     Plugin(crate::plugin_cli::PluginCommand),
+    /// Save the embedded store to a snapshot, or restore one.
+    #[command(subcommand)]
+    Snapshot(crate::snapshot::SnapshotCommand),
 }

@@ -120,6 +120,21 @@ pub struct ServeArgs {
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub etcd_compaction_interval: Duration,
 
+    /// Start from this snapshot (`wasm-apiserver snapshot save`): the data
+    /// directory must not hold a store yet; revisions continue a billion
+    /// above the snapshot's, so no client's resourceVersion goes back.
+    #[arg(long)]
+    pub restore_from: Option<PathBuf>,
+
+    /// Take a snapshot of the embedded store this often, into
+    /// `<data-dir>/snapshots` (0: never).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub snapshot_interval: Duration,
+
+    /// How many periodic snapshots to keep.
+    #[arg(long, default_value_t = 5)]
+    pub snapshot_retention: usize,
+
     /// Memory the embedded store keeps of its file's pages, in bytes (the
     /// OS page cache holds the rest).
     #[arg(long, default_value_t = wasm_apiserver_storage::embedded::DEFAULT_CACHE_BYTES)]
@@ -232,6 +247,9 @@ impl ServeArgs {
             service_node_port_range: "30000-32767".into(),
             watch_progress_interval: Duration::from_secs(5),
             storage_cache_bytes: wasm_apiserver_storage::embedded::DEFAULT_CACHE_BYTES,
+            restore_from: None,
+            snapshot_interval: Duration::ZERO,
+            snapshot_retention: 5,
             max_request_bytes: 3 * 1024 * 1024,
             plugin_dir: None,
             insecure_plugin_registries: Vec::new(),

@@ -214,6 +214,28 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         .map(|a| a.metrics_text())
         .unwrap_or_default();
     text.push_str(&state.controllers.text());
+    if let Ok(s) = state.objects.storage.status().await {
+        text.push_str(&format!(
+            "# HELP wasm_apiserver_storage_revision The store's current revision.\n\
+             # TYPE wasm_apiserver_storage_revision gauge\n\
+             wasm_apiserver_storage_revision {}\n",
+            s.revision
+        ));
+        if let Some(c) = s.compacted {
+            text.push_str(&format!(
+                "# HELP wasm_apiserver_storage_compacted_revision History up to this revision is compacted.\n\
+                 # TYPE wasm_apiserver_storage_compacted_revision gauge\n\
+                 wasm_apiserver_storage_compacted_revision {c}\n"
+            ));
+        }
+        if let Some(b) = s.size_bytes {
+            text.push_str(&format!(
+                "# HELP apiserver_storage_size_bytes Size of the storage database file physically allocated in bytes.\n\
+                 # TYPE apiserver_storage_size_bytes gauge\n\
+                 apiserver_storage_size_bytes{{storage_cluster_id=\"embedded\"}} {b}\n"
+            ));
+        }
+    }
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

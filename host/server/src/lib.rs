@@ -34,6 +34,7 @@ mod parse_errors;
 pub mod plugin_cli;
 pub mod satoken;
 pub mod server;
+pub mod snapshot;
 pub mod state;
 pub mod tls;
 pub mod watch;

@@ -65,6 +65,8 @@ impl AppState {
             crds: installed.crds,
             controllers: Default::default(),
             load: Default::default(),
+            embedded: None,
+            data_dir: Default::default(),
         }
     }
 }
@@ -94,6 +96,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/livez", get(discovery::healthz))
         .route("/readyz", get(discovery::readyz))
         .route("/metrics", get(discovery::metrics))
+        .route("/snapshot", get(crate::snapshot::serve_snapshot))
         .route("/openapi/v2", get(discovery::openapi_v2))
         .route("/openapi/v3", get(discovery::openapi_v3_root))
         .route("/openapi/v3/{*rest}", get(discovery::openapi_v3_doc))
@@ -217,18 +220,31 @@ async fn serve_tls(
     }
 }
 
-/// Opens the embedded store, or etcd when `--etcd-servers` is given.
-async fn open_storage(args: &ServeArgs) -> anyhow::Result<Arc<dyn Storage>> {
+/// Opens the embedded store (restored from `--restore-from` first, when
+/// given), or etcd when `--etcd-servers` is given.
+async fn open_storage(
+    args: &ServeArgs,
+) -> anyhow::Result<(Arc<dyn Storage>, Option<EmbeddedStore>)> {
     if args.etcd_servers.is_empty() {
+        let file = crate::snapshot::store_file(&args.data_dir);
+        if let Some(snapshot) = &args.restore_from {
+            let info = wasm_apiserver_storage::embedded::restore(
+                snapshot,
+                &file,
+                wasm_apiserver_storage::embedded::DEFAULT_RESTORE_BUMP,
+            )
+            .map_err(|e| anyhow::anyhow!("--restore-from {}: {e}", snapshot.display()))?;
+            tracing::info!(snapshot = %snapshot.display(), revision = info.revision, keys = info.keys, "store restored from a snapshot");
+        }
         let store = EmbeddedStore::open(
-            &args.data_dir.join("store.redb"),
+            &file,
             EmbeddedOptions {
                 progress_interval: args.watch_progress_interval,
                 cache_bytes: args.storage_cache_bytes,
                 ..Default::default()
             },
         )?;
-        return Ok(Arc::new(store));
+        return Ok((Arc::new(store.clone()), Some(store)));
     }
     #[cfg(feature = "etcd")]
     {
@@ -243,9 +259,12 @@ async fn open_storage(args: &ServeArgs) -> anyhow::Result<Arc<dyn Storage>> {
             tls,
             ..Default::default()
         };
+        if args.restore_from.is_some() {
+            anyhow::bail!("--restore-from restores the embedded store; restore etcd with etcdutl");
+        }
         let store = EtcdStore::connect(&args.etcd_servers, &args.etcd_prefix, options).await?;
         tracing::info!(servers = ?args.etcd_servers, "storage: etcd");
-        Ok(Arc::new(store))
+        Ok((Arc::new(store), None))
     }
     #[cfg(not(feature = "etcd"))]
     anyhow::bail!(
@@ -272,6 +291,10 @@ pub fn main() -> anyhow::Result<()> {
             let code = crate::plugin_cli::run(cmd)?;
             std::process::exit(code)
         }
+        Command::Snapshot(cmd) => {
+            let code = crate::snapshot::run(cmd)?;
+            std::process::exit(code)
+        }
     }
 }
 
@@ -280,7 +303,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)?;
     args.data_dir = std::path::absolute(&args.data_dir)?;
     let _ = std::fs::remove_file(args.data_dir.join("admin.kubeconfig"));
-    let storage = open_storage(&args).await?;
+    let (storage, embedded) = open_storage(&args).await?;
     let listener = tokio::net::TcpListener::bind((args.bind_address, args.secure_port)).await?;
     let address = listener.local_addr()?;
     let runtime = wasm_apiserver_plugins::Runtime::new(wasm_apiserver_plugins::RuntimeConfig {
@@ -304,6 +327,16 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         args.max_request_bytes,
         Some(admission),
     );
+    state.data_dir = args.data_dir.clone();
+    state.embedded = embedded.clone();
+    if let Some(store) = embedded.filter(|_| !args.snapshot_interval.is_zero()) {
+        crate::snapshot::spawn_periodic(
+            store,
+            args.data_dir.clone(),
+            args.snapshot_interval,
+            args.snapshot_retention,
+        );
+    }
     let token_file = match &args.token_auth_file {
         Some(path) => Some(Arc::new(
             wasm_apiserver_api::authn::TokenFile::parse(&std::fs::read_to_string(path)?)

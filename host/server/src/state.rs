@@ -28,4 +28,8 @@ pub struct AppState {
     pub controllers: Arc<wasm_apiserver_registry::controllers::Metrics>,
     /// Requests in flight (background work stays below them).
     pub load: Arc<wasm_apiserver_registry::load::Load>,
+    /// The embedded store, when objects live there (for snapshots).
+    pub embedded: Option<wasm_apiserver_storage::embedded::EmbeddedStore>,
+    /// `--data-dir`.
+    pub data_dir: std::path::PathBuf,
 }

@@ -94,6 +94,17 @@ pub enum StorageError {
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
+/// What [`Storage::status`] reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStatus {
+    /// The latest revision.
+    pub revision: u64,
+    /// History up to this revision is forgotten (`None`: unknown).
+    pub compacted: Option<u64>,
+    /// Bytes the store's data file takes (`None`: unknown).
+    pub size_bytes: Option<u64>,
+}
+
 /// Options of a range read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListOptions {
@@ -146,6 +157,14 @@ pub trait Storage: Send + Sync + 'static {
     /// for announced writes, so that concurrent writes share one commit.
     /// Stores that gain nothing from it keep this default, which counts
     /// nothing.
+    /// The store's size and revisions, for `/metrics` (stores that do not
+    /// know their size say `None`).
+    async fn status(&self) -> Result<StoreStatus> {
+        Ok(StoreStatus {
+            revision: self.current_revision().await?,
+            ..Default::default()
+        })
+    }
     fn announce_write(&self) -> WriteAnnouncement {
         WriteAnnouncement(None)
     }
