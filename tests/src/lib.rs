@@ -267,6 +267,19 @@ pub fn kubeconfig_server_url(kubeconfig: &str) -> Option<String> {
 /// checks, trusting the server's CA and presenting the admin client
 /// certificate from its `pki/` directory: returns status and body.
 pub fn https_get(pki: &Path, base_url: &str, path: &str) -> std::io::Result<(u16, String)> {
+    https_request(pki, base_url, "GET", path, None).map(|(status, _, body)| (status, body))
+}
+
+/// As [`https_get`], with any method and, given a bearer token, as that
+/// token's user (then no client certificate is presented); returns the
+/// status, the response head and the body.
+pub fn https_request(
+    pki: &Path,
+    base_url: &str,
+    method: &str,
+    path: &str,
+    bearer: Option<&str>,
+) -> std::io::Result<(u16, String, String)> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
     let authority = base_url
@@ -283,14 +296,19 @@ pub fn https_get(pki: &Path, base_url: &str, path: &str) -> std::io::Result<(u16
         .collect::<Result<_, _>>()
         .map_err(|e| io(&e))?;
     let key = PrivateKeyDer::from_pem_file(pki.join("admin.key")).map_err(|e| io(&e))?;
-    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+    let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .map_err(|e| io(&e))?
-    .with_root_certificates(roots)
-    .with_client_auth_cert(chain, key)
-    .map_err(|e| io(&e))?;
+    .with_root_certificates(roots);
+    let config = match bearer {
+        // The token's user, not the certificate's.
+        Some(_) => builder.with_no_client_auth(),
+        None => builder
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| io(&e))?,
+    };
     let host = authority
         .rsplit_once(':')
         .map_or(authority, |(h, _)| h)
@@ -301,9 +319,10 @@ pub fn https_get(pki: &Path, base_url: &str, path: &str) -> std::io::Result<(u16
     let tcp = TcpStream::connect(authority)?;
     tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut stream = rustls::StreamOwned::new(conn, tcp);
+    let auth = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: application/json\r\n{auth}Connection: close\r\n\r\n"
     )?;
     let mut response = Vec::new();
     match stream.read_to_end(&mut response) {
@@ -327,7 +346,7 @@ pub fn https_get(pki: &Path, base_url: &str, path: &str) -> std::io::Result<(u16
     } else {
         body.to_string()
     };
-    Ok((status, body))
+    Ok((status, head.to_string(), body))
 }
 
 fn dechunk(mut body: &str) -> String {

@@ -20,6 +20,7 @@ pub mod cel;
 pub mod controller;
 pub mod discovery;
 pub mod error;
+pub mod flowcontrol;
 pub mod handler;
 pub mod kinds;
 pub mod managed;

@@ -230,6 +230,22 @@ pub struct ServeArgs {
     #[arg(long)]
     pub service_account_issuer: Vec<String>,
 
+    /// Seats for requests that do not mutate (kube-apiserver's flag); with
+    /// priority and fairness, this plus the next is the server's
+    /// concurrency limit shared by the priority levels.
+    #[arg(long, default_value_t = 400)]
+    pub max_requests_inflight: usize,
+
+    /// Seats for mutating requests (kube-apiserver's flag).
+    #[arg(long, default_value_t = 200)]
+    pub max_mutating_requests_inflight: usize,
+
+    /// API Priority and Fairness: classify requests by FlowSchema, queue
+    /// fairly per flow within each priority level (`false`: only the two
+    /// in-flight limits).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_priority_and_fairness: bool,
+
     /// Maximum request body size in bytes (kube-apiserver's `--max-request-bytes`).
     #[arg(long, default_value_t = 3 * 1024 * 1024)]
     pub max_request_bytes: usize,
@@ -251,6 +267,9 @@ impl ServeArgs {
             snapshot_interval: Duration::ZERO,
             snapshot_retention: 5,
             max_request_bytes: 3 * 1024 * 1024,
+            max_requests_inflight: 400,
+            max_mutating_requests_inflight: 200,
+            enable_priority_and_fairness: true,
             plugin_dir: None,
             insecure_plugin_registries: Vec::new(),
             admission_control_config_file: None,

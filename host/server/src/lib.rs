@@ -29,6 +29,7 @@ pub mod controller_cli;
 pub mod discovery;
 pub mod error;
 pub mod filters;
+pub mod flowcontrol;
 pub mod handlers;
 mod parse_errors;
 pub mod plugin_cli;

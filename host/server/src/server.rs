@@ -67,6 +67,7 @@ impl AppState {
             load: Default::default(),
             embedded: None,
             data_dir: Default::default(),
+            flowcontrol: Arc::new(crate::flowcontrol::FlowControl::new(true, 400, 200)),
         }
     }
 }
@@ -81,6 +82,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(from_fn_with_state(state.clone(), filters::authenticate))
         .layer(from_fn_with_state(state.clone(), filters::audit))
         .layer(from_fn_with_state(state.clone(), filters::impersonate))
+        .layer(from_fn_with_state(
+            state.clone(),
+            crate::flowcontrol::filter,
+        ))
         .layer(from_fn_with_state(state.clone(), filters::authorize));
     Router::new()
         .route("/api", get(discovery::api_versions))
@@ -328,6 +333,11 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         Some(admission),
     );
     state.data_dir = args.data_dir.clone();
+    state.flowcontrol = Arc::new(crate::flowcontrol::FlowControl::new(
+        args.enable_priority_and_fairness,
+        args.max_requests_inflight,
+        args.max_mutating_requests_inflight,
+    ));
     state.embedded = embedded.clone();
     if let Some(store) = embedded.filter(|_| !args.snapshot_interval.is_zero()) {
         crate::snapshot::spawn_periodic(
@@ -418,6 +428,8 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     authz::ensure_bootstrap_policy(&state.objects).await?;
     authz::reload(&state.objects, &state.authz).await?;
     authz::spawn_controller(state.objects.clone(), state.authz.clone());
+    crate::flowcontrol::ensure_bootstrap(&state.objects).await?;
+    crate::flowcontrol::spawn_controller(state.objects.clone(), state.flowcontrol.clone());
     if args.enable_bootstrap_token_auth {
         authn::spawn_token_cleaner(state.objects.clone(), std::time::Duration::from_secs(10));
     }

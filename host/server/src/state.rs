@@ -32,4 +32,6 @@ pub struct AppState {
     pub embedded: Option<wasm_apiserver_storage::embedded::EmbeddedStore>,
     /// `--data-dir`.
     pub data_dir: std::path::PathBuf,
+    /// API Priority and Fairness (and the in-flight limits).
+    pub flowcontrol: Arc<crate::flowcontrol::FlowControl>,
 }

@@ -1,0 +1,470 @@
+//! API Priority and Fairness in the request path (upstream's
+//! `apiserver/pkg/util/flowcontrol`), after authentication and
+//! impersonation, before authorization:
+//!
+//! * Each request is classified by the FlowSchema objects (the bootstrap
+//!   ones, created at start as upstream's, and any a user adds) into a
+//!   priority level and a flow (`ByUser`, `ByNamespace`, or one flow).
+//! * An `Exempt` level runs at once (`system:masters`, health probes). A
+//!   limited level has `ceil(total × shares / Σ shares)` seats, `total`
+//!   being `--max-requests-inflight` + `--max-mutating-requests-inflight`
+//!   (upstream's server concurrency limit). With a seat free and nobody
+//!   waiting, a request runs; else it waits in one of its level's queues:
+//!   the shortest of the `handSize` queues its flow's hash deals it
+//!   (shuffle sharding), and a freed seat goes to the queues in turn, so
+//!   one flooding flow fills only its own queues while others keep
+//!   their turns. A full queue, a `Reject` level with no seat, or a wait
+//!   longer than [`MAX_WAIT`] answers `429 TooManyRequests` with
+//!   `Retry-After` and upstream's `Status`.
+//! * Watches are long-running: they do not hold a seat.
+//! * Responses carry `X-Kubernetes-PF-FlowSchema-UID` and
+//!   `X-Kubernetes-PF-PriorityLevel-UID`; `/metrics` has upstream's
+//!   `apiserver_flowcontrol_*` families.
+//! * `--enable-priority-and-fairness=false` keeps only the two in-flight
+//!   limits (reads, mutations), each answering 429 when full.
+
+use crate::state::AppState;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio::sync::{Semaphore, oneshot};
+use wasm_apiserver_api::RequestInfo;
+use wasm_apiserver_api::flowcontrol::{self as apf, FlowSchema, LimitResponse, PriorityLevel};
+use wasm_apiserver_plugins::UserInfo;
+use wasm_apiserver_registry::Objects;
+
+/// The longest a request waits in a queue before it is refused.
+pub const MAX_WAIT: Duration = Duration::from_secs(15);
+
+/// The classification and the levels' state.
+pub struct FlowControl {
+    enabled: bool,
+    /// The server's concurrency limit (seats shared by the limited levels).
+    total: usize,
+    config: RwLock<Arc<Config>>,
+    levels: Mutex<HashMap<String, Arc<Level>>>,
+    metrics: Mutex<Metrics>,
+    readonly: Arc<Semaphore>,
+    mutating: Arc<Semaphore>,
+}
+
+#[derive(Default)]
+struct Config {
+    schemas: Vec<FlowSchema>,
+    levels: HashMap<String, PriorityLevel>,
+}
+
+#[derive(Default)]
+struct Metrics {
+    dispatched: BTreeMap<(String, String), u64>,
+    rejected: BTreeMap<(String, String, &'static str), u64>,
+}
+
+struct Level {
+    state: Mutex<LevelState>,
+}
+
+struct LevelState {
+    limit: usize,
+    executing: usize,
+    response: LimitResponse,
+    queues: Vec<VecDeque<(u64, oneshot::Sender<()>)>>,
+    next: usize,
+    ids: u64,
+}
+
+/// A held seat; dropping it hands the seat to the next waiter.
+struct Seat(Arc<Level>);
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let mut s = self.0.state.lock().expect("level lock");
+        let n = s.queues.len();
+        for i in 0..n {
+            let q = (s.next + i) % n;
+            while let Some((_, tx)) = s.queues[q].pop_front() {
+                if tx.send(()).is_ok() {
+                    s.next = (q + 1) % n;
+                    // The seat passes on: `executing` stays.
+                    return;
+                }
+            }
+        }
+        s.executing = s.executing.saturating_sub(1);
+    }
+}
+
+enum Admit {
+    Run(Seat),
+    Wait(Arc<Level>, usize, u64, oneshot::Receiver<()>),
+    Reject(&'static str),
+}
+
+impl Level {
+    fn admit(self: &Arc<Self>, flow: &str) -> Admit {
+        let mut s = self.state.lock().expect("level lock");
+        if s.executing < s.limit && s.queues.iter().all(VecDeque::is_empty) {
+            s.executing += 1;
+            return Admit::Run(Seat(self.clone()));
+        }
+        let LimitResponse::Queue {
+            hand_size,
+            queue_length_limit,
+            ..
+        } = s.response
+        else {
+            return Admit::Reject("concurrency-limit");
+        };
+        let n = s.queues.len().max(1);
+        // Shuffle sharding: the flow's hand of queues, the shortest of it.
+        let q = (0..hand_size)
+            .map(|i| {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                (flow, i).hash(&mut h);
+                (h.finish() as usize) % n
+            })
+            .min_by_key(|q| s.queues[*q].len())
+            .unwrap_or(0);
+        if s.queues[q].len() >= queue_length_limit {
+            return Admit::Reject("queue-full");
+        }
+        s.ids += 1;
+        let id = s.ids;
+        let (tx, rx) = oneshot::channel();
+        s.queues[q].push_back((id, tx));
+        Admit::Wait(self.clone(), q, id, rx)
+    }
+
+    fn withdraw(&self, q: usize, id: u64) -> bool {
+        let mut s = self.state.lock().expect("level lock");
+        let before = s.queues[q].len();
+        s.queues[q].retain(|(i, _)| *i != id);
+        before != s.queues[q].len()
+    }
+}
+
+fn is_mutating(verb: &str) -> bool {
+    matches!(
+        verb,
+        "create" | "update" | "patch" | "delete" | "deletecollection" | "post" | "put"
+    )
+}
+
+impl FlowControl {
+    pub fn new(enabled: bool, max_readonly: usize, max_mutating: usize) -> Self {
+        FlowControl {
+            enabled,
+            total: (max_readonly + max_mutating).max(1),
+            config: Default::default(),
+            levels: Default::default(),
+            metrics: Default::default(),
+            readonly: Arc::new(Semaphore::new(max_readonly.max(1))),
+            mutating: Arc::new(Semaphore::new(max_mutating.max(1))),
+        }
+    }
+
+    /// Replaces the configuration with the current FlowSchema and
+    /// PriorityLevelConfiguration objects; levels keep their waiters.
+    pub fn configure(&self, schemas: &[serde_json::Value], levels: &[serde_json::Value]) {
+        let mut schemas: Vec<FlowSchema> = schemas.iter().filter_map(FlowSchema::parse).collect();
+        apf::sort(&mut schemas);
+        let levels: HashMap<String, PriorityLevel> = levels
+            .iter()
+            .filter_map(PriorityLevel::parse)
+            .map(|l| (l.name.clone(), l))
+            .collect();
+        let sum: u64 = levels
+            .values()
+            .filter_map(|l| l.limited.as_ref())
+            .map(|l| l.shares)
+            .sum();
+        let mut state = self.levels.lock().expect("levels lock");
+        for l in levels.values() {
+            let Some(limited) = &l.limited else {
+                continue;
+            };
+            let limit = apf::nominal_seats(self.total, limited.shares, sum);
+            let queues = match limited.response {
+                LimitResponse::Queue { queues, .. } => queues,
+                LimitResponse::Reject => 0,
+            };
+            let level = state.entry(l.name.clone()).or_insert_with(|| {
+                Arc::new(Level {
+                    state: Mutex::new(LevelState {
+                        limit,
+                        executing: 0,
+                        response: limited.response.clone(),
+                        queues: Vec::new(),
+                        next: 0,
+                        ids: 0,
+                    }),
+                })
+            });
+            let mut s = level.state.lock().expect("level lock");
+            s.limit = limit;
+            s.response = limited.response.clone();
+            if s.queues.len() != queues {
+                // Waiters of dropped queues are refused (their senders drop).
+                s.queues.resize_with(queues, VecDeque::new);
+                s.next = 0;
+            }
+        }
+        *self.config.write().expect("config lock") = Arc::new(Config { schemas, levels });
+    }
+
+    fn count_rejected(&self, schema: &str, level: &str, reason: &'static str) {
+        *self
+            .metrics
+            .lock()
+            .expect("metrics lock")
+            .rejected
+            .entry((schema.into(), level.into(), reason))
+            .or_default() += 1;
+    }
+
+    /// The `apiserver_flowcontrol_*` families.
+    pub fn metrics_text(&self) -> String {
+        let mut out = String::new();
+        let m = self.metrics.lock().expect("metrics lock");
+        out.push_str("# HELP apiserver_flowcontrol_dispatched_requests_total Number of requests executed by API Priority and Fairness subsystem\n# TYPE apiserver_flowcontrol_dispatched_requests_total counter\n");
+        for ((fs, pl), n) in &m.dispatched {
+            out.push_str(&format!(
+                "apiserver_flowcontrol_dispatched_requests_total{{flow_schema=\"{fs}\",priority_level=\"{pl}\"}} {n}\n"
+            ));
+        }
+        out.push_str("# HELP apiserver_flowcontrol_rejected_requests_total Number of requests rejected by API Priority and Fairness subsystem\n# TYPE apiserver_flowcontrol_rejected_requests_total counter\n");
+        for ((fs, pl, reason), n) in &m.rejected {
+            out.push_str(&format!(
+                "apiserver_flowcontrol_rejected_requests_total{{flow_schema=\"{fs}\",priority_level=\"{pl}\",reason=\"{reason}\"}} {n}\n"
+            ));
+        }
+        drop(m);
+        let levels = self.levels.lock().expect("levels lock");
+        let mut names: Vec<&String> = levels.keys().collect();
+        names.sort();
+        for (family, help) in [
+            (
+                "apiserver_flowcontrol_current_executing_requests",
+                "Number of requests in initial (for a WATCH) or any (for a non-WATCH) execution stage in the API Priority and Fairness subsystem",
+            ),
+            (
+                "apiserver_flowcontrol_current_inqueue_requests",
+                "Number of requests currently pending in queues of the API Priority and Fairness subsystem",
+            ),
+            (
+                "apiserver_flowcontrol_nominal_limit_seats",
+                "Nominal number of execution seats configured for each priority level",
+            ),
+        ] {
+            out.push_str(&format!("# HELP {family} {help}\n# TYPE {family} gauge\n"));
+            for name in &names {
+                let s = levels[*name].state.lock().expect("level lock");
+                let v = match family {
+                    "apiserver_flowcontrol_current_executing_requests" => s.executing,
+                    "apiserver_flowcontrol_current_inqueue_requests" => {
+                        s.queues.iter().map(VecDeque::len).sum()
+                    }
+                    _ => s.limit,
+                };
+                out.push_str(&format!("{family}{{priority_level=\"{name}\"}} {v}\n"));
+            }
+        }
+        out
+    }
+}
+
+/// Upstream's 429: a `Status` with `retryAfterSeconds` and a `Retry-After`
+/// header.
+fn too_many_requests() -> Response {
+    let body = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure",
+        "message": "Too many requests, please try again later.",
+        "reason": "TooManyRequests",
+        "details": {"retryAfterSeconds": 1},
+        "code": 429,
+    });
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::RETRY_AFTER, "1"),
+        ],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The filter (see the module docs).
+pub async fn filter(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let fc = &state.flowcontrol;
+    let (Some(info), Some(user)) = (
+        req.extensions().get::<RequestInfo>(),
+        req.extensions().get::<UserInfo>(),
+    ) else {
+        return next.run(req).await;
+    };
+    if info.verb == "watch" {
+        return next.run(req).await;
+    }
+    if !fc.enabled {
+        let sem = if is_mutating(&info.verb) {
+            &fc.mutating
+        } else {
+            &fc.readonly
+        };
+        let Ok(_permit) = sem.clone().try_acquire_owned() else {
+            return too_many_requests();
+        };
+        return next.run(req).await;
+    }
+    let config = fc.config.read().expect("config lock").clone();
+    let r = apf::Request {
+        user: &user.username,
+        groups: &user.groups,
+        verb: &info.verb,
+        is_resource: info.is_resource_request,
+        api_group: &info.api_group,
+        resource: &info.resource,
+        subresource: info.subresource.as_deref(),
+        namespace: info.namespace.as_deref(),
+        path: &info.path,
+    };
+    // Nothing matches only without the mandatory `catch-all`: run it.
+    let Some(schema) = apf::classify(&config.schemas, &r) else {
+        return next.run(req).await;
+    };
+    let flow = schema.flow(&r);
+    let (fs, pl) = (schema.name.clone(), schema.level.clone());
+    let level_uid = config
+        .levels
+        .get(&pl)
+        .map(|l| l.uid.clone())
+        .unwrap_or_default();
+    let exempt = config.levels.get(&pl).is_none_or(|l| l.limited.is_none());
+    let level = fc.levels.lock().expect("levels lock").get(&pl).cloned();
+    let _seat = match (exempt, level) {
+        (true, _) | (_, None) => None,
+        (false, Some(level)) => match level.admit(&flow) {
+            Admit::Run(seat) => Some(seat),
+            Admit::Reject(reason) => {
+                fc.count_rejected(&fs, &pl, reason);
+                return too_many_requests();
+            }
+            Admit::Wait(level, q, id, rx) => match tokio::time::timeout(MAX_WAIT, rx).await {
+                Ok(Ok(())) => Some(Seat(level)),
+                _ => {
+                    if !level.withdraw(q, id) {
+                        // Handed a seat just as the wait ended: give it on.
+                        drop(Seat(level));
+                    }
+                    fc.count_rejected(&fs, &pl, "time-out");
+                    return too_many_requests();
+                }
+            },
+        },
+    };
+    *fc.metrics
+        .lock()
+        .expect("metrics lock")
+        .dispatched
+        .entry((fs, pl))
+        .or_default() += 1;
+    let mut resp = next.run(req).await;
+    let headers = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&schema.uid) {
+        headers.insert("x-kubernetes-pf-flowschema-uid", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&level_uid) {
+        headers.insert("x-kubernetes-pf-prioritylevel-uid", v);
+    }
+    resp
+}
+
+/// Creates upstream's bootstrap configuration objects that are missing.
+pub async fn ensure_bootstrap(objects: &Objects) -> Result<(), wasm_apiserver_api::ApiError> {
+    let opts = wasm_apiserver_registry::options::WriteOptions::system("apf-bootstrap");
+    for obj in apf::bootstrap_objects() {
+        let plural = if obj["kind"] == "FlowSchema" {
+            "flowschemas"
+        } else {
+            "prioritylevelconfigurations"
+        };
+        let info = objects
+            .resources
+            .builtin("flowcontrol.apiserver.k8s.io", "v1", plural);
+        match objects.create(&info, None, obj, &opts).await {
+            Ok(_) | Err(wasm_apiserver_api::ApiError::AlreadyExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Follows FlowSchema and PriorityLevelConfiguration objects (every
+/// replica), reconfiguring at each change.
+pub fn spawn_controller(objects: Objects, fc: Arc<FlowControl>) {
+    let current: Arc<
+        Mutex<(
+            BTreeMap<String, serde_json::Value>,
+            BTreeMap<String, serde_json::Value>,
+        )>,
+    > = Default::default();
+    for plural in ["flowschemas", "prioritylevelconfigurations"] {
+        let (objects, fc, current) = (objects.clone(), fc.clone(), current.clone());
+        tokio::spawn(async move {
+            let info = objects
+                .resources
+                .builtin("flowcontrol.apiserver.k8s.io", "v1", plural);
+            let schemas = plural == "flowschemas";
+            let apply = |cur: &mut (
+                BTreeMap<String, serde_json::Value>,
+                BTreeMap<String, serde_json::Value>,
+            )| {
+                let s: Vec<serde_json::Value> = cur.0.values().cloned().collect();
+                let l: Vec<serde_json::Value> = cur.1.values().cloned().collect();
+                fc.configure(&s, &l);
+            };
+            objects
+                .follow(
+                    &info,
+                    |listed| {
+                        let mut cur = current.lock().expect("apf lock");
+                        let map: BTreeMap<String, serde_json::Value> = listed
+                            .iter()
+                            .filter_map(|o| {
+                                Some((o["metadata"]["name"].as_str()?.to_string(), o.clone()))
+                            })
+                            .collect();
+                        if schemas {
+                            cur.0 = map;
+                        } else {
+                            cur.1 = map;
+                        }
+                        apply(&mut cur);
+                    },
+                    |obj, deleted| {
+                        let mut cur = current.lock().expect("apf lock");
+                        let name = obj["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string();
+                        let map = if schemas { &mut cur.0 } else { &mut cur.1 };
+                        if deleted {
+                            map.remove(&name);
+                        } else {
+                            map.insert(name, obj);
+                        }
+                        apply(&mut cur);
+                        async {}
+                    },
+                )
+                .await;
+        });
+    }
+}
