@@ -49,6 +49,12 @@ pub const DEFAULT_RESTORE_BUMP: u64 = 1_000_000_000;
 /// Most operations committed in one transaction.
 const MAX_BATCH: usize = 1024;
 
+/// Most history entries one compaction step removes: a compaction is a
+/// series of steps, each in the transaction of one write batch, so writers
+/// queued behind it wait for at most one step (a few milliseconds), never
+/// for the whole history.
+pub const COMPACTION_STEP: u64 = 2_000;
+
 /// Tuning of the embedded store.
 #[derive(Debug, Clone)]
 pub struct EmbeddedOptions {
@@ -320,9 +326,9 @@ fn apply(
                 });
             }
             if *revision > compacted {
-                log.retain_in(..=*revision, |_, _| false)
-                    .map_err(internal)?;
-                meta.insert(COMPACTED, *revision).map_err(internal)?;
+                let upto = (*revision).min(compacted + COMPACTION_STEP);
+                log.retain_in(..=upto, |_, _| false).map_err(internal)?;
+                meta.insert(COMPACTED, upto).map_err(internal)?;
             }
             return Ok(None);
         }
@@ -798,8 +804,15 @@ impl Storage for EmbeddedStore {
         })
     }
 
+    /// Compacts in steps of [`COMPACTION_STEP`] revisions (see there).
     async fn compact(&self, revision: u64) -> Result<()> {
-        self.write(Op::Compact { revision }).await.map(drop)
+        loop {
+            self.write(Op::Compact { revision }).await?;
+            let txn = self.inner.db.begin_read().map_err(internal)?;
+            if Self::revisions(&txn)?.1 >= revision {
+                return Ok(());
+            }
+        }
     }
 }
 

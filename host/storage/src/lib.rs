@@ -191,26 +191,41 @@ impl Drop for WriteAnnouncement {
     }
 }
 
-/// Compacts history like kube-apiserver's compactor: at every tick, compact up
-/// to the revision seen at the previous tick, so at least `interval` of
-/// history is always kept. Ends when the store is dropped elsewhere.
+/// Ticks of the compactor per interval.
+const COMPACTOR_TICKS: u32 = 6;
+
+/// Compacts history like kube-apiserver's compactor, more finely: every
+/// `interval / 6` it compacts up to the newest revision it saw at least
+/// `interval` ago, so the history kept stays between `interval` and
+/// `interval × 7/6` (upstream's, compacting every `interval` to the
+/// previous tick's revision, keeps between one and two intervals, and a
+/// store's size under churn swings with it). Ends when the store is
+/// dropped elsewhere.
 pub fn spawn_compactor(store: Arc<dyn Storage>, interval: Duration) -> tokio::task::JoinHandle<()> {
     let weak = Arc::downgrade(&store);
     drop(store);
     tokio::spawn(async move {
-        let mut last_seen = 0;
-        let mut tick = tokio::time::interval(interval);
-        tick.tick().await;
+        let mut seen: std::collections::VecDeque<(tokio::time::Instant, u64)> = Default::default();
+        let mut tick = tokio::time::interval(interval / COMPACTOR_TICKS);
         loop {
             tick.tick().await;
             let Some(store) = weak.upgrade() else { return };
-            if last_seen > 0
-                && let Err(e) = store.compact(last_seen).await
+            let now = tokio::time::Instant::now();
+            let mut due = None;
+            while let Some((at, rev)) = seen.front().copied() {
+                if now.duration_since(at) < interval {
+                    break;
+                }
+                due = Some(rev);
+                seen.pop_front();
+            }
+            if let Some(rev) = due.filter(|r| *r > 0)
+                && let Err(e) = store.compact(rev).await
             {
-                tracing::warn!(error = %e, revision = last_seen, "compaction failed");
+                tracing::warn!(error = %e, revision = rev, "compaction failed");
             }
             match store.current_revision().await {
-                Ok(rev) => last_seen = rev,
+                Ok(rev) => seen.push_back((now, rev)),
                 Err(e) => tracing::warn!(error = %e, "compactor could not read the revision"),
             }
         }

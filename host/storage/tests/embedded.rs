@@ -260,3 +260,37 @@ async fn snapshots_are_consistent_and_restores_move_revisions_forward() {
     let kv = back.create("/registry/new", vec![1]).await.unwrap();
     assert!(kv.mod_revision > after);
 }
+
+#[tokio::test]
+async fn compaction_runs_in_steps_to_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(&dir.path().join("db"), Embedded::options()).unwrap();
+    let mut rev = store
+        .create("/registry/k", vec![0])
+        .await
+        .unwrap()
+        .mod_revision;
+    let steps = wasm_apiserver_storage::embedded::COMPACTION_STEP * 2 + 10;
+    for i in 0..steps {
+        rev = store
+            .update("/registry/k", i.to_be_bytes().to_vec(), rev)
+            .await
+            .unwrap()
+            .mod_revision;
+    }
+    let commits = store.commits();
+    store.compact(rev - 1).await.unwrap();
+    // More than one step, each its own transaction.
+    assert!(
+        store.commits() - commits >= 3,
+        "{}",
+        store.commits() - commits
+    );
+    let status = store.status().await.unwrap();
+    assert_eq!(status.compacted, Some(rev - 1));
+    assert!(matches!(
+        store.watch("/registry/", rev - 2).await,
+        Err(wasm_apiserver_storage::StorageError::Expired { .. })
+    ));
+    assert!(store.watch("/registry/", rev - 1).await.is_ok());
+}
