@@ -77,9 +77,12 @@ pub fn parse_resource_version(rv: &str) -> Result<Option<u64>, String> {
     if rv.is_empty() {
         return Ok(None);
     }
+    // Digits only, as Go's `strconv.ParseUint` (Rust's parse takes a `+`).
     rv.parse::<u64>()
+        .ok()
+        .filter(|_| rv.bytes().all(|b| b.is_ascii_digit()))
         .map(Some)
-        .map_err(|_| format!("invalid resource version: {rv:?}"))
+        .ok_or_else(|| format!("invalid resource version: {rv:?}"))
 }
 
 /// RFC 3339 timestamp with second precision, as Kubernetes writes them.

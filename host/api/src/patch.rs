@@ -102,8 +102,10 @@ pub enum PatchError {
 pub fn apply_json_patch(target: &Value, patch: &Value) -> Result<Value, PatchError> {
     let patch: json_patch::Patch =
         serde_json::from_value(patch.clone()).map_err(|e| PatchError::Invalid(e.to_string()))?;
+    // A failed patch leaves a copy behind, so nothing needs undoing (the
+    // crate's undo panics when an applied `move` cannot be reversed).
     let mut doc = target.clone();
-    json_patch::patch(&mut doc, &patch).map_err(|e| PatchError::Apply(e.to_string()))?;
+    json_patch::patch_unsafe(&mut doc, &patch).map_err(|e| PatchError::Apply(e.to_string()))?;
     Ok(doc)
 }
 
@@ -177,9 +179,11 @@ fn merge_map(
             (Some(Value::Object(o)), Value::Object(p)) => {
                 Value::Object(merge_map(kind, path, o, p)?)
             }
-            (None, Value::Object(p)) => Value::Object(merge_map(kind, path, Map::new(), p)?),
+            // A value of another type is replaced as if it were missing:
+            // the patch's nulls and directives are dropped, not stored.
+            (_, Value::Object(p)) => Value::Object(merge_map(kind, path, Map::new(), p)?),
             (Some(Value::Array(o)), Value::Array(p)) => Value::Array(merge_list(kind, path, o, p)?),
-            (None, Value::Array(p)) => Value::Array(merge_list(kind, path, Vec::new(), p)?),
+            (_, Value::Array(p)) => Value::Array(merge_list(kind, path, Vec::new(), p)?),
             (_, v) => v.clone(),
         };
         path.pop();

@@ -650,18 +650,19 @@ pub fn parse_quantity(s: &str) -> Result<Quantity, String> {
             }
         })?;
     // nanos = mantissa * 2^exp2 * 10^(exp10 + 9 - frac digits)
-    let scale = exp10 + 9 - frac_part.len() as i32;
+    // In i64: an exponent near i32's bounds must not overflow.
+    let scale = i64::from(exp10) + 9 - frac_part.len() as i64;
+    let power = |s: i64| u32::try_from(s).ok().and_then(|s| 10i128.checked_pow(s));
     let mut value = mantissa
         .checked_shl(exp2)
         .filter(|v| v >> exp2 == mantissa)
         .ok_or_else(too_large)?;
     if scale >= 0 {
-        value = 10i128
-            .checked_pow(scale as u32)
+        value = power(scale)
             .and_then(|p| value.checked_mul(p))
             .ok_or_else(too_large)?;
     } else {
-        let divisor = 10i128.checked_pow((-scale) as u32).unwrap_or(i128::MAX);
+        let divisor = power(-scale).unwrap_or(i128::MAX);
         value = value / divisor + i128::from(value % divisor != 0);
     }
     Ok(Quantity(if negative { -value } else { value }))
