@@ -40,6 +40,16 @@ pub async fn count_in_flight(
     next.run(req).await
 }
 
+/// API Priority and Fairness ([`crate::flowcontrol`]): a seat, a turn in
+/// a queue, or 429.
+pub async fn flow_control(
+    State(state): State<Arc<AppState>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    crate::flowcontrol::filter(&state.flowcontrol, req, next).await
+}
+
 /// Authentication: sets the request's [`UserInfo`] or answers 401.
 pub async fn authenticate(
     State(state): State<Arc<AppState>>,

@@ -23,8 +23,7 @@
 //! * `--enable-priority-and-fairness=false` keeps only the two in-flight
 //!   limits (reads, mutations), each answering 429 when full.
 
-use crate::state::AppState;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -45,7 +44,7 @@ pub const MAX_WAIT: Duration = Duration::from_secs(15);
 pub struct FlowControl {
     enabled: bool,
     /// The server's concurrency limit (seats shared by the limited levels).
-    total: usize,
+    total: std::sync::atomic::AtomicUsize,
     config: RwLock<Arc<Config>>,
     levels: Mutex<HashMap<String, Arc<Level>>>,
     metrics: Mutex<Metrics>,
@@ -159,13 +158,20 @@ impl FlowControl {
     pub fn new(enabled: bool, max_readonly: usize, max_mutating: usize) -> Self {
         FlowControl {
             enabled,
-            total: (max_readonly + max_mutating).max(1),
+            total: (max_readonly + max_mutating).max(1).into(),
             config: Default::default(),
             levels: Default::default(),
             metrics: Default::default(),
             readonly: Arc::new(Semaphore::new(max_readonly.max(1))),
             mutating: Arc::new(Semaphore::new(max_mutating.max(1))),
         }
+    }
+
+    /// Changes the server's concurrency limit (applied at the next
+    /// [`FlowControl::configure`]).
+    pub fn set_total(&self, seats: usize) {
+        self.total
+            .store(seats.max(1), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Replaces the configuration with the current FlowSchema and
@@ -188,7 +194,8 @@ impl FlowControl {
             let Some(limited) = &l.limited else {
                 continue;
             };
-            let limit = apf::nominal_seats(self.total, limited.shares, sum);
+            let total = self.total.load(std::sync::atomic::Ordering::Relaxed);
+            let limit = apf::nominal_seats(total, limited.shares, sum);
             let queues = match limited.response {
                 LimitResponse::Queue { queues, .. } => queues,
                 LimitResponse::Reject => 0,
@@ -300,9 +307,8 @@ fn too_many_requests() -> Response {
         .into_response()
 }
 
-/// The filter (see the module docs).
-pub async fn filter(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let fc = &state.flowcontrol;
+/// The filter (see the module docs; `filters::flow_control` runs it).
+pub async fn filter(fc: &FlowControl, req: Request, next: Next) -> Response {
     let (Some(info), Some(user)) = (
         req.extensions().get::<RequestInfo>(),
         req.extensions().get::<UserInfo>(),
@@ -406,15 +412,16 @@ pub async fn ensure_bootstrap(objects: &Objects) -> Result<(), wasm_apiserver_ap
     Ok(())
 }
 
+/// The FlowSchema and PriorityLevelConfiguration objects, by name.
+type ConfigObjects = (
+    BTreeMap<String, serde_json::Value>,
+    BTreeMap<String, serde_json::Value>,
+);
+
 /// Follows FlowSchema and PriorityLevelConfiguration objects (every
 /// replica), reconfiguring at each change.
 pub fn spawn_controller(objects: Objects, fc: Arc<FlowControl>) {
-    let current: Arc<
-        Mutex<(
-            BTreeMap<String, serde_json::Value>,
-            BTreeMap<String, serde_json::Value>,
-        )>,
-    > = Default::default();
+    let current: Arc<Mutex<ConfigObjects>> = Default::default();
     for plural in ["flowschemas", "prioritylevelconfigurations"] {
         let (objects, fc, current) = (objects.clone(), fc.clone(), current.clone());
         tokio::spawn(async move {
@@ -422,10 +429,7 @@ pub fn spawn_controller(objects: Objects, fc: Arc<FlowControl>) {
                 .resources
                 .builtin("flowcontrol.apiserver.k8s.io", "v1", plural);
             let schemas = plural == "flowschemas";
-            let apply = |cur: &mut (
-                BTreeMap<String, serde_json::Value>,
-                BTreeMap<String, serde_json::Value>,
-            )| {
+            let apply = |cur: &mut ConfigObjects| {
                 let s: Vec<serde_json::Value> = cur.0.values().cloned().collect();
                 let l: Vec<serde_json::Value> = cur.1.values().cloned().collect();
                 fc.configure(&s, &l);

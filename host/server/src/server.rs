@@ -82,10 +82,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(from_fn_with_state(state.clone(), filters::authenticate))
         .layer(from_fn_with_state(state.clone(), filters::audit))
         .layer(from_fn_with_state(state.clone(), filters::impersonate))
-        .layer(from_fn_with_state(
-            state.clone(),
-            crate::flowcontrol::filter,
-        ))
+        .layer(from_fn_with_state(state.clone(), filters::flow_control))
         .layer(from_fn_with_state(state.clone(), filters::authorize));
     Router::new()
         .route("/api", get(discovery::api_versions))

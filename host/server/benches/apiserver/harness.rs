@@ -32,7 +32,7 @@ pub(crate) static ETCD_PID: AtomicU32 = AtomicU32::new(0);
 /// (0: none); its CPU counts as the server's.
 pub(crate) static WEBHOOK_PID: AtomicU32 = AtomicU32::new(0);
 
-type Body = Full<Bytes>;
+pub(crate) type Body = Full<Bytes>;
 pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 
 #[global_allocator]

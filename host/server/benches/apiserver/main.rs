@@ -29,6 +29,9 @@
 //! `policy-audit` (issue 35: a full background audit of 10,000 objects
 //! against 5 plugins; creates during it vs a twin server without it; a
 //! shadow version's cost on creates; report bytes of an unchanged pass),
+//! `flood` and `snapshot` (issue 37: another user's GETs and Lease
+//! renewals during a 10x LIST flood under priority and fairness; a
+//! snapshot of 100,000 objects, run only when named),
 //! `rbac` (issue 4) and `etcd` (issue 5;
 //! needs the `etcd` feature and `etcd` on PATH). Each is a function that returns one or more
 //! [`Row`]s; the table at the end is Markdown, so runs can be pasted side by
@@ -102,6 +105,7 @@ mod etcd;
 mod gc;
 mod harness;
 mod hook;
+mod operations;
 mod policy_audit;
 mod rbac;
 mod watch;
@@ -215,6 +219,13 @@ fn main() -> Result<(), Error> {
         if wanted("policy-audit") {
             rows.extend(policy_audit::policy_audit(&srv, dir.path(), window).await?);
         }
+        if wanted("flood") {
+            rows.extend(operations::flood(&srv, dir.path(), window).await?);
+        }
+        // 100,000 objects: only when asked for by name.
+        if filters.iter().any(|f| f == "snapshot") {
+            rows.extend(operations::snapshot(&srv, dir.path()).await?);
+        }
         if wanted("conversion") {
             rows.extend(conversion::conversion(&srv, dir.path()).await?);
         }
@@ -255,6 +266,7 @@ fn print_targets(rows: &[Row]) {
     context::print_targets(rows);
     controllers::print_targets(rows);
     policy_audit::print_targets(rows);
+    operations::print_targets(rows);
     rbac::print_targets(rows);
     #[cfg(feature = "etcd")]
     etcd::print_targets(rows);

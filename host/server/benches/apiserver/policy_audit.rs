@@ -261,11 +261,9 @@ pub(crate) async fn policy_audit(
     });
 
     // Creates while a full pass runs, against the twin without the audit.
-    let mut order = 2;
-    for round in 0..ROUNDS {
+    for (order, round) in (2..).zip(0..ROUNDS) {
         rows.push(creates(&qapi, QUIET, window, round).await?);
         put_plugins(&api, order, false, false).await?;
-        order += 1;
         let passes = stats.full_passes.load(Ordering::Relaxed);
         while stats.full_passes.load(Ordering::Relaxed) == passes {
             tokio::time::sleep(Duration::from_millis(10)).await;

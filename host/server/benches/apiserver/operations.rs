@@ -1,0 +1,262 @@
+//! The operations scenarios (issue 37), on the embedded store:
+//! * `flood`: another user's GETs and a controller's Lease renewals (a
+//!   kube-system ServiceAccount, so the `leader-election` level) with and
+//!   without one user flooding LISTs at 10x their concurrency, rounds
+//!   interleaved, under priority and fairness with a small concurrency
+//!   limit (a machine of 2 cores); target: their p99 within 2x;
+//! * `snapshot`: the time and size of a snapshot of 100,000 objects.
+
+use crate::harness::{Api, Error, MakeRequest, Row, closed_loop, configmap, find, met, paced_loop};
+use hyper::header::{AUTHORIZATION, HeaderValue};
+use hyper::{Method, StatusCode, Uri};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::runtime::Handle;
+use wasm_apiserver_storage::Storage;
+use wasm_apiserver_storage::embedded::{EmbeddedOptions, EmbeddedStore};
+
+const TOKENS: &str = "flood-token,flooder,u1\nother-token,other,u2\nlead-token,system:serviceaccount:kube-system:bench-leader,u3,system:serviceaccounts\n";
+/// The server's concurrency limit in the flood scenario.
+const SEATS: usize = 8;
+const OTHERS: usize = 2;
+const FLOODERS: usize = 20;
+const ROUNDS: usize = 2;
+pub(crate) const OTHER_GET: &str = "flood: another user's GET, no flood";
+pub(crate) const OTHER_GET_FLOOD: &str = "flood: another user's GET, during a 10x LIST flood";
+pub(crate) const LEASE: &str = "flood: Lease renewal, no flood";
+pub(crate) const LEASE_FLOOD: &str = "flood: Lease renewal, during a 10x LIST flood";
+pub(crate) const FLOOD: &str = "flood: the flooder's LISTs";
+pub(crate) const SNAPSHOT: &str = "snapshot: save 100,000 objects";
+const SNAPSHOT_OBJECTS: usize = 100_000;
+
+fn with_token(
+    mut req: hyper::Request<crate::harness::Body>,
+    token: &'static str,
+) -> hyper::Request<crate::harness::Body> {
+    req.headers_mut().insert(
+        AUTHORIZATION,
+        HeaderValue::from_str(&format!("Bearer {token}")).expect("header"),
+    );
+    req
+}
+
+pub(crate) async fn flood(srv: &Handle, dir: &Path, window: Duration) -> Result<Vec<Row>, Error> {
+    let served = srv
+        .spawn(crate::harness::serve_authz(
+            dir.join("flood.redb"),
+            "AlwaysAllow",
+            TOKENS,
+            None,
+            "obj",
+        ))
+        .await??;
+    let state = served.state.clone();
+    srv.spawn(async move {
+        state.flowcontrol.set_total(SEATS);
+        wasm_apiserver::flowcontrol::ensure_bootstrap(&state.objects).await?;
+        wasm_apiserver::flowcontrol::spawn_controller(
+            state.objects.clone(),
+            state.flowcontrol.clone(),
+        );
+        Ok::<_, Error>(())
+    })
+    .await??;
+    let api = Api::new(served.addr);
+    // What the flooder lists: 200 ConfigMaps.
+    for i in 0..200 {
+        api.create(
+            "/api/v1/namespaces/default/configmaps",
+            String::from_utf8_lossy(&configmap(&format!("f-{i}"), i)).into_owned(),
+        )
+        .await?;
+    }
+    api.create(
+        "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases",
+        serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "bench-leader"}, "spec": {"holderIdentity": "bench"}})
+        .to_string(),
+    )
+    .await?;
+    // Until the bootstrap configuration is followed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !served
+        .state
+        .flowcontrol
+        .metrics_text()
+        .contains("priority_level=\"leader-election\"")
+    {
+        if Instant::now() > deadline {
+            return Err("flow control never configured".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let get: MakeRequest = Arc::new(|api, _, _| {
+        with_token(
+            api.request(
+                Method::GET,
+                Uri::from_static("/api/v1/namespaces/default/configmaps/obj"),
+                None,
+            ),
+            "other-token",
+        )
+    });
+    let renew: MakeRequest = Arc::new(|api, _, i| {
+        let body = format!(
+            r#"{{"spec":{{"renewTime":"2026-01-01T00:00:{:02}.{:06}Z"}}}}"#,
+            i % 60,
+            i % 1_000_000
+        );
+        with_token(
+            api.request(
+                Method::PATCH,
+                Uri::from_static(
+                    "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/bench-leader",
+                ),
+                Some(("application/merge-patch+json", body.into())),
+            ),
+            "lead-token",
+        )
+    });
+    let list: MakeRequest = Arc::new(|api, _, _| {
+        with_token(
+            api.request(
+                Method::GET,
+                Uri::from_static("/api/v1/namespaces/default/configmaps"),
+                None,
+            ),
+            "flood-token",
+        )
+    });
+    let mut rows = Vec::new();
+    for _ in 0..ROUNDS {
+        let (g, l) = tokio::join!(
+            closed_loop(&api, OTHER_GET, OTHERS, window, StatusCode::OK, get.clone()),
+            paced_loop(
+                &api,
+                LEASE,
+                1,
+                window,
+                StatusCode::OK,
+                renew.clone(),
+                Some(Duration::from_millis(20))
+            ),
+        );
+        rows.push(g?);
+        rows.push(l?);
+        let (g, l, f) = tokio::join!(
+            closed_loop(
+                &api,
+                OTHER_GET_FLOOD,
+                OTHERS,
+                window,
+                StatusCode::OK,
+                get.clone()
+            ),
+            paced_loop(
+                &api,
+                LEASE_FLOOD,
+                1,
+                window,
+                StatusCode::OK,
+                renew.clone(),
+                Some(Duration::from_millis(20))
+            ),
+            closed_loop(&api, FLOOD, FLOODERS, window, StatusCode::OK, list.clone()),
+        );
+        rows.push(g?);
+        rows.push(l?);
+        let mut f = f?;
+        f.note = format!("{} refused (429) of {}", f.errors, f.ops + f.errors);
+        rows.push(f);
+    }
+    Ok(merge(rows))
+}
+
+fn merge(rows: Vec<Row>) -> Vec<Row> {
+    let mut out: Vec<Row> = Vec::new();
+    for r in rows {
+        match out.iter_mut().find(|o| o.scenario == r.scenario) {
+            Some(o) => {
+                crate::harness::merge(o, r);
+                o.latencies.sort_unstable();
+            }
+            None => out.push(r),
+        }
+    }
+    out
+}
+
+pub(crate) async fn snapshot(srv: &Handle, dir: &Path) -> Result<Vec<Row>, Error> {
+    let store = EmbeddedStore::open(&dir.join("snapshot.redb"), EmbeddedOptions::default())?;
+    let storage: Arc<dyn Storage> = Arc::new(store.clone());
+    let served = srv.spawn(crate::harness::serve(storage, None)).await??;
+    let api = Api::new(served.addr);
+    api.create_namespaces(&["snap"]).await?;
+    let tasks: Vec<_> = (0..32)
+        .map(|w| {
+            let api = Api::new(api.addr);
+            tokio::spawn(async move {
+                for i in (w..SNAPSHOT_OBJECTS).step_by(32) {
+                    let body = String::from_utf8_lossy(&configmap(&format!("s-{i}"), i as u64))
+                        .into_owned();
+                    api.create("/api/v1/namespaces/snap/configmaps", body)
+                        .await?;
+                }
+                Ok::<_, Error>(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    let path = dir.join("snapshot.db");
+    let t = Instant::now();
+    let info = tokio::task::spawn_blocking(move || store.snapshot(&path)).await??;
+    let took = t.elapsed();
+    Ok(vec![Row {
+        scenario: SNAPSHOT.into(),
+        clients: 0,
+        ops: info.keys,
+        errors: 0,
+        seconds: took.as_secs_f64(),
+        latencies: Vec::new(),
+        cpu: None,
+        note: format!(
+            "{} bytes, {} keys at revision {}",
+            info.bytes, info.keys, info.revision
+        ),
+    }])
+}
+
+pub(crate) fn print_targets(rows: &[Row]) {
+    let p = |s: &str, clients: usize| {
+        find(rows, s, clients)
+            .and_then(|r| r.percentile(0.99))
+            .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
+    };
+    if find(rows, OTHER_GET, OTHERS).is_some() {
+        println!("issue 37 (overload and operations):");
+        for (name, quiet, flooded, clients) in [
+            ("another user's GET", OTHER_GET, OTHER_GET_FLOOD, OTHERS),
+            ("Lease renewal", LEASE, LEASE_FLOOD, 1),
+        ] {
+            let ratio = p(flooded, clients) / p(quiet, clients);
+            println!(
+                "  {name} p99 during a 10x flood / without <= 2x: {:.2} / {:.2} ms = {ratio:.2}x {}",
+                p(flooded, clients),
+                p(quiet, clients),
+                met(ratio <= 2.0)
+            );
+        }
+        if let Some(f) = find(rows, FLOOD, FLOODERS) {
+            println!("  the flooder: {}", f.note);
+        }
+    }
+    if let Some(s) = find(rows, SNAPSHOT, 0) {
+        println!(
+            "  snapshot of {} objects: {:.2} s, {} (no target)",
+            s.ops, s.seconds, s.note
+        );
+    }
+}
