@@ -7,7 +7,7 @@
 //!   the shadow runs on its own task. A request waits for nothing but a
 //!   clone of its admission request, and only when a permit is free.
 //! * **Bounded**: at most [`PERMITS`] shadow calls of a plugin run at once,
-//!   and its calls may use at most [`CPU_SHARE`] of a core (a token bucket
+//!   and its calls may use at most [`CPU_SHARE`] of a core (2%) (a token bucket
 //!   of call time, [`BURST`] deep): a request arriving while the shadow is
 //!   busy or over its share is `skipped`, and counted, so under a light
 //!   load the shadow sees every request and under saturation a sample, at
@@ -38,7 +38,7 @@ use wasm_apiserver_plugins::{AdmissionPlugin, AdmissionRequest, AdmissionRespons
 /// Shadow calls of one plugin that may run at once.
 pub const PERMITS: usize = 1;
 /// Share of one core a plugin's shadow calls may use.
-pub const CPU_SHARE: f64 = 0.05;
+pub const CPU_SHARE: f64 = 0.02;
 /// Call time a shadow may spend at once after an idle spell.
 pub const BURST: Duration = Duration::from_millis(50);
 /// Disagreements kept for the status.
@@ -417,10 +417,11 @@ mod tests {
         assert!(b.may_start());
         b.spend(Duration::from_millis(100));
         assert!(!b.may_start());
-        // 50 ms of debt at 5% of a core: about a second to repay.
-        b.at -= Duration::from_millis(600);
+        // 50 ms of debt takes 50 ms / CPU_SHARE to repay.
+        let repay = Duration::from_millis(50).div_f64(CPU_SHARE);
+        b.at -= repay.mul_f64(0.5);
         assert!(!b.may_start());
-        b.at -= Duration::from_millis(600);
+        b.at -= repay.mul_f64(0.6);
         assert!(b.may_start());
         // Idle time refills only up to the burst.
         b.at -= Duration::from_secs(3600);
