@@ -266,10 +266,15 @@ fn tampered_histories_fail(name: &str, history: &History) {
         return;
     };
     let report = check(&lost);
+    // The stale read is what must be caught; the linearizability search
+    // must either refute the key or, on a long concurrent history whose
+    // refutation exhausts its step budget, say it could not decide (never
+    // call it linearizable).
     assert!(
         (report.has(wasm_apiserver_history::Kind::StaleRead)
             || report.has(wasm_apiserver_history::Kind::LostWrite))
-            && report.has(wasm_apiserver_history::Kind::NotLinearizable),
+            && (report.has(wasm_apiserver_history::Kind::NotLinearizable)
+                || report.undecided.contains(&key)),
         "{name}: rolling {key} back in the closing list went unnoticed:\n{report}"
     );
 }
