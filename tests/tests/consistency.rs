@@ -2,7 +2,10 @@
 //! preconditions), delete, get, list and watch ConfigMaps of one namespace
 //! through the real binary while the harness SIGKILLs (and restarts on the
 //! same data dir) and SIGSTOPs (then SIGCONTs) the server, or on etcd a
-//! replica, or etcd itself. Every operation is recorded with its invocation
+//! replica, or etcd itself, or cuts the path between a replica and etcd
+//! (each replica reaches etcd through a TCP proxy of the harness, which
+//! drops every connection and then refuses or blackholes new ones for a
+//! while). Every operation is recorded with its invocation
 //! and completion; once the faults stop, a final list, a get of every key
 //! and watches that must catch up with the last change close the history,
 //! and `wasm-apiserver-history` checks it: per-key linearizability, watches
@@ -18,9 +21,10 @@
 //! `etcd-server` (`scripts/install-etcd-deps.sh`).
 
 use std::collections::HashMap;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -87,27 +91,31 @@ fn etcd_two_replicas_under_replica_and_etcd_faults() {
     let secs = campaign_secs();
     eprintln!("etcd campaign: {secs} s of faults, CONSISTENCY_SEED={seed}");
     let mut etcd = EtcdCluster::start(1);
-    let servers = etcd.servers_flag();
-    let args = [
-        "--etcd-servers",
-        servers.as_str(),
-        "--etcd-compaction-interval",
-        "5s",
-    ];
-    let mut replicas = [
-        Server::start_with_args(&args),
-        Server::start_with_args(&args),
-    ];
-    let targets: Vec<_> = replicas.iter().map(Server::kubeconfig_path).collect();
     let endpoint = etcd.endpoints()[0].clone();
+    // Each replica reaches etcd through its own proxy, which a fault cuts.
+    let etcd_addr: SocketAddr = endpoint
+        .trim_start_matches("http://")
+        .parse()
+        .expect("etcd endpoint address");
+    let proxies = [Proxy::start(etcd_addr), Proxy::start(etcd_addr)];
+    let mut replicas = proxies.each_ref().map(|proxy| {
+        let servers = format!("http://{}", proxy.addr());
+        Server::start_with_args(&[
+            "--etcd-servers",
+            servers.as_str(),
+            "--etcd-compaction-interval",
+            "5s",
+        ])
+    });
+    let targets: Vec<_> = replicas.iter().map(Server::kubeconfig_path).collect();
     let mut rng = Rng(seed ^ 0xe7cd);
     let faults = Faults::default();
     let history = run_campaign(seed, secs, &targets, &faults, |stop| {
-        let mut turn = rng.below(4);
+        let mut turn = rng.below(5);
         while !sleep_unless(stop, rng.millis(1_500, 4_000)) {
             let r = rng.below(2) as usize;
             turn += 1;
-            match turn % 4 {
+            match turn % 5 {
                 0 => {
                     replicas[r].kill9();
                     std::thread::sleep(Duration::from_millis(rng.millis(0, 300)));
@@ -128,6 +136,19 @@ fn etcd_two_replicas_under_replica_and_etcd_faults() {
                     std::thread::sleep(Duration::from_millis(rng.millis(0, 1_000)));
                     etcd.restart_member(0);
                     faults.note("etcd SIGKILL + restart");
+                }
+                3 => {
+                    // Half the cuts refuse new connections, half leave
+                    // them hanging (a partition that drops packets).
+                    let blackhole = rng.below(2) == 0;
+                    proxies[r].cut(blackhole);
+                    std::thread::sleep(Duration::from_millis(rng.millis(1_000, 4_000)));
+                    proxies[r].restore();
+                    faults.note(if blackhole {
+                        "replica-etcd path cut (blackholed) + restored"
+                    } else {
+                        "replica-etcd path cut (refused) + restored"
+                    });
                 }
                 _ => {
                     let pid =
@@ -151,6 +172,174 @@ fn etcd_two_replicas_under_replica_and_etcd_faults() {
 }
 
 // ------------------------------------------------------------------ harness
+
+/// A TCP proxy on a free loopback port in front of `target` (etcd's client
+/// port): one thread accepts, two per connection copy bytes. [`Proxy::cut`]
+/// shuts down every connection it carries and, until [`Proxy::restore`],
+/// closes each new one at once (the peer sees it refused) or holds it
+/// without reading (a blackhole: the peer's requests hang). Stops on drop.
+struct Proxy {
+    addr: SocketAddr,
+    state: Arc<ProxyState>,
+    acceptor: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum ProxyMode {
+    Pass,
+    Refuse,
+    Blackhole,
+}
+
+struct ProxyState {
+    target: SocketAddr,
+    mode: Mutex<ProxyMode>,
+    /// Every socket of every open connection (both sides), by connection,
+    /// so that a cut can shut them down; `true` marks a blackholed one.
+    open: Mutex<HashMap<u64, (bool, Vec<TcpStream>)>>,
+    next_id: AtomicU64,
+    stopped: AtomicBool,
+}
+
+impl ProxyState {
+    fn track(&self, held: bool, sockets: &[&TcpStream]) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let clones = sockets.iter().filter_map(|s| s.try_clone().ok()).collect();
+        self.open.lock().expect("proxy").insert(id, (held, clones));
+        id
+    }
+
+    /// Shuts down every connection; returns how many there were.
+    fn shut_down_all(&self) -> usize {
+        let mut open = self.open.lock().expect("proxy");
+        let n = open.len();
+        for (_, (_, sockets)) in open.drain() {
+            for s in sockets {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+        n
+    }
+
+    fn serve(self: &Arc<Self>, client: TcpStream) {
+        let mode = *self.mode.lock().expect("proxy");
+        match mode {
+            ProxyMode::Refuse => {
+                let _ = client.shutdown(Shutdown::Both);
+            }
+            ProxyMode::Blackhole => {
+                // Never read: the peer's writes fill the buffers and hang.
+                self.track(true, &[&client]);
+            }
+            ProxyMode::Pass => {
+                let Ok(upstream) = TcpStream::connect_timeout(&self.target, Duration::from_secs(1))
+                else {
+                    let _ = client.shutdown(Shutdown::Both);
+                    return;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = upstream.set_nodelay(true);
+                let id = self.track(false, &[&client, &upstream]);
+                // A cut between the mode check and `track` would miss this
+                // connection: check again.
+                if *self.mode.lock().expect("proxy") != ProxyMode::Pass {
+                    let _ = client.shutdown(Shutdown::Both);
+                    let _ = upstream.shutdown(Shutdown::Both);
+                }
+                for (from, to) in [(&client, &upstream), (&upstream, &client)] {
+                    let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
+                        continue;
+                    };
+                    let state = self.clone();
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = from.shutdown(Shutdown::Both);
+                        let _ = to.shutdown(Shutdown::Both);
+                        state.open.lock().expect("proxy").remove(&id);
+                    });
+                }
+            }
+        }
+    }
+}
+
+impl Proxy {
+    fn start(target: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy address");
+        let state = Arc::new(ProxyState {
+            target,
+            mode: Mutex::new(ProxyMode::Pass),
+            open: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
+        });
+        let acceptor = {
+            let state = state.clone();
+            std::thread::spawn(move || {
+                for client in listener.incoming() {
+                    if state.stopped.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    if let Ok(client) = client {
+                        state.serve(client);
+                    }
+                }
+            })
+        };
+        Proxy {
+            addr,
+            state,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Drops every connection; new ones are refused, or with `blackhole`
+    /// accepted and never answered, until [`Proxy::restore`].
+    fn cut(&self, blackhole: bool) {
+        *self.state.mode.lock().expect("proxy") = if blackhole {
+            ProxyMode::Blackhole
+        } else {
+            ProxyMode::Refuse
+        };
+        let dropped = self.state.shut_down_all();
+        eprintln!("proxy {}: cut, {dropped} connections dropped", self.addr);
+    }
+
+    /// Lets connections through again (held blackholed ones are dropped:
+    /// their peer reconnects).
+    fn restore(&self) {
+        *self.state.mode.lock().expect("proxy") = ProxyMode::Pass;
+        self.state
+            .open
+            .lock()
+            .expect("proxy")
+            .retain(|_, (held, sockets)| {
+                if *held {
+                    for s in sockets.iter() {
+                        let _ = s.shutdown(Shutdown::Both);
+                    }
+                }
+                !*held
+            });
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.state.stopped.store(true, Ordering::SeqCst);
+        // Wakes the acceptor, which then sees `stopped`.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+        self.state.shut_down_all();
+    }
+}
 
 /// Faults injected, by kind.
 #[derive(Default)]
