@@ -426,3 +426,45 @@ print(json.dumps(seen))
     let got = python_configmaps(&server, script);
     assert_eq!(got, json!([{"a": "1", "b": "2"}, {}, {"a": "3"}]));
 }
+
+/// An applied configuration that names one list item twice is refused
+/// with a 422 naming each duplicate, and the stored object is untouched
+/// (upstream refuses it too, with a 500; merging it would keep one of the
+/// two at random and applying it twice would not be idempotent).
+#[test]
+fn duplicate_list_keys_are_refused_and_change_nothing() {
+    let server = Server::start();
+    let out = apply(&server, &deployment("dup", 1, None), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before = kubectl_json(&server, None, &["get", "deployment", "dup", "-o", "json"]);
+    let dup = r#"{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "dup"},
+        "spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx",
+            "env": [{"name": "FOO", "value": "x"}, {"name": "FOO", "value": "y"}]}]}}}}"#;
+    let out = apply(&server, dup, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a duplicate key was applied");
+    assert!(
+        stderr.contains(r#"duplicate entries for key [name=\"FOO\"]"#)
+            || stderr.contains(r#"duplicate entries for key [name="FOO"]"#),
+        "{stderr}"
+    );
+    assert!(stderr.contains("is invalid"), "not a 422 Invalid: {stderr}");
+    let after = kubectl_json(&server, None, &["get", "deployment", "dup", "-o", "json"]);
+    assert_eq!(
+        before["metadata"]["resourceVersion"], after["metadata"]["resourceVersion"],
+        "the refused apply wrote"
+    );
+    // Absent objects are not created from such a configuration either.
+    let out = apply(
+        &server,
+        &dup.replace(r#""name": "dup""#, r#""name": "dup2""#),
+        &[],
+    );
+    assert!(!out.status.success());
+    let out = kubectl_stdin(&server, None, &["get", "deployment", "dup2"], "");
+    assert!(!out.status.success(), "dup2 was created");
+}

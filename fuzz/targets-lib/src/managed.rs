@@ -84,9 +84,13 @@ pub fn apply(data: &[u8]) {
         return;
     }
     let schema = schema_of(config);
-    // Upstream refuses a configuration whose associative lists repeat a
-    // key (such a list changes when merged with itself); this merge takes
-    // it, and then applying twice differs from once (a finding left open).
+    // A configuration naming one list item twice is refused before it is
+    // merged (the registry answers 422 from `typed::duplicates`).
+    if !typed::duplicates(config, schema).is_empty() {
+        return;
+    }
+    // Nulls (which remove what they name) change a configuration merged
+    // with itself: such configurations are not idempotent by design.
     if typed::merge(config, config, schema) != *config {
         return;
     }

@@ -117,6 +117,24 @@ impl Objects {
             }
             None => merge_schema(info),
         };
+        // An applied configuration naming one list item twice has no
+        // single merge (upstream: "duplicate entries for key"): a 422
+        // naming each, never a silent pick of one of them.
+        let duplicates = wasm_apiserver_api::managed::typed::duplicates(config, schema);
+        if !duplicates.is_empty() {
+            let kind = config["kind"].as_str().unwrap_or_default();
+            return Err(ApiError::Invalid(
+                Target::new(&info.group, kind, name),
+                duplicates
+                    .into_iter()
+                    .map(|(field, message)| Cause {
+                        reason: "FieldValueDuplicate".into(),
+                        field: field.trim_start_matches('.').to_string(),
+                        message,
+                    })
+                    .collect(),
+            ));
+        }
         let conflict = |c: wasm_apiserver_api::managed::Conflicts| ApiError::Custom {
             code: 409,
             reason: "Conflict".into(),

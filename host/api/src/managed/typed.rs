@@ -209,6 +209,67 @@ fn fill(v: &Value, schema: Schema<'_>, set: &mut FieldSet) {
     }
 }
 
+/// The list items `v` sets twice: two items of an associative list with
+/// the same key values, or of a set with the same value. Upstream refuses
+/// such an applied configuration (its fields have no single owner, and
+/// applying it twice would not give the same object): one message per
+/// duplicate, `.spec.containers[name="c"].env: duplicate entries for key
+/// [name="FOO"]`, and the path of the list.
+pub fn duplicates(v: &Value, schema: Schema<'_>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    find_duplicates(v, schema, &mut Vec::new(), &mut out);
+    out
+}
+
+fn find_duplicates(
+    v: &Value,
+    schema: Schema<'_>,
+    path: &mut Vec<Element>,
+    out: &mut Vec<(String, String)>,
+) {
+    match (schema.shape(), v) {
+        (Shape::Struct { atomic: false } | Shape::Map { atomic: false }, Value::Object(m))
+        | (Shape::Deduced, Value::Object(m)) => {
+            for (k, cv) in m {
+                path.push(Element::Field(k.clone()));
+                find_duplicates(cv, schema.field(k), path, out);
+                path.pop();
+            }
+        }
+        (
+            Shape::List {
+                ty: ty @ (ListType::Set | ListType::Map(_)),
+                elem,
+            },
+            Value::Array(items),
+        ) => {
+            let mut seen = std::collections::BTreeSet::new();
+            for (i, item) in items.iter().enumerate() {
+                let e = item_element(&ty, elem, i, item);
+                let list = super::fieldset::display(path);
+                if !seen.insert(e.clone()) {
+                    let what = match &ty {
+                        ListType::Map(_) => "key",
+                        _ => "value",
+                    };
+                    let shown = super::fieldset::display(std::slice::from_ref(&e));
+                    out.push((
+                        list.clone(),
+                        format!("{list}: duplicate entries for {what} {shown}"),
+                    ));
+                    continue;
+                }
+                if matches!(ty, ListType::Map(_)) {
+                    path.push(e);
+                    find_duplicates(item, elem, path, out);
+                    path.pop();
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// `config` applied onto `live`: granular objects merged key by key (a
 /// `null` removes the key), atomic values replaced, set lists joined,
 /// associative lists merged item by item on their keys.
@@ -428,6 +489,31 @@ mod tests {
             .iter()
             .map(|p| super::super::fieldset::display(p))
             .collect()
+    }
+
+    #[test]
+    fn repeated_list_keys_are_found_at_every_depth() {
+        let d = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "c", "image": "a", "env": [{"name": "FOO", "value": "1"}, {"name": "FOO", "value": "2"}],
+             "ports": [{"containerPort": 80}, {"containerPort": 80, "protocol": "TCP"}]},
+            {"name": "d", "image": "b"},
+            {"name": "c", "image": "c"}]}}}});
+        let got: Vec<String> = duplicates(&d, deployment())
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                r#".spec.template.spec.containers[name="c"].env: duplicate entries for key [name="FOO"]"#,
+                // `protocol` defaults to TCP: the same key.
+                r#".spec.template.spec.containers[name="c"].ports: duplicate entries for key [containerPort=80,protocol="TCP"]"#,
+                r#".spec.template.spec.containers: duplicate entries for key [name="c"]"#,
+            ]
+        );
+        let distinct = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "c", "env": [{"name": "A"}, {"name": "B"}]}, {"name": "d"}]}}}});
+        assert!(duplicates(&distinct, deployment()).is_empty());
     }
 
     #[test]
