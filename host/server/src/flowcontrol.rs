@@ -68,48 +68,112 @@ struct Level {
     state: Mutex<LevelState>,
 }
 
+struct Waiter {
+    id: u64,
+    flow: Arc<str>,
+    tx: oneshot::Sender<()>,
+}
+
 struct LevelState {
     limit: usize,
     executing: usize,
+    /// Seats held per flow (flows holding none are absent).
+    by_flow: HashMap<Arc<str>, usize>,
     response: LimitResponse,
-    queues: Vec<VecDeque<(u64, oneshot::Sender<()>)>>,
+    queues: Vec<VecDeque<Waiter>>,
     next: usize,
     ids: u64,
 }
 
-/// A held seat; dropping it hands the seat to the next waiter.
-struct Seat(Arc<Level>);
+impl LevelState {
+    /// The most seats one flow may hold: all but one in a queuing level
+    /// of two seats or more (a request of another flow then never waits
+    /// behind a level one flow fills), else all.
+    fn flow_cap(&self) -> usize {
+        match self.response {
+            LimitResponse::Queue { .. } if self.limit >= 2 => self.limit - 1,
+            _ => self.limit,
+        }
+    }
+
+    fn held(&self, flow: &str) -> usize {
+        self.by_flow.get(flow).copied().unwrap_or(0)
+    }
+
+    fn may_run(&self, flow: &str) -> bool {
+        self.executing < self.limit && self.held(flow) < self.flow_cap()
+    }
+
+    fn take(&mut self, flow: &Arc<str>) {
+        self.executing += 1;
+        *self.by_flow.entry(flow.clone()).or_default() += 1;
+    }
+
+    fn release(&mut self, flow: &str) {
+        self.executing = self.executing.saturating_sub(1);
+        if let Some(n) = self.by_flow.get_mut(flow) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_flow.remove(flow);
+            }
+        }
+    }
+
+    /// Hands free seats to waiters, the queues in turn, each queue's
+    /// first waiter whose flow is under its cap.
+    fn dispatch(&mut self) {
+        let n = self.queues.len();
+        'seats: while self.executing < self.limit {
+            let cap = self.flow_cap();
+            for i in 0..n {
+                let q = (self.next + i) % n;
+                let by_flow = &self.by_flow;
+                let Some(pos) = self.queues[q]
+                    .iter()
+                    .position(|w| by_flow.get(&w.flow).copied().unwrap_or(0) < cap)
+                else {
+                    continue;
+                };
+                let w = self.queues[q].remove(pos).expect("position in queue");
+                self.next = (q + 1) % n;
+                self.take(&w.flow);
+                if w.tx.send(()).is_err() {
+                    // Its request is gone.
+                    self.release(&w.flow);
+                }
+                continue 'seats;
+            }
+            return;
+        }
+    }
+}
+
+/// A held seat; dropping it hands the seat on.
+struct Seat(Arc<Level>, Arc<str>);
 
 impl Drop for Seat {
     fn drop(&mut self) {
         let mut s = self.0.state.lock().expect("level lock");
-        let n = s.queues.len();
-        for i in 0..n {
-            let q = (s.next + i) % n;
-            while let Some((_, tx)) = s.queues[q].pop_front() {
-                if tx.send(()).is_ok() {
-                    s.next = (q + 1) % n;
-                    // The seat passes on: `executing` stays.
-                    return;
-                }
-            }
-        }
-        s.executing = s.executing.saturating_sub(1);
+        s.release(&self.1);
+        s.dispatch();
     }
 }
 
 enum Admit {
     Run(Seat),
-    Wait(Arc<Level>, usize, u64, oneshot::Receiver<()>),
+    Wait(Arc<Level>, Arc<str>, usize, u64, oneshot::Receiver<()>),
     Reject(&'static str),
 }
 
 impl Level {
     fn admit(self: &Arc<Self>, flow: &str) -> Admit {
+        let flow: Arc<str> = flow.into();
         let mut s = self.state.lock().expect("level lock");
-        if s.executing < s.limit && s.queues.iter().all(VecDeque::is_empty) {
-            s.executing += 1;
-            return Admit::Run(Seat(self.clone()));
+        // No waiter may run while a seat is free (`dispatch` keeps it so):
+        // a request that may run goes before no one.
+        if s.may_run(&flow) {
+            s.take(&flow);
+            return Admit::Run(Seat(self.clone(), flow));
         }
         let LimitResponse::Queue {
             hand_size,
@@ -124,26 +188,55 @@ impl Level {
         let q = (0..hand_size)
             .map(|i| {
                 let mut h = std::collections::hash_map::DefaultHasher::new();
-                (flow, i).hash(&mut h);
+                (&*flow, i).hash(&mut h);
                 (h.finish() as usize) % n
             })
-            .min_by_key(|q| s.queues[*q].len())
+            .min_by_key(|q| s.queues.get(*q).map_or(0, VecDeque::len))
             .unwrap_or(0);
-        if s.queues[q].len() >= queue_length_limit {
+        if s.queues
+            .get(q)
+            .is_none_or(|q| q.len() >= queue_length_limit)
+        {
             return Admit::Reject("queue-full");
         }
         s.ids += 1;
         let id = s.ids;
         let (tx, rx) = oneshot::channel();
-        s.queues[q].push_back((id, tx));
-        Admit::Wait(self.clone(), q, id, rx)
+        s.queues[q].push_back(Waiter {
+            id,
+            flow: flow.clone(),
+            tx,
+        });
+        Admit::Wait(self.clone(), flow, q, id, rx)
     }
 
-    fn withdraw(&self, q: usize, id: u64) -> bool {
-        let mut s = self.state.lock().expect("level lock");
-        let before = s.queues[q].len();
-        s.queues[q].retain(|(i, _)| *i != id);
-        before != s.queues[q].len()
+    /// Waits for a seat at most `max`; `None` when refused.
+    async fn wait(
+        self: Arc<Self>,
+        flow: Arc<str>,
+        q: usize,
+        id: u64,
+        mut rx: oneshot::Receiver<()>,
+        max: Duration,
+    ) -> Option<Seat> {
+        match tokio::time::timeout(max, &mut rx).await {
+            Ok(Ok(())) => Some(Seat(self, flow)),
+            // Its queue was dropped by a new configuration.
+            Ok(Err(_)) => None,
+            Err(_) => {
+                let mut s = self.state.lock().expect("level lock");
+                let queued = s.queues.get_mut(q).and_then(|queue| {
+                    let at = queue.iter().position(|w| w.id == id)?;
+                    queue.remove(at)
+                });
+                if queued.is_none() && rx.try_recv().is_ok() {
+                    // Handed a seat just as the wait ended: give it on.
+                    s.release(&flow);
+                    s.dispatch();
+                }
+                None
+            }
+        }
     }
 }
 
@@ -205,6 +298,7 @@ impl FlowControl {
                     state: Mutex::new(LevelState {
                         limit,
                         executing: 0,
+                        by_flow: HashMap::new(),
                         response: limited.response.clone(),
                         queues: Vec::new(),
                         next: 0,
@@ -220,6 +314,8 @@ impl FlowControl {
                 s.queues.resize_with(queues, VecDeque::new);
                 s.next = 0;
             }
+            // A larger limit hands seats to waiters at once.
+            s.dispatch();
         }
         *self.config.write().expect("config lock") = Arc::new(Config { schemas, levels });
     }
@@ -362,17 +458,15 @@ pub async fn filter(fc: &FlowControl, req: Request, next: Next) -> Response {
                 fc.count_rejected(&fs, &pl, reason);
                 return too_many_requests();
             }
-            Admit::Wait(level, q, id, rx) => match tokio::time::timeout(MAX_WAIT, rx).await {
-                Ok(Ok(())) => Some(Seat(level)),
-                _ => {
-                    if !level.withdraw(q, id) {
-                        // Handed a seat just as the wait ended: give it on.
-                        drop(Seat(level));
+            Admit::Wait(level, flow, q, id, rx) => {
+                match level.wait(flow, q, id, rx, MAX_WAIT).await {
+                    Some(seat) => Some(seat),
+                    None => {
+                        fc.count_rejected(&fs, &pl, "time-out");
+                        return too_many_requests();
                     }
-                    fc.count_rejected(&fs, &pl, "time-out");
-                    return too_many_requests();
                 }
-            },
+            }
         },
     };
     *fc.metrics
@@ -470,5 +564,116 @@ pub fn spawn_controller(objects: Objects, fc: Arc<FlowControl>) {
                 )
                 .await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn level(limit: usize, queues: usize) -> Arc<Level> {
+        Arc::new(Level {
+            state: Mutex::new(LevelState {
+                limit,
+                executing: 0,
+                by_flow: HashMap::new(),
+                response: LimitResponse::Queue {
+                    queues,
+                    hand_size: 2,
+                    queue_length_limit: 10,
+                },
+                queues: (0..queues).map(|_| VecDeque::new()).collect(),
+                next: 0,
+                ids: 0,
+            }),
+        })
+    }
+
+    fn executing(l: &Level) -> (usize, usize) {
+        let s = l.state.lock().unwrap();
+        (s.executing, s.queues.iter().map(VecDeque::len).sum())
+    }
+
+    #[tokio::test]
+    async fn one_flow_leaves_a_seat_for_others() {
+        let l = level(3, 4);
+        let a1 = l.admit("flooder");
+        let a2 = l.admit("flooder");
+        assert!(matches!(a1, Admit::Run(_)) && matches!(a2, Admit::Run(_)));
+        // The flooder's third request waits although a seat is free ...
+        let Admit::Wait(wl, wf, q, id, rx) = l.admit("flooder") else {
+            panic!("a flow took every seat of a 3-seat level");
+        };
+        assert_eq!(executing(&l), (2, 1));
+        // ... which another flow takes at once.
+        let other = l.admit("other");
+        assert!(matches!(other, Admit::Run(_)));
+        assert_eq!(executing(&l), (3, 1));
+        // A freed flooder seat goes to the flooder's waiter.
+        drop(a1);
+        let seat = wl
+            .wait(wf, q, id, rx, Duration::from_secs(5))
+            .await
+            .expect("handed the freed seat");
+        assert_eq!(executing(&l), (3, 0));
+        drop((seat, a2, other));
+        assert_eq!(executing(&l), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_single_seat_level_serves_one_flow() {
+        let l = level(1, 2);
+        let first = l.admit("only");
+        assert!(matches!(first, Admit::Run(_)));
+        let Admit::Wait(wl, wf, q, id, rx) = l.admit("only") else {
+            panic!("a second request ran beside the only seat");
+        };
+        drop(first);
+        let seat = wl.wait(wf, q, id, rx, Duration::from_secs(5)).await;
+        assert!(seat.is_some());
+        drop(seat);
+        assert_eq!(executing(&l), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn waiters_are_served_by_turns_across_flows() {
+        let l = level(2, 8);
+        let held = [l.admit("a"), l.admit("b")];
+        assert!(held.iter().all(|a| matches!(a, Admit::Run(_))));
+        let mut waits = Vec::new();
+        for flow in ["a", "a", "a", "b"] {
+            let Admit::Wait(wl, wf, q, id, rx) = l.admit(flow) else {
+                panic!("{flow} ran with every seat taken");
+            };
+            // Each waiter gives its seat back as soon as it has it.
+            let w = tokio::spawn(async move {
+                let seat = wl.wait(wf, q, id, rx, Duration::from_secs(5)).await;
+                seat.map(|s| s.1.to_string())
+            });
+            waits.push(w);
+        }
+        // The held "a" seat frees: "b" (under its cap) or "a" may take it,
+        // but "b"'s one waiter must not wait behind all three of "a".
+        drop(held);
+        let b = waits.pop().expect("b");
+        assert_eq!(b.await.unwrap().as_deref(), Some("b"));
+        for w in waits {
+            assert_eq!(w.await.unwrap().as_deref(), Some("a"));
+        }
+        assert_eq!(executing(&l), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_timed_out_waiter_leaks_no_seat() {
+        let l = level(1, 1);
+        let first = l.admit("x");
+        let Admit::Wait(wl, wf, q, id, rx) = l.admit("y") else {
+            panic!("no wait");
+        };
+        let refused = wl.wait(wf, q, id, rx, Duration::from_millis(20)).await;
+        assert!(refused.is_none());
+        assert_eq!(executing(&l), (1, 0));
+        drop(first);
+        assert_eq!(executing(&l), (0, 0));
     }
 }
