@@ -128,6 +128,10 @@ pub enum ApiError {
     Timeout(String),
     #[error("{0}")]
     ServiceUnavailable(String),
+    /// 507: the storage is out of space, so the write was refused (reads
+    /// still work).
+    #[error("{0}")]
+    InsufficientStorage(String),
     #[error("Internal error occurred: {0}")]
     Internal(String),
     /// A refusal with a code and reason chosen by someone else (an admission
@@ -171,6 +175,7 @@ impl ApiError {
             ApiError::RequestEntityTooLarge(_) => 413,
             ApiError::TooLargeResourceVersion { .. } | ApiError::Timeout(_) => 504,
             ApiError::ServiceUnavailable(_) => 503,
+            ApiError::InsufficientStorage(_) => 507,
             ApiError::Internal(_) => 500,
             ApiError::Custom { code, .. } => *code,
         }
@@ -194,6 +199,7 @@ impl ApiError {
             ApiError::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
             ApiError::TooLargeResourceVersion { .. } | ApiError::Timeout(_) => "Timeout",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
+            ApiError::InsufficientStorage(_) => "InsufficientStorage",
             ApiError::Internal(_) => "InternalError",
             ApiError::Custom { reason, .. } => reason,
         }

@@ -17,6 +17,9 @@ pub fn storage_error(e: StorageError) -> ApiError {
             ApiError::TooLargeResourceVersion { requested, current }
         }
         StorageError::Unavailable(m) => ApiError::ServiceUnavailable(m),
+        StorageError::NoSpace(m) => ApiError::InsufficientStorage(format!(
+            "the storage is out of space, so writes are refused until space is freed (reads still work): {m}"
+        )),
         other => ApiError::Internal(other.to_string()),
     }
 }

@@ -14,6 +14,12 @@
 //! * A watch subscribes to the broadcast first, then replays the log, and
 //!   drops duplicates by revision, so nothing is skipped or repeated; a
 //!   watcher that lags behind the broadcast re-reads the log.
+//! * A full disk fails writes with [`StorageError::NoSpace`] and nothing
+//!   else: redb refuses every operation after a failed write (`PreviousIo`)
+//!   until the file is closed and opened again, so the writer then reopens
+//!   it (redb recovers the last commit), and reads go on. Until a probe
+//!   file of [`SPACE_PROBE_BYTES`] fits beside the data file again, writes
+//!   are refused without touching the database.
 
 use crate::{
     Event, EventKind, KeyValue, ListOptions, ListResult, Result, Storage, StorageError, WatchItem,
@@ -22,9 +28,9 @@ use crate::{
 use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -48,6 +54,11 @@ pub const FORMAT_VERSION: u64 = 1;
 pub const DEFAULT_RESTORE_BUMP: u64 = 1_000_000_000;
 /// Most operations committed in one transaction.
 const MAX_BATCH: usize = 1024;
+
+/// After writes failed for lack of space, the size of the file the writer
+/// writes (and removes) beside the data file before it tries a write
+/// again: while it does not fit, writes are refused at once.
+pub const SPACE_PROBE_BYTES: u64 = 1 << 20;
 
 /// Most history entries one compaction step removes: a compaction is a
 /// series of steps, each in the transaction of one write batch, so writers
@@ -124,9 +135,78 @@ struct Request {
     reply: oneshot::Sender<Result<Option<KeyValue>>>,
 }
 
+/// Opens the database (again): redb's file open, or in tests a backend.
+type Opener = Box<dyn Fn() -> std::result::Result<Database, redb::DatabaseError> + Send + Sync>;
+
+/// The open database, which the writer replaces after an I/O error (redb
+/// answers every operation after one with `PreviousIo` until the file is
+/// closed and opened again). Readers take the `Arc` only to begin a read
+/// transaction, so the writer can take the database back to close it.
+struct Db {
+    /// `None` while closed: between closing and reopening, or when
+    /// reopening failed (the writer tries again on its next batch).
+    current: RwLock<Option<Arc<Database>>>,
+    open: Opener,
+}
+
+impl Db {
+    fn get(&self) -> Result<Arc<Database>> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| {
+                StorageError::Unavailable(
+                    "the data file is being reopened after an I/O error".into(),
+                )
+            })
+    }
+
+    fn begin_read(&self) -> Result<redb::ReadTransaction> {
+        self.get()?.begin_read().map_err(internal)
+    }
+
+    /// Closes the database: waits for readers to let go of the handle
+    /// (their open read transactions fail from then on), then closes it.
+    fn close(&self) {
+        let taken = self
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(mut db) = taken else { return };
+        let db = loop {
+            match Arc::try_unwrap(db) {
+                Ok(db) => break db,
+                Err(shared) => {
+                    db = shared;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        };
+        if let Err(e) = db.close() {
+            tracing::warn!(error = %e, "embedded store: closing the data file after an I/O error");
+        }
+    }
+
+    /// Opens the database if it is closed.
+    fn reopen(&self) -> Result<Arc<Database>> {
+        if let Ok(db) = self.get() {
+            return Ok(db);
+        }
+        let db = Arc::new(
+            (self.open)()
+                .map_err(|e| StorageError::Unavailable(format!("reopening the data file: {e}")))?,
+        );
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(db.clone());
+        tracing::info!("embedded store: data file reopened after an I/O error");
+        Ok(db)
+    }
+}
+
 struct Inner {
-    path: std::path::PathBuf,
-    db: Arc<Database>,
+    path: PathBuf,
+    db: Arc<Db>,
     writer: mpsc::UnboundedSender<Request>,
     events: broadcast::Sender<Arc<Vec<Event>>>,
     options: EmbeddedOptions,
@@ -144,6 +224,38 @@ pub struct EmbeddedStore {
 
 fn internal(e: impl std::fmt::Display) -> StorageError {
     StorageError::Internal(e.to_string())
+}
+
+/// A redb error in a write: out of space (disk full, quota, file size
+/// limit) is [`StorageError::NoSpace`], anything else internal.
+fn write_error(e: impl Into<redb::Error>) -> StorageError {
+    let e: redb::Error = e.into();
+    match &e {
+        redb::Error::Io(io) if out_of_space(io) => StorageError::NoSpace(e.to_string()),
+        _ => StorageError::Internal(e.to_string()),
+    }
+}
+
+fn out_of_space(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind;
+    matches!(
+        e.kind(),
+        ErrorKind::StorageFull | ErrorKind::QuotaExceeded | ErrorKind::FileTooLarge
+    )
+}
+
+/// Whether [`SPACE_PROBE_BYTES`] can be written beside `data_file` (the
+/// probe is removed again).
+fn space_available(data_file: &Path) -> bool {
+    use std::io::Write;
+    let probe = data_file.with_extension("space-probe");
+    let fits = std::fs::File::create(&probe).is_ok_and(|mut f| {
+        let chunk = vec![0u8; 64 << 10];
+        (0..SPACE_PROBE_BYTES / chunk.len() as u64).all(|_| f.write_all(&chunk).is_ok())
+            && f.sync_data().is_ok()
+    });
+    let _ = std::fs::remove_file(&probe);
+    fits
 }
 
 // --- value encoding -------------------------------------------------------
@@ -327,8 +439,8 @@ fn apply(
             }
             if *revision > compacted {
                 let upto = (*revision).min(compacted + COMPACTION_STEP);
-                log.retain_in(..=upto, |_, _| false).map_err(internal)?;
-                meta.insert(COMPACTED, upto).map_err(internal)?;
+                log.retain_in(..=upto, |_, _| false).map_err(write_error)?;
+                meta.insert(COMPACTED, upto).map_err(write_error)?;
             }
             return Ok(None);
         }
@@ -336,7 +448,7 @@ fn apply(
     *rev += 1;
     match event.kind {
         EventKind::Deleted => {
-            kv.remove(event.kv.key.as_str()).map_err(internal)?;
+            kv.remove(event.kv.key.as_str()).map_err(write_error)?;
         }
         _ => {
             let enc = encode_kv(
@@ -345,11 +457,11 @@ fn apply(
                 &event.kv.value,
             );
             kv.insert(event.kv.key.as_str(), enc.as_slice())
-                .map_err(internal)?;
+                .map_err(write_error)?;
         }
     }
     log.insert(*rev, encode_event(&event).as_slice())
-        .map_err(internal)?;
+        .map_err(write_error)?;
     let out = event.kv.clone();
     events.push(event);
     Ok(Some(out))
@@ -358,32 +470,38 @@ fn apply(
 /// Each operation's own outcome, and the events of the committed batch.
 type BatchOutcome = (Vec<Result<Option<KeyValue>>>, Vec<Event>);
 
+/// Applies a batch in one transaction. An operation refused for what it
+/// found (exists, not found, conflict) changed nothing and fails alone;
+/// any other failure may have left it half applied, so it fails the whole
+/// batch and nothing is committed.
 fn write_batch(db: &Database, batch: &[Request]) -> Result<BatchOutcome> {
-    let txn = db.begin_write().map_err(internal)?;
+    let txn = db.begin_write().map_err(write_error)?;
     let mut results = Vec::with_capacity(batch.len());
     let mut events = Vec::new();
     {
-        let mut kv = txn.open_table(KV).map_err(internal)?;
-        let mut log = txn.open_table(LOG).map_err(internal)?;
-        let mut meta = txn.open_table(META).map_err(internal)?;
+        let mut kv = txn.open_table(KV).map_err(write_error)?;
+        let mut log = txn.open_table(LOG).map_err(write_error)?;
+        let mut meta = txn.open_table(META).map_err(write_error)?;
         let mut rev = meta
             .get(REVISION)
-            .map_err(internal)?
+            .map_err(write_error)?
             .map(|v| v.value())
             .unwrap_or(0);
         for req in batch {
-            results.push(apply(
-                &req.op,
-                &mut rev,
-                &mut kv,
-                &mut log,
-                &mut meta,
-                &mut events,
-            ));
+            let result = apply(&req.op, &mut rev, &mut kv, &mut log, &mut meta, &mut events);
+            if let Err(
+                e @ (StorageError::Internal(_)
+                | StorageError::NoSpace(_)
+                | StorageError::Unavailable(_)),
+            ) = result
+            {
+                return Err(e);
+            }
+            results.push(result);
         }
-        meta.insert(REVISION, rev).map_err(internal)?;
+        meta.insert(REVISION, rev).map_err(write_error)?;
     }
-    txn.commit().map_err(internal)?;
+    txn.commit().map_err(write_error)?;
     Ok((results, events))
 }
 
@@ -397,39 +515,112 @@ fn drain(rx: &mut mpsc::UnboundedReceiver<Request>, batch: &mut Vec<Request>) {
     }
 }
 
-fn writer_loop(
-    db: Arc<Database>,
-    mut rx: mpsc::UnboundedReceiver<Request>,
+/// What the writer thread works with.
+struct Writer {
+    db: Arc<Db>,
+    path: PathBuf,
     events: broadcast::Sender<Arc<Vec<Event>>>,
     announced: Arc<AtomicUsize>,
     commit_delay: Duration,
     commits: Arc<AtomicU64>,
-) {
+    /// The newest revision broadcast.
+    broadcast: u64,
+}
+
+impl Writer {
+    /// After a failed batch: if redb refuses to go on (`PreviousIo`),
+    /// closes the database and opens it again, then broadcasts what the
+    /// failed commit may have made durable after all (an error after the
+    /// commit record was written), so no watch misses it.
+    fn recover(&mut self, db: Arc<Database>) {
+        match db.begin_write() {
+            Ok(txn) => {
+                let _ = txn.abort();
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "embedded store: closing and reopening the data file")
+            }
+        }
+        drop(db);
+        self.db.close();
+        if let Err(e) = self.db.reopen() {
+            tracing::error!(error = %e, "embedded store: cannot reopen the data file; retrying on the next write");
+            return;
+        }
+        self.catch_up();
+    }
+
+    /// Broadcasts committed events newer than the last broadcast.
+    fn catch_up(&mut self) {
+        let Ok(db) = self.db.get() else { return };
+        match EmbeddedStore::read_log(&db, "", self.broadcast) {
+            Ok((evs, at)) => {
+                self.broadcast = self.broadcast.max(at);
+                if !evs.is_empty() {
+                    tracing::warn!(
+                        events = evs.len(),
+                        "embedded store: a write reported failed was committed"
+                    );
+                    let _ = self.events.send(Arc::new(evs));
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "embedded store: reading the log after reopening"),
+        }
+    }
+}
+
+fn writer_loop(mut w: Writer, mut rx: mpsc::UnboundedReceiver<Request>) {
+    // Set when writes failed for lack of space, until the probe fits.
+    let mut out_of_space: Option<StorageError> = None;
     while let Some(first) = rx.blocking_recv() {
         let mut batch = vec![first];
         drain(&mut rx, &mut batch);
-        if !commit_delay.is_zero()
+        if !w.commit_delay.is_zero()
             && batch.len() < MAX_BATCH
-            && announced.load(Ordering::Acquire) >= COMMIT_SIBLINGS
+            && w.announced.load(Ordering::Acquire) >= COMMIT_SIBLINGS
         {
-            std::thread::sleep(commit_delay);
+            std::thread::sleep(w.commit_delay);
             drain(&mut rx, &mut batch);
         }
+        let fail = |batch: Vec<Request>, e: &StorageError| {
+            for req in batch {
+                let _ = req.reply.send(Err(e.clone()));
+            }
+        };
+        if let Some(e) = &out_of_space {
+            if !space_available(&w.path) {
+                fail(batch, e);
+                continue;
+            }
+            out_of_space = None;
+        }
+        let db = match w.db.reopen() {
+            Ok(db) => db,
+            Err(e) => {
+                fail(batch, &e);
+                continue;
+            }
+        };
         match write_batch(&db, &batch) {
             Ok((results, evs)) => {
-                commits.fetch_add(1, Ordering::Relaxed);
+                w.commits.fetch_add(1, Ordering::Relaxed);
                 for (req, res) in batch.into_iter().zip(results) {
                     let _ = req.reply.send(res);
                 }
-                if !evs.is_empty() {
+                if let Some(last) = evs.last() {
+                    w.broadcast = last.revision();
                     // No receivers is fine: nobody is watching.
-                    let _ = events.send(Arc::new(evs));
+                    let _ = w.events.send(Arc::new(evs));
                 }
             }
             Err(e) => {
                 tracing::error!(error = %e, "embedded store: write transaction failed");
-                for req in batch {
-                    let _ = req.reply.send(Err(e.clone()));
+                // Reads work again before the writers hear of the failure.
+                w.recover(db);
+                fail(batch, &e);
+                if matches!(e, StorageError::NoSpace(_)) {
+                    out_of_space = Some(e);
                 }
             }
         }
@@ -441,10 +632,18 @@ fn writer_loop(
 impl EmbeddedStore {
     /// Opens (or creates) the store in `path` (a file).
     pub fn open(path: &Path, options: EmbeddedOptions) -> Result<Self> {
-        let db = redb::Builder::new()
-            .set_cache_size(options.cache_bytes)
-            .create(path)
-            .map_err(|e| StorageError::Unavailable(format!("{}: {e}", path.display())))?;
+        let (file, cache) = (path.to_path_buf(), options.cache_bytes);
+        let opener: Opener =
+            Box::new(move || redb::Builder::new().set_cache_size(cache).create(&file));
+        Self::open_with(path, options, opener)
+    }
+
+    /// Opens the store with `open` (called again to reopen the database
+    /// after an I/O error); `path` is where the data file is (for its size
+    /// and the space probe).
+    fn open_with(path: &Path, options: EmbeddedOptions, open: Opener) -> Result<Self> {
+        let db =
+            open().map_err(|e| StorageError::Unavailable(format!("{}: {e}", path.display())))?;
         {
             let txn = db.begin_write().map_err(internal)?;
             txn.open_table(KV).map_err(internal)?;
@@ -472,21 +671,27 @@ impl EmbeddedStore {
             }
             txn.commit().map_err(internal)?;
         }
-        let db = Arc::new(db);
+        let revision = Self::revisions(&db.begin_read().map_err(internal)?)?.0;
+        let db = Arc::new(Db {
+            current: RwLock::new(Some(Arc::new(db))),
+            open,
+        });
         let (tx, rx) = mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(options.broadcast_capacity);
         let announced = Arc::new(AtomicUsize::new(0));
         let commits = Arc::new(AtomicU64::new(0));
-        let (wdb, wev, wann, delay, wcommits) = (
-            db.clone(),
-            events.clone(),
-            announced.clone(),
-            options.commit_delay,
-            commits.clone(),
-        );
+        let writer = Writer {
+            db: db.clone(),
+            path: path.to_path_buf(),
+            events: events.clone(),
+            announced: announced.clone(),
+            commit_delay: options.commit_delay,
+            commits: commits.clone(),
+            broadcast: revision,
+        };
         std::thread::Builder::new()
             .name("embedded-store-writer".into())
-            .spawn(move || writer_loop(wdb, rx, wev, wann, delay, wcommits))
+            .spawn(move || writer_loop(writer, rx))
             .map_err(internal)?;
         Ok(EmbeddedStore {
             inner: Arc::new(Inner {
@@ -508,7 +713,7 @@ impl EmbeddedStore {
     /// compacted revision is its revision. Blocking; run it on a blocking
     /// thread.
     pub fn snapshot(&self, dest: &Path) -> Result<SnapshotInfo> {
-        let txn = self.inner.db.begin_read().map_err(internal)?;
+        let txn = self.inner.db.begin_read()?;
         let (revision, _) = Self::revisions(&txn)?;
         let tmp = dest.with_extension("partial");
         let _ = std::fs::remove_file(&tmp);
@@ -599,7 +804,7 @@ impl EmbeddedStore {
 #[async_trait]
 impl Storage for EmbeddedStore {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        let txn = self.inner.db.begin_read().map_err(internal)?;
+        let txn = self.inner.db.begin_read()?;
         let kv = txn.open_table(KV).map_err(internal)?;
         kv.get(key)
             .map_err(internal)?
@@ -639,7 +844,7 @@ impl Storage for EmbeddedStore {
     }
 
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
-        let txn = self.inner.db.begin_read().map_err(internal)?;
+        let txn = self.inner.db.begin_read()?;
         let (current, compacted) = Self::revisions(&txn)?;
         let at = opts.revision.filter(|r| *r > 0).unwrap_or(current);
         if at > current {
@@ -728,7 +933,7 @@ impl Storage for EmbeddedStore {
     async fn watch(&self, prefix: &str, after: u64) -> Result<WatchStream> {
         // Subscribe before reading the log so no commit falls in between.
         let mut rx = self.inner.events.subscribe();
-        let (replay, read_at) = Self::read_log(&self.inner.db, prefix, after)?;
+        let (replay, read_at) = Self::read_log(&*self.inner.db.get()?, prefix, after)?;
         let (tx, out) = mpsc::channel::<Result<WatchItem>>(256);
         let db = self.inner.db.clone();
         let prefix = prefix.to_string();
@@ -764,7 +969,7 @@ impl Storage for EmbeddedStore {
                         }
                         Err(broadcast::error::RecvError::Lagged(_)) => {
                             // Fell behind the broadcast: catch up from the log.
-                            match Self::read_log(&db, &prefix, last) {
+                            match db.get().and_then(|db| Self::read_log(&db, &prefix, last)) {
                                 Ok((evs, at)) => {
                                     for ev in evs {
                                         if tx.send(Ok(WatchItem::Event(ev))).await.is_err() { return; }
@@ -786,7 +991,7 @@ impl Storage for EmbeddedStore {
     }
 
     async fn current_revision(&self) -> Result<u64> {
-        let txn = self.inner.db.begin_read().map_err(internal)?;
+        let txn = self.inner.db.begin_read()?;
         Ok(Self::revisions(&txn)?.0)
     }
 
@@ -795,7 +1000,7 @@ impl Storage for EmbeddedStore {
     }
 
     async fn status(&self) -> Result<crate::StoreStatus> {
-        let txn = self.inner.db.begin_read().map_err(internal)?;
+        let txn = self.inner.db.begin_read()?;
         let (revision, compacted) = Self::revisions(&txn)?;
         Ok(crate::StoreStatus {
             revision,
@@ -808,7 +1013,7 @@ impl Storage for EmbeddedStore {
     async fn compact(&self, revision: u64) -> Result<()> {
         loop {
             self.write(Op::Compact { revision }).await?;
-            let txn = self.inner.db.begin_read().map_err(internal)?;
+            let txn = self.inner.db.begin_read()?;
             if Self::revisions(&txn)?.1 >= revision {
                 return Ok(());
             }
@@ -896,6 +1101,142 @@ fn tokio_stream_from<T: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Storage;
+    use futures::StreamExt;
+    use redb::StorageBackend;
+    use redb::backends::InMemoryBackend;
+    use std::sync::Mutex;
+
+    /// A data file in memory that fills up like a disk: while full, a
+    /// write reaching past the size the file had when it filled fails with
+    /// ENOSPC (growing the file is free, as a sparse file's; its blocks are
+    /// not), and rewriting what is already there still works.
+    #[derive(Debug)]
+    struct FillingDisk {
+        file: Arc<InMemoryBackend>,
+        /// `Some(size)`: full beyond `size` bytes.
+        full: Arc<Mutex<Option<u64>>>,
+    }
+
+    impl StorageBackend for FillingDisk {
+        fn len(&self) -> std::io::Result<u64> {
+            self.file.len()
+        }
+        fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+            self.file.read(offset, out)
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.file.set_len(len)
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            self.file.sync_data()
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+            if let Some(size) = *self.full.lock().unwrap()
+                && offset + data.len() as u64 > size
+            {
+                return Err(std::io::ErrorKind::StorageFull.into());
+            }
+            self.file.write(offset, data)
+        }
+    }
+
+    /// Writes on a full disk fail with `NoSpace` (redb then refuses the
+    /// database until it is reopened: the store reopens it); reads go on
+    /// and see every acknowledged write; once there is space writes go on
+    /// with the next revision, and a watch sees each acknowledged write
+    /// once, in order, and nothing of the refused ones.
+    #[tokio::test]
+    async fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = Arc::new(InMemoryBackend::new());
+        let full = Arc::new(Mutex::new(None));
+        let opens = Arc::new(AtomicUsize::new(0));
+        let opener: Opener = {
+            let (file, full, opens) = (file.clone(), full.clone(), opens.clone());
+            Box::new(move || {
+                opens.fetch_add(1, Ordering::SeqCst);
+                redb::Builder::new()
+                    .set_cache_size(64 << 10)
+                    .create_with_backend(FillingDisk {
+                        file: file.clone(),
+                        full: full.clone(),
+                    })
+            })
+        };
+        let options = EmbeddedOptions {
+            cache_bytes: 64 << 10,
+            ..EmbeddedOptions::default()
+        };
+        let store = EmbeddedStore::open_with(&dir.path().join("store.redb"), options, opener)
+            .expect("open");
+        let mut watch = store.watch("/k/", 0).await.expect("watch");
+        let mut acked: Vec<KeyValue> = Vec::new();
+        for i in 0..40 {
+            acked.push(
+                store
+                    .create(&format!("/k/{i:03}"), vec![i; 4000])
+                    .await
+                    .unwrap(),
+            );
+        }
+
+        *full.lock().unwrap() = Some(file.len().unwrap());
+        let mut refused = None;
+        for i in 40..100 {
+            match store.create(&format!("/k/{i:03}"), vec![i; 64 << 10]).await {
+                Ok(kv) => acked.push(kv),
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+        let refused = refused.expect("60 writes of 64 KiB fit on a full disk");
+        assert!(matches!(refused, StorageError::NoSpace(_)), "{refused:?}");
+        assert!(
+            opens.load(Ordering::SeqCst) >= 2,
+            "the database was not reopened"
+        );
+        // Still full: refused again, the same way.
+        let again = store.create("/k/again", vec![1; 64 << 10]).await;
+        assert!(matches!(again, Err(StorageError::NoSpace(_))), "{again:?}");
+        let check = |acked: Vec<KeyValue>| {
+            let store = store.clone();
+            async move {
+                for kv in &acked {
+                    assert_eq!(store.get(&kv.key).await.unwrap().as_ref(), Some(kv));
+                }
+                let listed = store.list("/k/", ListOptions::default()).await.unwrap();
+                assert_eq!(listed.items, acked);
+            }
+        };
+        check(acked.clone()).await;
+
+        *full.lock().unwrap() = None;
+        let before = store.current_revision().await.unwrap();
+        assert_eq!(before, acked.last().unwrap().mod_revision);
+        let after = store
+            .create("/k/zzz", vec![7; 64 << 10])
+            .await
+            .expect("write after space was freed");
+        assert_eq!(after.mod_revision, before + 1);
+        acked.push(after);
+        check(acked.clone()).await;
+
+        let mut seen = Vec::new();
+        while seen.len() < acked.len() {
+            let item = tokio::time::timeout(Duration::from_secs(5), watch.next())
+                .await
+                .expect("watch event")
+                .expect("watch open")
+                .expect("watch item");
+            if let WatchItem::Event(ev) = item {
+                seen.push(ev.kv);
+            }
+        }
+        assert_eq!(seen, acked);
+    }
 
     #[test]
     fn log_records_round_trip() {

@@ -157,13 +157,20 @@ fn is_future(e: &etcd_client::Error) -> bool {
     })
 }
 
-/// Maps an etcd-client error: anything that may pass when retried (no
-/// connection, no leader, timeouts, overload) is `Unavailable`; the rest
-/// is `Internal`.
+/// Maps an etcd-client error: its space quota exhausted is `NoSpace`;
+/// anything that may pass when retried (no connection, no leader,
+/// timeouts, overload) is `Unavailable`; the rest is `Internal`.
 fn map_err(e: etcd_client::Error) -> StorageError {
     use etcd_client::Error as E;
     use tonic::Code;
     match &e {
+        // etcd's space quota (`--quota-backend-bytes`) is exhausted.
+        E::GRpcStatus(s)
+            if s.code() == Code::ResourceExhausted
+                && s.message().contains("database space exceeded") =>
+        {
+            StorageError::NoSpace(format!("etcd: {}", s.message()))
+        }
         E::GRpcStatus(s) => match s.code() {
             Code::Unavailable
             | Code::DeadlineExceeded

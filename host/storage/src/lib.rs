@@ -88,6 +88,10 @@ pub enum StorageError {
     TooLarge { requested: u64, current: u64 },
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// The storage is out of space (disk full, or etcd's space quota): writes
+    /// fail until space is freed; reads go on.
+    #[error("storage is out of space: {0}")]
+    NoSpace(String),
     #[error("storage error: {0}")]
     Internal(String),
 }
