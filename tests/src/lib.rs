@@ -42,6 +42,9 @@ pub struct Server {
     /// Holds `data/` (the server's `--data-dir`), `server.log` and
     /// kubectl's `cache/`; removed on drop.
     root: TempDir,
+    /// The `wasm-apiserver` binary it runs ([`server_binary`] unless
+    /// [`Server::start_binary`] or [`Server::restart_as`] said otherwise).
+    binary: PathBuf,
     extra_args: Vec<String>,
     child: Option<Child>,
     url: String,
@@ -58,12 +61,19 @@ impl Server {
     /// (e.g. `["--etcd-compaction-interval", "1s"]`); they are kept for
     /// [`Server::restart`].
     pub fn start_with_args(extra_args: &[&str]) -> Server {
+        Server::start_binary(server_binary(), extra_args)
+    }
+
+    /// Starts `binary` (another build of the server: the upgrade test's
+    /// previous release) with extra flags.
+    pub fn start_binary(binary: PathBuf, extra_args: &[&str]) -> Server {
         let root = tempfile::Builder::new()
             .prefix("wasm-apiserver-e2e-")
             .tempdir()
             .expect("create temp dir");
         let mut server = Server {
             root,
+            binary,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             child: None,
             url: String::new(),
@@ -138,6 +148,13 @@ impl Server {
         self.spawn(port);
     }
 
+    /// Stops the server (SIGKILL) and starts `binary` on the same data dir
+    /// and port: an upgrade (or a downgrade).
+    pub fn restart_as(&mut self, binary: PathBuf) {
+        self.binary = binary;
+        self.restart();
+    }
+
     fn log_path(&self) -> PathBuf {
         self.root.path().join("server.log")
     }
@@ -158,7 +175,7 @@ impl Server {
             .expect("open server log");
         let mut log_for_stdout = log.try_clone().expect("clone log handle");
         let _ = writeln!(log_for_stdout, "=== starting server on port {port} ===");
-        let child = Command::new(server_binary())
+        let child = Command::new(&self.binary)
             .arg("serve")
             .arg("--data-dir")
             .arg(self.data_dir())
