@@ -31,7 +31,9 @@
 //! shadow version's cost on creates; report bytes of an unchanged pass),
 //! `flood` and `snapshot` (issue 37: another user's GETs and Lease
 //! renewals during a 10x LIST flood under priority and fairness; a
-//! snapshot of 100,000 objects, run only when named),
+//! snapshot of 100,000 objects, run only when named), `churn` (issue 37:
+//! the data file under 1,000 Leases renewed every 2 s, after 1 minute and
+//! after `BENCH_CHURN_MINUTES`, default 10; run only when named),
 //! `rbac` (issue 4) and `etcd` (issue 5;
 //! needs the `etcd` feature and `etcd` on PATH). Each is a function that returns one or more
 //! [`Row`]s; the table at the end is Markdown, so runs can be pasted side by
@@ -225,6 +227,10 @@ fn main() -> Result<(), Error> {
         // 100,000 objects: only when asked for by name.
         if filters.iter().any(|f| f == "snapshot") {
             rows.extend(operations::snapshot(&srv, dir.path()).await?);
+        }
+        // Ten minutes: only when asked for by name.
+        if filters.iter().any(|f| f == "churn") {
+            rows.extend(operations::churn(&srv, dir.path(), env("BENCH_CHURN_MINUTES", 10)).await?);
         }
         if wanted("conversion") {
             rows.extend(conversion::conversion(&srv, dir.path()).await?);
