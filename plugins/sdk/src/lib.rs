@@ -32,7 +32,10 @@
 //! - configuration parsed into the author's `Deserialize` type, with a
 //!   clear `check-config` error ([`parse_config`], [`Pattern`]);
 //! - [`cluster`]: `get` and `list` of the objects the plugin is granted
-//!   (`spec.contextAwareResources`), served from fixtures natively;
+//!   (`spec.contextAwareResources`) and `can_i` (a SubjectAccessReview
+//!   through the server's authorizers), served from fixtures natively
+//!   ([`testing::set_cluster`], [`testing::set_can_i`],
+//!   [`testing::set_grants`]);
 //! - [`testing`] (native targets only): run the policy without wasm on an
 //!   AdmissionReview, or on a YAML case table of `wasm-apiserver plugin
 //!   test --cases`.

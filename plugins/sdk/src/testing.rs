@@ -21,6 +21,12 @@
 //!   message: team            # optional: a substring of the denial message
 //!   # also: operation (CREATE), oldObject, namespace, resource, request (an AdmissionReview file)
 //! ```
+//!
+//! A context-aware policy's [`crate::cluster`] calls answer from fixtures on
+//! the test's thread: [`set_cluster`] (the objects `get` and `list` find),
+//! [`set_can_i`] (what `can_i` answers) and [`set_grants`] (which kinds the
+//! plugin may read, as `spec.contextAwareResources`; others fail with the
+//! host's error).
 
 use std::cell::RefCell;
 use std::fmt::Write as _;
@@ -30,6 +36,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::admission::AdmissionRequest;
+use crate::cluster::ResourceAttributes;
 use crate::log::Level;
 use crate::policy::{Policy, configure};
 use crate::{GroupVersionKind, GroupVersionResource, Operation, Response, UserInfo};
@@ -49,9 +56,108 @@ thread_local! {
     static CLUSTER: RefCell<Vec<Value>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The objects [`crate::cluster`] reads answer from on this thread.
+/// The objects [`crate::cluster`] reads answer from on this thread
+/// (`get` by namespace and name, `list` by namespace and label selector).
 pub fn set_cluster(objects: Vec<Value>) {
     CLUSTER.with(|c| *c.borrow_mut() = objects);
+}
+
+/// Whether a user may do something: [`set_can_i`]'s answer.
+type CanI = Box<dyn Fn(&UserInfo, &ResourceAttributes) -> bool>;
+
+thread_local! {
+    static GRANTS: RefCell<Option<Vec<(String, String)>>> = const { RefCell::new(None) };
+    static CAN_I: RefCell<Option<CanI>> = const { RefCell::new(None) };
+}
+
+/// Restricts [`crate::cluster`] reads on this thread to these
+/// `(apiVersion, kind)` pairs, as `spec.contextAwareResources` does on the
+/// server: any other kind answers the host's "not granted" error, and
+/// [`crate::cluster::can_i`] needs
+/// `("authorization.k8s.io/v1", "SubjectAccessReview")`. Until it is
+/// called every kind is readable.
+pub fn set_grants(grants: &[(&str, &str)]) {
+    let grants = grants
+        .iter()
+        .map(|(a, k)| ((*a).to_owned(), (*k).to_owned()))
+        .collect();
+    GRANTS.with(|g| *g.borrow_mut() = Some(grants));
+}
+
+/// Answers [`crate::cluster::can_i`] on this thread with `answer` (until it
+/// is called, every review answers `false`, as an authorizer with no rule
+/// would):
+///
+/// ```ignore
+/// testing::set_can_i(|user, a| user.username == "alice" && a.verb == "get");
+/// ```
+pub fn set_can_i(answer: impl Fn(&UserInfo, &ResourceAttributes) -> bool + 'static) {
+    CAN_I.with(|c| *c.borrow_mut() = Some(Box::new(answer)));
+}
+
+/// `Ok` when [`set_grants`] lets the plugin read `kind`, else the host's
+/// error.
+pub(crate) fn granted(api_version: &str, kind: &str) -> Result<(), String> {
+    GRANTS.with(|g| match &*g.borrow() {
+        Some(grants) if !grants.iter().any(|(a, k)| a == api_version && k == kind) => Err(format!(
+            "reading {api_version} {kind} is not granted: it is not in the plugin's spec.contextAwareResources"
+        )),
+        _ => Ok(()),
+    })
+}
+
+pub(crate) fn can_i(user: &UserInfo, attributes: &ResourceAttributes) -> Result<bool, String> {
+    granted("authorization.k8s.io/v1", "SubjectAccessReview")?;
+    Ok(CAN_I.with(|c| c.borrow().as_ref().is_some_and(|f| f(user, attributes))))
+}
+
+/// Whether `labels` (an object's `metadata.labels`) match a label selector
+/// (`app=web,tier in (a,b),!legacy`), as the server matches them.
+pub(crate) fn selector_matches(selector: &str, labels: &Value) -> Result<bool, String> {
+    let label = |key: &str| labels.get(key).and_then(Value::as_str);
+    let bad = || format!("invalid label selector {selector:?}");
+    // Split on the commas outside parentheses.
+    let (mut terms, mut depth, mut start) = (Vec::new(), 0, 0);
+    for (i, c) in selector.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                terms.push(&selector[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    terms.push(&selector[start..]);
+    for term in terms.iter().map(|t| t.trim()).filter(|t| !t.is_empty()) {
+        let ok = if let Some(key) = term.strip_prefix('!') {
+            label(key.trim()).is_none()
+        } else if let Some((key, value)) = term.split_once("!=") {
+            label(key.trim()) != Some(value.trim())
+        } else if let Some((key, value)) = term.split_once("==").or_else(|| term.split_once('=')) {
+            label(key.trim()) == Some(value.trim())
+        } else if let Some((key, rest)) = term.split_once(char::is_whitespace) {
+            let rest = rest.trim_start();
+            let (negated, set) = match rest.strip_prefix("notin") {
+                Some(set) => (true, set),
+                None => (false, rest.strip_prefix("in").ok_or_else(bad)?),
+            };
+            let set = set
+                .trim()
+                .strip_prefix('(')
+                .and_then(|s| s.strip_suffix(')'))
+                .ok_or_else(bad)?;
+            let within = label(key).is_some_and(|v| set.split(',').any(|s| s.trim() == v));
+            within != negated
+        } else {
+            label(term).is_some()
+        };
+        if !ok {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// The fixture objects of `kind` in `api_version` (and `namespace`).
