@@ -92,6 +92,116 @@ test('requests fall back to the old object; exported policies turn errors into d
   assert.equal(admission.validate('', { ...wit, object: '{}' }).allowed, true);
 });
 
+// --- the cluster helpers' fixtures --------------------------------------------
+
+import {
+  cluster, ClusterError, connectCluster, setCanI, setCluster, SUBJECT_ACCESS_REVIEW,
+} from './wasm-apiserver-sdk.js';
+
+const ingress = (namespace, name, labels) => ({ apiVersion: 'networking.k8s.io/v1', kind: 'Ingress',
+  metadata: { namespace, name, labels }, spec: { rules: [{ host: 'a.example.com' }] } });
+const ING = ['networking.k8s.io/v1', 'Ingress'];
+const names = (objects) => objects.map((o) => o.metadata.name);
+const fixture = () => {
+  setCanI(false);
+  setCluster([
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'a', labels: { team: 'x' } } },
+    ingress('a', 'web', { app: 'web', tier: 'front' }),
+    ingress('b', 'web', { app: 'web' }),
+    ingress('b', 'db', { app: 'db', legacy: 'yes' }),
+  ]);
+};
+
+test('cluster.get finds an object by namespace and name; answers are copies', () => {
+  fixture();
+  assert.deepEqual(cluster.get('v1', 'Namespace', undefined, 'a').metadata.labels, { team: 'x' });
+  assert.equal(cluster.get('v1', 'Namespace', null, 'b'), undefined);
+  assert.equal(cluster.get(...ING, 'b', 'web').metadata.namespace, 'b');
+  assert.equal(cluster.get(...ING, undefined, 'web'), undefined);
+  assert.equal(cluster.get('networking.k8s.io/v1beta1', 'Ingress', 'b', 'web'), undefined);
+  cluster.get('v1', 'Namespace', undefined, 'a').metadata.labels.team = 'changed';
+  assert.equal(cluster.get('v1', 'Namespace', undefined, 'a').metadata.labels.team, 'x');
+});
+
+test('cluster.list by namespace and label selector', () => {
+  fixture();
+  assert.deepEqual(names(cluster.list(...ING)), ['web', 'web', 'db']);
+  assert.deepEqual(names(cluster.list(...ING, 'b')), ['web', 'db']);
+  for (const [selector, want] of [['app=web', ['web', 'web']], ['app==web,tier=front', ['web']],
+    ['app!=web', ['db']], ['tier!=front', ['web', 'db']], ['app in (db, web),!legacy', ['web', 'web']],
+    ['app notin (web)', ['db']], ['legacy', ['db']], ['', ['web', 'web', 'db']]]) {
+    assert.deepEqual(names(cluster.list(...ING, undefined, selector)), want, selector);
+  }
+  assert.throws(() => cluster.list(...ING, undefined, 'app in web'), ClusterError);
+});
+
+test('kinds not granted throw the host\'s error', () => {
+  setCluster([ingress('a', 'web', {})], [{ apiVersion: 'networking.k8s.io/v1', kind: 'Ingress' }]);
+  assert.equal(cluster.list(...ING).length, 1);
+  assert.throws(() => cluster.get('v1', 'Secret', 'a', 'token'), (e) => e instanceof ClusterError
+    && e.message === "reading v1 Secret is not granted: it is not in the plugin's spec.contextAwareResources");
+  assert.throws(() => cluster.canI('alice', { verb: 'get', resource: 'pods' }),
+    /reading authorization.k8s.io\/v1 SubjectAccessReview is not granted/);
+  setCluster([], [SUBJECT_ACCESS_REVIEW]);
+  assert.equal(cluster.canI('alice', { verb: 'get', resource: 'pods' }), false);
+});
+
+test('cluster.canI answers from rules or a function', () => {
+  fixture();
+  const alice = { username: 'alice', uid: '1', groups: ['devs'], extra: { scopes: ['a'] } };
+  const pods = (verb, namespace) => ({ verb, group: '', resource: 'pods', namespace });
+  assert.equal(cluster.canI(alice, pods('delete', 'team-a')), false, 'denied until set');
+  setCanI([{ as: 'alice', verb: ['get', 'delete'], resource: 'pods', namespace: 'team-a' }, { asGroup: 'admins' }]);
+  assert.equal(cluster.canI(alice, pods('delete', 'team-a')), true);
+  assert.equal(cluster.canI(alice, pods('delete', 'team-b')), false);
+  assert.equal(cluster.canI(alice, pods('delete')), false, 'cluster-wide is not team-a');
+  assert.equal(cluster.canI(alice, pods('create', 'team-a')), false);
+  assert.equal(cluster.canI('bob', pods('delete', 'team-a')), false);
+  assert.equal(cluster.canI({ username: 'bob', groups: ['admins'] }, { verb: 'delete', group: 'apps', resource: 'deployments' }), true);
+  const seen = [];
+  setCanI((user, attributes) => { seen.push([user, attributes]); return attributes.verb === 'get'; });
+  assert.equal(cluster.canI(alice, { verb: 'get', group: 'apps', resource: 'deployments', subresource: 'scale', namespace: 'a', name: 'web' }), true);
+  assert.deepEqual(seen, [[alice, { verb: 'get', group: 'apps', resource: 'deployments', subresource: 'scale', namespace: 'a', name: 'web' }]]);
+  setCanI(true);
+  assert.equal(cluster.canI('anyone', { verb: 'delete', resource: 'nodes' }), true);
+  setCluster([]);
+  assert.equal(cluster.canI('anyone', { verb: 'delete', resource: 'nodes' }), true, 'setCluster keeps the answer');
+});
+
+test('in a component the calls go to the cluster import, its errors as ClusterError', () => {
+  const calls = [];
+  const page = (names, continueToken) => ({ items: names.map((n) => ({ json: JSON.stringify({ metadata: { name: n } }), resourceVersion: '1' })), resourceVersion: '9', continueToken });
+  const imports = {
+    get(target, namespace, name) {
+      calls.push(['get', target, namespace, name]);
+      if (name === 'secret') throw Object.assign(new Error('err'), { payload: 'reading v1 Secret is not granted: ...' });
+      return name === 'a' ? { json: '{"kind":"Namespace"}', resourceVersion: '1' } : undefined;
+    },
+    list(target, options) {
+      calls.push(['list', options.continueToken]);
+      return options.continueToken ? page(['c'], undefined) : page(['a', 'b'], 'next');
+    },
+    canI(user, attributes) {
+      calls.push(['canI', user, attributes]);
+      return true;
+    },
+  };
+  const admission = exportPolicy({}, { cluster: imports });
+  assert.equal(typeof admission.validate, 'function');
+  assert.deepEqual(cluster.get('v1', 'Namespace', undefined, 'a'), { kind: 'Namespace' });
+  assert.equal(cluster.get('v1', 'Namespace', undefined, 'b'), undefined);
+  assert.deepEqual(calls[0], ['get', { tag: 'kind', val: { apiVersion: 'v1', kind: 'Namespace' } }, undefined, 'a']);
+  assert.throws(() => cluster.get('v1', 'Secret', 'x', 'secret'),
+    (e) => e instanceof ClusterError && e.message === 'reading v1 Secret is not granted: ...');
+  assert.deepEqual(names(cluster.list('v1', 'ConfigMap')), ['a', 'b', 'c']);
+  assert.deepEqual(calls.filter(([c]) => c === 'list'), [['list', undefined], ['list', 'next']]);
+  assert.equal(cluster.canI({ username: 'alice', groups: ['g'], extra: { k: ['v'] } }, { verb: 'get', resource: 'pods', namespace: 'n' }), true);
+  assert.deepEqual(calls.at(-1), ['canI', { username: 'alice', uid: '', groups: ['g'], extra: [['k', ['v']]] },
+    { verb: 'get', group: '', resource: 'pods', subresource: undefined, namespace: 'n', name: undefined }]);
+  connectCluster(imports);
+  fixture(); // back to fixtures for the other tests
+});
+
 // --- the controller SDK, on the namespace-defaults example -------------------
 
 import { fixtureHost, reconcile as reconcileWith } from './wasm-apiserver-controller-sdk.js';

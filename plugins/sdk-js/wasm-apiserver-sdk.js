@@ -13,10 +13,26 @@
 //     },
 //   });
 //
+// A context-aware policy reads the cluster with `cluster.get`, `cluster.list`
+// and `cluster.canI` (the kinds it reads listed in its AdmissionPlugin's
+// spec.contextAwareResources), handing the component's import to the SDK:
+//
+//   import * as clusterImport from 'wasm-apiserver:plugin/cluster@0.3.0';
+//   import { cluster, exportPolicy, Response } from './wasm-apiserver-sdk.js';
+//   export const admission = exportPolicy({
+//     validate(config, req) {
+//       const ns = cluster.get('v1', 'Namespace', undefined, req.namespace);
+//       return ns?.metadata.labels?.team ? Response.allow() : Response.deny('the namespace has no team');
+//     },
+//   }, { cluster: clusterImport });
+//
+// In tests setCluster and setCanI answer those calls from fixtures.
+//
 // componentize-js collects the policy's imports when it pre-initializes the
 // component, so this file sits next to the policy (copy it, or build from a
-// folder that contains both). It imports no WIT interface, so its builders
-// run and are tested in plain Node too (sdk.test.js).
+// folder that contains both). It imports no WIT interface (the policy hands
+// it the ones it uses), so it runs and is tested in plain Node too
+// (sdk.test.js).
 //
 // Versioning: SDK 0.3.x binds wasm-apiserver:plugin@0.3.0.
 
@@ -381,6 +397,232 @@ export class Patch {
   toJson() { return JSON.stringify(this.ops); }
 }
 
+// --- reading the cluster ----------------------------------------------------
+
+/**
+ * A refused `cluster` call, with the host's message: a kind the plugin is not
+ * granted (`reading v1 Secret is not granted: ...`), a read budget spent, a
+ * bad selector.
+ */
+export class ClusterError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'ClusterError';
+  }
+}
+
+/** The grant `cluster.canI` needs, as `[apiVersion, kind]`. */
+export const SUBJECT_ACCESS_REVIEW = ['authorization.k8s.io/v1', 'SubjectAccessReview'];
+
+const unconnected = {
+  fail() {
+    throw new ClusterError('the cluster import is not connected: import * as cluster from '
+      + "'wasm-apiserver:plugin/cluster@0.3.0' and pass it: exportPolicy(policy, { cluster }) "
+      + '(or call setCluster in a test)');
+  },
+  get() { return this.fail(); },
+  list() { return this.fail(); },
+  canI() { return this.fail(); },
+};
+let clusterHost = unconnected;
+
+/** The host made of the component's `cluster` import. */
+function witCluster(imports) {
+  const target = (apiVersion, kind) => ({ tag: 'kind', val: { apiVersion, kind } });
+  const call = (f) => {
+    try {
+      return f();
+    } catch (e) {
+      const s = e?.payload ?? e;
+      if (typeof s === 'string') throw new ClusterError(s);
+      throw e;
+    }
+  };
+  return {
+    get(apiVersion, kind, namespace, name) {
+      const o = call(() => imports.get(target(apiVersion, kind), namespace, name));
+      return o === undefined || o === null ? undefined : JSON.parse(o.json);
+    },
+    list(apiVersion, kind, namespace, labelSelector) {
+      const out = [];
+      let continueToken;
+      do {
+        const page = call(() => imports.list(target(apiVersion, kind),
+          { namespace, labelSelector, fieldSelector: undefined, limit: undefined, continueToken }));
+        for (const o of page.items) out.push(JSON.parse(o.json));
+        continueToken = page.continueToken;
+      } while (continueToken);
+      return out;
+    },
+    canI(user, attributes) {
+      return Boolean(call(() => imports.canI(
+        { ...user, extra: Object.entries(user.extra) }, attributes)));
+    },
+  };
+}
+
+/**
+ * Sends `cluster` calls to the component's `cluster` import
+ * (`import * as cluster from 'wasm-apiserver:plugin/cluster@0.3.0'`);
+ * `exportPolicy(policy, { cluster })` does it.
+ */
+export function connectCluster(imports) {
+  clusterHost = witCluster(imports);
+}
+
+/** A label selector's requirements as `[key, op, values]`. */
+function parseSelector(selector) {
+  const terms = [];
+  let [depth, start] = [0, 0];
+  for (let i = 0; i < selector.length; i += 1) {
+    if (selector[i] === '(') depth += 1;
+    else if (selector[i] === ')') depth -= 1;
+    else if (selector[i] === ',' && depth === 0) {
+      terms.push(selector.slice(start, i));
+      start = i + 1;
+    }
+  }
+  terms.push(selector.slice(start));
+  const out = [];
+  for (const term of terms.map((t) => t.trim()).filter(Boolean)) {
+    const set = /^(\S+)\s+(in|notin)\s*\((.*)\)$/.exec(term);
+    const split = (sep) => { const i = term.indexOf(sep); return [term.slice(0, i).trim(), term.slice(i + sep.length).trim()]; };
+    if (term.startsWith('!')) out.push([term.slice(1).trim(), '!', []]);
+    else if (set) out.push([set[1], set[2], set[3].split(',').map((v) => v.trim())]);
+    else if (term.includes('!=')) { const [k, v] = split('!='); out.push([k, '!=', [v]]); }
+    else if (term.includes('=')) { const [k, v] = split(term.includes('==') ? '==' : '='); out.push([k, '=', [v]]); }
+    else if (/^[^\s()]+$/.test(term)) out.push([term, 'exists', []]);
+    else throw new ClusterError(`invalid label selector ${JSON.stringify(selector)}`);
+  }
+  return out;
+}
+
+const selectorMatches = (requirements, labels) => requirements.every(([key, op, values]) => {
+  const value = Object.hasOwn(labels, key) ? labels[key] : undefined;
+  switch (op) {
+    case '!': return value === undefined;
+    case 'exists': return value !== undefined;
+    case '=': case 'in': return values.includes(value);
+    default: return !values.includes(value); // != and notin: also when absent
+  }
+});
+
+const ruleAllows = (rule, user, attributes) => {
+  const admits = (key, values) => {
+    const want = [rule[key] ?? '*'].flat();
+    return want.includes('*') || values.some((v) => want.includes(v));
+  };
+  return admits('as', [user.username]) && admits('asGroup', user.groups)
+    && ['verb', 'group', 'resource', 'subresource', 'namespace', 'name'].every((k) => admits(k, [attributes[k]]));
+};
+
+/** Plain Node: the calls answer from fixtures. */
+function fixtureCluster() {
+  const state = { objects: [], grants: undefined, answer: false };
+  const granted = (apiVersion, kind) => {
+    if (state.grants && !state.grants.some(([a, k]) => a === apiVersion && k === kind)) {
+      throw new ClusterError(`reading ${apiVersion} ${kind} is not granted: `
+        + "it is not in the plugin's spec.contextAwareResources");
+    }
+  };
+  const of = (apiVersion, kind) => {
+    granted(apiVersion, kind);
+    return state.objects.filter((o) => o.apiVersion === apiVersion && o.kind === kind);
+  };
+  return {
+    state,
+    get(apiVersion, kind, namespace, name) {
+      return copy(of(apiVersion, kind).find((o) => o.metadata?.name === name
+        && (o.metadata?.namespace ?? undefined) === (namespace ?? undefined)));
+    },
+    list(apiVersion, kind, namespace, labelSelector) {
+      const requirements = parseSelector(labelSelector ?? '');
+      return copy(of(apiVersion, kind).filter((o) => (namespace === undefined || namespace === null
+        || o.metadata?.namespace === namespace) && selectorMatches(requirements, o.metadata?.labels ?? {})));
+    },
+    canI(user, attributes) {
+      granted(...SUBJECT_ACCESS_REVIEW);
+      const { answer } = state;
+      if (typeof answer === 'function') return Boolean(answer(user, attributes));
+      if (typeof answer === 'boolean') return answer;
+      return [answer].flat().some((rule) => ruleAllows(rule, user, attributes));
+    },
+  };
+}
+
+const fixtures = () => {
+  if (!clusterHost.state) clusterHost = fixtureCluster();
+  return clusterHost.state;
+};
+
+/**
+ * Plain Node: `cluster` reads answer from `objects` (copied). `grants`
+ * (`[[apiVersion, kind]]` or `spec.contextAwareResources` entries), when
+ * given, are the kinds the plugin may read, as on the server: any other
+ * throws the host's "not granted" ClusterError, and `cluster.canI` needs
+ * SUBJECT_ACCESS_REVIEW. Without them every kind is readable. Keeps
+ * setCanI's answer.
+ */
+export function setCluster(objects, grants = undefined) {
+  const state = fixtures();
+  state.objects = copy(objects);
+  state.grants = grants?.map((g) => (Array.isArray(g) ? g : [g.apiVersion, g.kind]));
+}
+
+/**
+ * Plain Node: what `cluster.canI` answers (false until set): a boolean, a
+ * function `(user, attributes) => boolean`, or allow rules, each an object of
+ * attribute keys (verb, group, resource, subresource, namespace, name) plus
+ * `as` (a username) and `asGroup` (one of the user's groups), every value a
+ * string or a list of strings, '*' or a missing key matching anything:
+ *
+ *   setCanI([{ as: 'alice', verb: ['get', 'list'], resource: 'pods' }, { asGroup: 'system:masters' }]);
+ */
+export function setCanI(answer) {
+  fixtures().answer = answer;
+}
+
+/**
+ * Reads of the cluster (the `cluster` import of package 0.3.0): objects of
+ * the kinds the plugin's `spec.contextAwareResources` grants, from the
+ * server's own store within the plugin's read budget, and
+ * SubjectAccessReviews. Objects are parsed JSON; a refusal throws a
+ * ClusterError with the host's message. In a component the calls go to the
+ * import passed to exportPolicy (or connectCluster); in plain Node they
+ * answer from setCluster and setCanI.
+ */
+export const cluster = {
+  /**
+   * One object of `kind` in `apiVersion` (as objects spell them: 'v1',
+   * 'Namespace'; `namespace` undefined for a cluster-scoped kind), or
+   * undefined when there is none.
+   */
+  get: (apiVersion, kind, namespace, name) => clusterHost.get(apiVersion, kind, namespace ?? undefined, name),
+
+  /**
+   * Every object of `kind` in `namespace` (every namespace when undefined)
+   * matching `labelSelector` ('app=web,tier in (a,b)'), following continue
+   * tokens.
+   */
+  list: (apiVersion, kind, namespace = undefined, labelSelector = undefined) =>
+    clusterHost.list(apiVersion, kind, namespace ?? undefined, labelSelector ?? undefined),
+
+  /**
+   * Whether `user` (a request's `req.user`, or a username) may do what
+   * `attributes` say (`{ verb, group, resource, subresource?, namespace?,
+   * name? }`, group '' for the core group): a SubjectAccessReview through the
+   * server's authorizers. Needs the grant authorization.k8s.io/v1
+   * SubjectAccessReview. The user's `extra` is not part of the review.
+   */
+  canI(user, { verb, group = '', resource, subresource, namespace, name }) {
+    const u = typeof user === 'string' ? { username: user } : user;
+    return clusterHost.canI(
+      { username: u.username ?? '', uid: u.uid ?? '', groups: [...(u.groups ?? [])], extra: { ...(u.extra ?? {}) } },
+      { verb, group, resource, subresource: subresource ?? undefined, namespace: namespace ?? undefined, name: name ?? undefined },
+    );
+  },
+};
+
 // --- the policy -------------------------------------------------------------
 
 /**
@@ -413,9 +655,12 @@ export function configure(policy, text) {
 
 /**
  * The `admission` export for `policy`: `{ config, check?, validate?, mutate? }`,
- * each phase `(config, request) => Response`; missing phases allow.
+ * each phase `(config, request) => Response`; missing phases allow. A
+ * context-aware policy passes the component's `cluster` import as
+ * `imports.cluster` (see `cluster`).
  */
-export function exportPolicy(policy) {
+export function exportPolicy(policy, imports = {}) {
+  if (imports.cluster) connectCluster(imports.cluster);
   return {
     checkConfig(text) {
       try {

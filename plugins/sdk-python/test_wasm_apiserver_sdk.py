@@ -1,6 +1,7 @@
 """Unit tests of the Python SDK's builders (plain CPython, no bindings):
 python3 -m unittest discover -s plugins/sdk-python"""
 
+import json
 import unittest
 
 import wasm_apiserver_sdk as sdk
@@ -110,8 +111,156 @@ class RequestTest(unittest.TestCase):
         self.assertTrue(P().run("validate", "", sdk.Request({})).allowed)
 
 
-if __name__ == "__main__":
-    unittest.main()
+class ClusterTest(unittest.TestCase):
+    """The cluster helpers' fixtures (what a context-aware policy's tests use)."""
+
+    def ingress(self, ns, name, labels, host="a.example.com"):
+        return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": {"namespace": ns, "name": name, "labels": labels},
+                "spec": {"rules": [{"host": host}]}}
+
+    def setUp(self):
+        sdk.set_can_i(False)
+        sdk.set_cluster([
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a", "labels": {"team": "x"}}},
+            self.ingress("a", "web", {"app": "web", "tier": "front"}),
+            self.ingress("b", "web", {"app": "web"}),
+            self.ingress("b", "db", {"app": "db", "legacy": "yes"}),
+        ])
+
+    def names(self, objects):
+        return [o["metadata"]["name"] for o in objects]
+
+    def test_get_finds_an_object_by_namespace_and_name(self):
+        self.assertEqual(sdk.cluster.get("v1", "Namespace", None, "a")["metadata"]["labels"], {"team": "x"})
+        self.assertIsNone(sdk.cluster.get("v1", "Namespace", None, "b"))
+        self.assertEqual(sdk.cluster.get("networking.k8s.io/v1", "Ingress", "b", "web")["metadata"]["namespace"], "b")
+        self.assertIsNone(sdk.cluster.get("networking.k8s.io/v1", "Ingress", None, "web"))
+        self.assertIsNone(sdk.cluster.get("networking.k8s.io/v1beta1", "Ingress", "b", "web"))
+        got = sdk.cluster.get("v1", "Namespace", None, "a")
+        got["metadata"]["labels"]["team"] = "changed"
+        self.assertEqual(sdk.cluster.get("v1", "Namespace", None, "a")["metadata"]["labels"], {"team": "x"},
+                         "answers are copies")
+
+    def test_list_by_namespace_and_label_selector(self):
+        ing = "networking.k8s.io/v1", "Ingress"
+        self.assertEqual(self.names(sdk.cluster.list(*ing)), ["web", "web", "db"])
+        self.assertEqual(self.names(sdk.cluster.list(*ing, "b")), ["web", "db"])
+        for selector, want in [("app=web", ["web", "web"]), ("app==web,tier=front", ["web"]),
+                               ("app!=web", ["db"]), ("tier!=front", ["web", "db"]),
+                               ("app in (db, web),!legacy", ["web", "web"]), ("app notin (web)", ["db"]),
+                               ("legacy", ["db"]), ("", ["web", "web", "db"])]:
+            self.assertEqual(self.names(sdk.cluster.list(*ing, label_selector=selector)), want, selector)
+        with self.assertRaises(sdk.ClusterError):
+            sdk.cluster.list(*ing, label_selector="app in web")
+
+    def test_kinds_not_granted_raise_the_hosts_error(self):
+        sdk.set_cluster([self.ingress("a", "web", {})], grants=[{"apiVersion": "networking.k8s.io/v1", "kind": "Ingress"}])
+        self.assertEqual(len(sdk.cluster.list("networking.k8s.io/v1", "Ingress")), 1)
+        with self.assertRaises(sdk.ClusterError) as e:
+            sdk.cluster.get("v1", "Secret", "a", "token")
+        self.assertEqual(e.exception.message,
+                         "reading v1 Secret is not granted: it is not in the plugin's spec.contextAwareResources")
+        self.assertEqual(str(e.exception), e.exception.message)
+        with self.assertRaises(sdk.ClusterError) as e:
+            sdk.cluster.can_i("alice", "get", "", "pods")
+        self.assertIn("reading authorization.k8s.io/v1 SubjectAccessReview is not granted", e.exception.message)
+        sdk.set_cluster([], grants=[sdk.SUBJECT_ACCESS_REVIEW])
+        self.assertFalse(sdk.cluster.can_i("alice", "get", "", "pods"))
+
+    def test_can_i_answers_from_rules_or_a_function(self):
+        alice = {"username": "alice", "uid": "1", "groups": ["devs"], "extra": {"scopes": ["a"]}}
+        self.assertFalse(sdk.cluster.can_i(alice, "delete", "", "pods", namespace="team-a"), "denied until set")
+        sdk.set_can_i([{"as": "alice", "verb": ["get", "delete"], "resource": "pods", "namespace": "team-a"},
+                       {"asGroup": "admins"}])
+        self.assertTrue(sdk.cluster.can_i(alice, "delete", "", "pods", namespace="team-a"))
+        self.assertFalse(sdk.cluster.can_i(alice, "delete", "", "pods", namespace="team-b"))
+        self.assertFalse(sdk.cluster.can_i(alice, "delete", "", "pods"), "cluster-wide is not team-a")
+        self.assertFalse(sdk.cluster.can_i(alice, "create", "", "pods", namespace="team-a"))
+        self.assertFalse(sdk.cluster.can_i("bob", "delete", "", "pods", namespace="team-a"))
+        self.assertTrue(sdk.cluster.can_i({"username": "bob", "groups": ["admins"]}, "delete", "apps", "deployments"))
+        seen = []
+        sdk.set_can_i(lambda user, attributes: seen.append((user, attributes)) or attributes["verb"] == "get")
+        self.assertTrue(sdk.cluster.can_i(alice, "get", "apps", "deployments", namespace="a", name="web",
+                                          subresource="scale"))
+        self.assertEqual(seen, [({"username": "alice", "uid": "1", "groups": ["devs"], "extra": {"scopes": ["a"]}},
+                                 {"verb": "get", "group": "apps", "resource": "deployments", "subresource": "scale",
+                                  "namespace": "a", "name": "web"})])
+        sdk.set_can_i(True)
+        self.assertTrue(sdk.cluster.can_i("anyone", "delete", "", "nodes"))
+
+    def test_in_a_component_the_calls_go_to_the_cluster_import(self):
+        import sys
+        import types
+
+        calls = []
+
+        class Err(Exception):
+            def __init__(self, value):
+                self.value = value
+
+        def record(name):  # a bindings record: equal when built from equal fields
+            return type(name, (), {"__init__": lambda self, *args: setattr(self, "args", args),
+                                   "__eq__": lambda self, o: type(o) is type(self) and o.args == self.args,
+                                   "__repr__": lambda self: f"{name}{self.args}"})
+
+        def page(names, token):
+            return types.SimpleNamespace(items=[types.SimpleNamespace(json=json.dumps({"metadata": {"name": n}}))
+                                                for n in names], continue_token=token)
+
+        imports = types.ModuleType("wit_world.imports.cluster")
+        imports.KindRef, imports.ListOptions = record("KindRef"), record("ListOptions")
+        imports.ResourceAttributes, imports.Target_Kind = record("ResourceAttributes"), record("Target_Kind")
+
+        def get(target, namespace, name):
+            calls.append(("get", target, namespace, name))
+            if name == "secret":
+                raise Err("reading v1 Secret is not granted: ...")
+            return types.SimpleNamespace(json='{"kind": "Namespace"}') if name == "a" else None
+
+        def list_(target, options):
+            calls.append(("list", options.args[4]))
+            return page(["c"], None) if options.args[4] else page(["a", "b"], "next")
+
+        def can_i(user, attributes):
+            calls.append(("can_i", user, attributes))
+            return True
+
+        imports.get, imports.list, imports.can_i = get, list_, can_i
+        types_module = types.ModuleType("wit_world.imports.types")
+        types_module.UserInfo = record("UserInfo")
+        wit_world, wit_imports = types.ModuleType("wit_world"), types.ModuleType("wit_world.imports")
+        wit_imports.cluster, wit_imports.types, wit_world.imports = imports, types_module, wit_imports
+        cpt = types.ModuleType("componentize_py_types")
+        cpt.Err = Err
+        fakes = {"wit_world": wit_world, "wit_world.imports": wit_imports, "wit_world.imports.cluster": imports,
+                 "wit_world.imports.types": types_module, "componentize_py_types": cpt}
+        saved = sdk._cluster_current
+        sys.modules.update(fakes)
+        sdk._cluster_current = None
+        try:
+            self.assertEqual(sdk.cluster.get("v1", "Namespace", None, "a"), {"kind": "Namespace"})
+            self.assertIsNone(sdk.cluster.get("v1", "Namespace", None, "b"))
+            self.assertEqual(calls[0], ("get", imports.Target_Kind(imports.KindRef("v1", "Namespace")), None, "a"))
+            with self.assertRaises(sdk.ClusterError) as e:
+                sdk.cluster.get("v1", "Secret", "x", "secret")
+            self.assertEqual(e.exception.message, "reading v1 Secret is not granted: ...")
+            self.assertEqual(self.names(sdk.cluster.list("v1", "ConfigMap")), ["a", "b", "c"])
+            self.assertEqual([c for c in calls if c[0] == "list"], [("list", None), ("list", "next")])
+            user = {"username": "alice", "groups": ["g"], "extra": {"k": ["v"]}}
+            self.assertTrue(sdk.cluster.can_i(user, "get", "", "pods", namespace="n"))
+            self.assertEqual(calls[-1], ("can_i", types_module.UserInfo("alice", "", ["g"], [("k", ["v"])]),
+                                         imports.ResourceAttributes("get", "", "pods", None, "n", None)))
+        finally:
+            for name in fakes:
+                del sys.modules[name]
+            sdk._cluster_current = saved
+
+    def test_set_cluster_keeps_the_can_i_answer(self):
+        sdk.set_can_i(True)
+        sdk.set_cluster([])
+        self.assertTrue(sdk.cluster.can_i("alice", "get", "", "pods"))
+        self.assertEqual(sdk.cluster.list("v1", "Namespace"), [])
 
 
 class ControllerTest(unittest.TestCase):
@@ -155,3 +304,7 @@ class ControllerTest(unittest.TestCase):
     def test_unknown_configuration_is_refused(self):
         with self.assertRaises(ValueError):
             self.ctl.reconcile(self.app.NamespaceDefaults, '{"nope": 1}', self.key("a"))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -15,10 +15,16 @@ methods, exported with :func:`export`::
 
     Admission = sdk.export(RequireTeam)           # what componentize-py looks up
 
+A context-aware policy reads the cluster through :data:`cluster`
+(``cluster.get``, ``cluster.list``, ``cluster.can_i``; the kinds it reads
+listed in its AdmissionPlugin's ``spec.contextAwareResources``); natively
+those calls answer from :func:`set_cluster` and :func:`set_can_i`.
+
 Build with ``componentize-py -d wit -w admission-plugin -p <this folder>
 componentize app`` (or copy this file into the policy's folder). The module
-imports the generated bindings (``wit_world``) only in :func:`export`, so
-its builders run and are tested in plain CPython too.
+imports the generated bindings (``wit_world``) only in :func:`export` and
+on the first :data:`cluster` call, so it runs and is tested in plain
+CPython too.
 
 Versioning: SDK 0.3.x binds ``wasm-apiserver:plugin@0.3.0``.
 """
@@ -463,6 +469,251 @@ class Patch:
 
     def to_json(self):
         return json.dumps(self.ops, separators=(",", ":"))
+
+
+# --- reading the cluster ----------------------------------------------------
+
+
+class ClusterError(Exception):
+    """A refused :data:`cluster` call, with the host's message (``message``):
+    a kind the plugin is not granted (``reading v1 Secret is not granted:
+    ...``), a read budget spent, a bad selector."""
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.message = message
+
+
+SUBJECT_ACCESS_REVIEW = ("authorization.k8s.io/v1", "SubjectAccessReview")
+
+
+class Cluster:
+    """Reads of the cluster (the ``cluster`` import of package 0.3.0), as
+    :data:`cluster`: objects of the kinds the plugin's
+    ``spec.contextAwareResources`` grants, from the server's own store
+    within the plugin's read budget, and SubjectAccessReviews. Objects are
+    parsed JSON (dicts); a refusal raises :class:`ClusterError`.
+
+    In a component the calls go to the host; in plain CPython they answer
+    from fixtures (:func:`set_cluster`, :func:`set_can_i`)::
+
+        ns = sdk.cluster.get("v1", "Namespace", None, req.namespace)
+        others = sdk.cluster.list("networking.k8s.io/v1", "Ingress")
+        if not sdk.cluster.can_i(req.user, "delete", "", "pods", namespace="prod"): ...
+    """
+
+    def get(self, api_version: str, kind: str, namespace: "str | None", name: str) -> "dict | None":
+        """One object of ``kind`` in ``api_version`` (as objects spell them:
+        ``v1``, ``Namespace``; ``namespace`` ``None`` for a cluster-scoped
+        kind), or ``None`` when there is none."""
+        return _cluster_host().get(api_version, kind, namespace, name)
+
+    def list(self, api_version: str, kind: str, namespace: "str | None" = None,
+             label_selector: "str | None" = None) -> "list[dict]":
+        """Every object of ``kind`` in ``namespace`` (every namespace for
+        ``None``) matching ``label_selector`` (``app=web,tier in (a,b)``),
+        following continue tokens."""
+        return _cluster_host().list(api_version, kind, namespace, label_selector)
+
+    def can_i(self, user: "dict | str", verb: str, group: str, resource: str, *,
+              namespace: "str | None" = None, name: "str | None" = None,
+              subresource: "str | None" = None) -> bool:
+        """Whether ``user`` (a request's ``req.user`` dict, or a username)
+        may ``verb`` the ``resource`` of API ``group`` (``""`` for the core
+        group): a SubjectAccessReview through the server's authorizers. Needs
+        the grant ``authorization.k8s.io/v1`` ``SubjectAccessReview``. The
+        user's ``extra`` is not part of the review."""
+        if isinstance(user, str):
+            user = {"username": user}
+        user = {"username": user.get("username", ""), "uid": user.get("uid") or "",
+                "groups": list(user.get("groups") or []),
+                "extra": {k: list(v) for k, v in (user.get("extra") or {}).items()}}
+        attributes = {"verb": verb, "group": group, "resource": resource, "subresource": subresource,
+                      "namespace": namespace, "name": name}
+        return _cluster_host().can_i(user, attributes)
+
+
+cluster = Cluster()
+
+
+class _WitCluster:
+    """The server, through the component's ``cluster`` import."""
+
+    def __init__(self):
+        from wit_world.imports import cluster as imports
+        from wit_world.imports.types import UserInfo
+        from componentize_py_types import Err
+        self.imports, self.UserInfo, self.Err = imports, UserInfo, Err
+
+    def _call(self, f, *args):
+        try:
+            return f(*args)
+        except self.Err as e:
+            raise ClusterError(str(e.value)) from None
+
+    def _kind(self, api_version, kind):
+        return self.imports.Target_Kind(self.imports.KindRef(api_version, kind))
+
+    def get(self, api_version, kind, namespace, name):
+        o = self._call(self.imports.get, self._kind(api_version, kind), namespace, name)
+        return None if o is None else json.loads(o.json)
+
+    def list(self, api_version, kind, namespace, label_selector):
+        out, token = [], None
+        while True:
+            page = self._call(self.imports.list, self._kind(api_version, kind),
+                              self.imports.ListOptions(namespace, label_selector, None, None, token))
+            out.extend(json.loads(o.json) for o in page.items)
+            token = page.continue_token
+            if token is None:
+                return out
+
+    def can_i(self, user, attributes):
+        u = self.UserInfo(user["username"], user["uid"], user["groups"], list(user["extra"].items()))
+        a = self.imports.ResourceAttributes(attributes["verb"], attributes["group"], attributes["resource"],
+                                            attributes["subresource"], attributes["namespace"],
+                                            attributes["name"])
+        return bool(self._call(self.imports.can_i, u, a))
+
+
+class _FixtureCluster:
+    """Plain CPython: the calls answer from fixtures."""
+
+    def __init__(self):
+        self.objects, self.grants, self.answer = [], None, False
+
+    def granted(self, api_version, kind):
+        if self.grants is not None and (api_version, kind) not in self.grants:
+            raise ClusterError(f"reading {api_version} {kind} is not granted: "
+                               "it is not in the plugin's spec.contextAwareResources")
+
+    def _of(self, api_version, kind):
+        self.granted(api_version, kind)
+        return [o for o in self.objects if o.get("apiVersion") == api_version and o.get("kind") == kind]
+
+    def get(self, api_version, kind, namespace, name):
+        for o in self._of(api_version, kind):
+            m = o.get("metadata") or {}
+            if m.get("name") == name and m.get("namespace") == namespace:
+                return json.loads(json.dumps(o))
+        return None
+
+    def list(self, api_version, kind, namespace, label_selector):
+        requirements = _parse_selector(label_selector or "")
+        return [json.loads(json.dumps(o)) for o in self._of(api_version, kind)
+                if (namespace is None or (o.get("metadata") or {}).get("namespace") == namespace)
+                and _selector_matches(requirements, (o.get("metadata") or {}).get("labels") or {})]
+
+    def can_i(self, user, attributes):
+        self.granted(*SUBJECT_ACCESS_REVIEW)
+        answer = self.answer
+        if callable(answer):
+            return bool(answer(user, attributes))
+        if isinstance(answer, bool):
+            return answer
+        if isinstance(answer, dict):
+            answer = [answer]
+        return any(_rule_allows(rule, user, attributes) for rule in answer)
+
+
+def _rule_allows(rule, user, attributes):
+    def admits(key, values):
+        want = rule.get(key, "*")
+        want = [want] if isinstance(want, str) else list(want)
+        return "*" in want or any(v in want for v in values)
+
+    return admits("as", [user["username"]]) and admits("asGroup", user["groups"]) and \
+        all(admits(k, [attributes[k]]) for k in ("verb", "group", "resource", "subresource", "namespace", "name"))
+
+
+def _parse_selector(selector):
+    """A label selector's requirements, as ``(key, op, values)``; raises
+    :class:`ClusterError` on a malformed one."""
+    terms, depth, start = [], 0, 0
+    for i, c in enumerate(selector):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if c == "," and depth == 0:
+            terms.append(selector[start:i])
+            start = i + 1
+    terms.append(selector[start:])
+    out = []
+    for term in (t.strip() for t in terms):
+        if not term:
+            continue
+        m = re.fullmatch(r"(\S+)\s+(in|notin)\s*\((.*)\)", term)
+        if term.startswith("!"):
+            out.append((term[1:].strip(), "!", ()))
+        elif m:
+            out.append((m[1], m[2], tuple(v.strip() for v in m[3].split(","))))
+        elif "!=" in term:
+            key, value = term.split("!=", 1)
+            out.append((key.strip(), "!=", (value.strip(),)))
+        elif "=" in term:
+            key, value = term.split("==", 1) if "==" in term else term.split("=", 1)
+            out.append((key.strip(), "=", (value.strip(),)))
+        elif re.fullmatch(r"[^\s()]+", term):
+            out.append((term, "exists", ()))
+        else:
+            raise ClusterError(f"invalid label selector {json.dumps(selector)}")
+    return out
+
+
+def _selector_matches(requirements, labels):
+    for key, op, values in requirements:
+        value = labels.get(key)
+        ok = {"!": value is None, "exists": value is not None, "=": value in values,
+              "in": value in values, "!=": value not in values, "notin": value not in values}[op]
+        if not ok:
+            return False
+    return True
+
+
+_cluster_current = None
+
+
+def _cluster_host():
+    global _cluster_current
+    if _cluster_current is None:
+        try:
+            _cluster_current = _WitCluster()
+        except ImportError:
+            _cluster_current = _FixtureCluster()
+    return _cluster_current
+
+
+def _fixture_cluster():
+    global _cluster_current
+    if not isinstance(_cluster_current, _FixtureCluster):
+        _cluster_current = _FixtureCluster()
+    return _cluster_current
+
+
+def set_cluster(objects, grants=None):
+    """Natively: :data:`cluster` reads answer from ``objects`` (copied).
+    ``grants`` (``[(apiVersion, kind)]`` or ``spec.contextAwareResources``
+    entries), when given, are the kinds the plugin may read as on the
+    server: any other raises the host's "not granted" :class:`ClusterError`,
+    and :meth:`Cluster.can_i` needs ``SUBJECT_ACCESS_REVIEW``. ``None``
+    grants every kind. Keeps :func:`set_can_i`'s answer."""
+    fixture = _fixture_cluster()
+    fixture.objects = [json.loads(json.dumps(o)) for o in objects]
+    fixture.grants = None if grants is None else [
+        (g["apiVersion"], g["kind"]) if isinstance(g, dict) else tuple(g) for g in grants]
+
+
+def set_can_i(answer):
+    """Natively: what :meth:`Cluster.can_i` answers (``False`` until set).
+    ``answer`` is a bool, a function ``(user, attributes) -> bool`` (both
+    dicts: ``username``, ``uid``, ``groups``, ``extra``; ``verb``, ``group``,
+    ``resource``, ``subresource``, ``namespace``, ``name``), or a list of
+    allow rules, each a dict of those attribute keys plus ``as`` (a username)
+    and ``asGroup`` (one of the user's groups), every value a string or a
+    list of strings, ``"*"`` or a missing key matching anything::
+
+        sdk.set_can_i([{"as": "alice", "verb": ["get", "list"], "resource": "pods"},
+                       {"asGroup": "system:masters"}])
+    """
+    _fixture_cluster().answer = answer
 
 
 # --- the policy -------------------------------------------------------------
