@@ -49,6 +49,10 @@ pub const TARGETS: &[Target] = &[
         run: text::resource_version,
     },
     Target {
+        name: "continue_token",
+        run: text::continue_token,
+    },
+    Target {
         name: "merge_patch",
         run: patch::merge_patch,
     },

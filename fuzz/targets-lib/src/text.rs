@@ -1,9 +1,10 @@
-//! Targets over short strings of a request's query: selectors, quantities
-//! and resourceVersions.
+//! Targets over short strings of a request's query: selectors, quantities,
+//! resourceVersions and continue tokens.
 
 use wasm_apiserver_api::cel::parse_quantity;
-use wasm_apiserver_api::meta::parse_resource_version;
+use wasm_apiserver_api::meta::{decode_continue, encode_continue, parse_resource_version};
 use wasm_apiserver_api::selector::{FieldSelector, LabelSelector, Requirement};
+use wasm_apiserver_api::validation::path_segment_error;
 
 /// Selector text as upstream writes it (`labels.Selector.String()`).
 fn label_text(sel: &LabelSelector) -> String {
@@ -171,5 +172,64 @@ pub fn resource_version(data: &[u8]) {
             !s.is_empty() && (!s.bytes().all(|b| b.is_ascii_digit()) || s.len() > 19),
             "{s:?} rejected"
         ),
+    }
+}
+
+/// Continue tokens. An input starting with an even byte is a token a
+/// client sent: decoding never panics, refuses with a 400 that says the
+/// key is not valid, and what it accepts encodes to a token that decodes
+/// the same (a start key that stays below the list's prefix). An odd first
+/// byte makes a token the server could send: the next 8 bytes its revision,
+/// the rest its start key (`<name>` or `<namespace>/<name>`, each a name
+/// the server accepts); it must decode to the same position.
+pub fn continue_token(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    if mode % 2 == 0 {
+        let Ok(token) = std::str::from_utf8(rest) else {
+            return;
+        };
+        match decode_continue(token) {
+            Ok((rv, start)) => {
+                assert!(rv > 0, "{token:?} decoded to revision 0");
+                assert!(
+                    !start.starts_with('/') && !start.split('/').any(|s| s == ".."),
+                    "{token:?} decoded to {start:?}, outside the list's prefix"
+                );
+                let again = encode_continue(rv, &start);
+                assert_eq!(
+                    decode_continue(&again).ok(),
+                    Some((rv, start.clone())),
+                    "{token:?} -> ({rv}, {start:?}) -> {again:?}"
+                );
+            }
+            Err(e) => {
+                assert_eq!(e.code(), 400, "{token:?}: {e}");
+                assert!(
+                    e.to_string().starts_with("continue key is not valid"),
+                    "{token:?}: {e}"
+                );
+            }
+        }
+        return;
+    }
+    if rest.len() < 8 {
+        return;
+    }
+    let (rv, start) = rest.split_at(8);
+    let rv = u64::from_le_bytes(rv.try_into().expect("8 bytes")).max(1);
+    let Ok(start) = std::str::from_utf8(start) else {
+        return;
+    };
+    let segments: Vec<&str> = start.split('/').collect();
+    let a_name = |s: &&str| !s.is_empty() && path_segment_error(s).is_none();
+    if segments.len() > 2 || !segments.iter().all(a_name) {
+        return;
+    }
+    let token = encode_continue(rv, start);
+    match decode_continue(&token) {
+        Ok(decoded) => assert_eq!(decoded, (rv, start.to_string()), "{token:?}"),
+        Err(e) => panic!("the server's token for ({rv}, {start:?}) does not decode: {e}"),
     }
 }

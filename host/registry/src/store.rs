@@ -13,7 +13,6 @@ use crate::options::{
     Deleted, FieldValidation, ListOutcome, ListParams, Preconditions, WriteOptions,
 };
 use crate::resources::{Resource, Resources};
-use base64::Engine;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -157,33 +156,6 @@ fn ready_to_delete(info: &Resource, obj: &Value) -> bool {
     meta::str_field(obj, "deletionTimestamp").is_some()
         && meta::finalizers(obj).is_empty()
         && !info.strategy.holds_deletion(obj)
-}
-
-/// Upstream's continue token: base64url(JSON{v, rv, start}) with `start`
-/// relative to the list prefix.
-fn encode_continue(rv: u64, start: &str) -> String {
-    let raw = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": start}).to_string();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
-}
-
-fn decode_continue(token: &str) -> Result<(u64, String)> {
-    let bad = |why: &str| ApiError::BadRequest(format!("continue key is not valid: {why}"));
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(token.trim_end_matches('='))
-        .map_err(|_| bad("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"))?;
-    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad("not JSON"))?;
-    if v["v"] != "meta.k8s.io/v1" {
-        return Err(bad("server does not recognize this encoded version"));
-    }
-    let rv = v["rv"]
-        .as_u64()
-        .filter(|r| *r > 0)
-        .ok_or_else(|| bad("incorrect encoded start resourceVersion"))?;
-    let start = v["start"].as_str().ok_or_else(|| bad("missing start"))?;
-    if start.contains("..") || start.starts_with('/') {
-        return Err(bad("path traversal attempt"));
-    }
-    Ok((rv, start.to_string()))
 }
 
 impl Objects {
@@ -420,7 +392,7 @@ impl Objects {
         let prefix = info.collection_key(ns);
         let (mut start, mut revision) = match &p.continue_token {
             Some(tok) if !tok.is_empty() => {
-                let (rv, start) = decode_continue(tok)?;
+                let (rv, start) = meta::decode_continue(tok)?;
                 (Some(format!("{prefix}{start}")), Some(rv))
             }
             _ => (None, self.list_revision(p).await?),
@@ -473,8 +445,9 @@ impl Objects {
         }
         info.strategy.present(info, &mut items).await?;
         let resource_version = revision.unwrap_or_default();
-        let continue_token =
-            next.map(|k| encode_continue(resource_version, k.strip_prefix(&prefix).unwrap_or(&k)));
+        let continue_token = next.map(|k| {
+            meta::encode_continue(resource_version, k.strip_prefix(&prefix).unwrap_or(&k))
+        });
         Ok(ListOutcome {
             items,
             resource_version,
@@ -1108,22 +1081,4 @@ fn track_managed_fields(
     let now = now();
     let m = manager(info, subresource, opts, &api_version, &now);
     managed::record_update(old, new, merge_schema(info), &m);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn continue_tokens_round_trip_and_reject_garbage() {
-        let t = encode_continue(42, "default/cm-7");
-        assert_eq!(
-            decode_continue(&t).unwrap(),
-            (42, "default/cm-7".to_string())
-        );
-        assert!(decode_continue("!!!").is_err());
-        let evil = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode(json!({"v": "meta.k8s.io/v1", "rv": 1, "start": "../x"}).to_string());
-        assert!(decode_continue(&evil).is_err());
-    }
 }
