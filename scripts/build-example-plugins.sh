@@ -6,6 +6,9 @@
 #   examples/labels-policy/{rust,python,js} (one policy, three languages, on
 #   the SDKs in plugins/sdk, plugins/sdk-python, plugins/sdk-js)
 #                                 -> examples/target/labels-policy-{rust,python,js}.wasm
+#   examples/unique-ingress-host/python/app.py (context-aware: reads the
+#   cluster through the Python SDK's `cluster` helpers)
+#                                 -> examples/target/unique-ingress-host-python.wasm
 #   examples/namespace-defaults/python/app.py (a controller, on the Python
 #   controller SDK)               -> examples/target/namespace-defaults-python.wasm
 #   examples/namespace-defaults/js/{app,logic}.js (the same, on the
@@ -109,6 +112,17 @@ labels_py_build() {
 labels_py_hash="$(echo "componentize-py $PY_VERSION -w admission-plugin componentize -p . -p sdk app" |
     inputs_hash "$root/examples/labels-policy/python/app.py" "$py_sdk/wasm_apiserver_sdk.py" "${wit_files[@]}")"
 build labels-policy-python "$labels_py_hash" labels_py_build
+
+# unique-ingress-host in Python: a context-aware admission policy (world
+# admission-plugin, its `cluster` import) on the Python SDK.
+uih_py_build() {
+    (cd "$root/examples/unique-ingress-host/python" &&
+        componentize_py -d "$root/wit" -w admission-plugin componentize -p . -p "$py_sdk" app \
+            -o "$tmp" >/dev/null)
+}
+uih_py_hash="$(echo "componentize-py $PY_VERSION -w admission-plugin componentize -p . -p sdk app" |
+    inputs_hash "$root/examples/unique-ingress-host/python/app.py" "$py_sdk/wasm_apiserver_sdk.py" "${wit_files[@]}")"
+build unique-ingress-host-python "$uih_py_hash" uih_py_build
 
 # namespace-defaults in Python: a controller (world controller-plugin) on the
 # Python controller SDK (same folder as the admission SDK, which it uses

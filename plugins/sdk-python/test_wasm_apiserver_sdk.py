@@ -306,5 +306,70 @@ class ControllerTest(unittest.TestCase):
             self.ctl.reconcile(self.app.NamespaceDefaults, '{"nope": 1}', self.key("a"))
 
 
+
+class UniqueIngressHostTest(unittest.TestCase):
+    """A context-aware policy tested offline: the Python unique-ingress-host
+    example on cluster fixtures."""
+
+    @classmethod
+    def setUpClass(cls):
+        import importlib.util
+        import os
+        path = os.path.join(os.path.dirname(__file__), "../../examples/unique-ingress-host/python/app.py")
+        spec = importlib.util.spec_from_file_location("unique_ingress_host_app", path)
+        module = importlib.util.module_from_spec(spec)
+        # Natively `export` cannot import the bindings: load the class only.
+        export, sdk.export = sdk.export, lambda cls: cls
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            sdk.export = export
+        cls.policy = module.UniqueIngressHost()
+
+    @staticmethod
+    def ingress(ns, name, *hosts):
+        return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"namespace": ns, "name": name},
+                "spec": {"rules": [{"host": h} for h in hosts]}}
+
+    def validate(self, obj, config="", user="alice"):
+        review = {"request": {"operation": "CREATE", "namespace": obj["metadata"]["namespace"],
+                              "name": obj["metadata"]["name"], "userInfo": {"username": user, "groups": []},
+                              "kind": {"group": "networking.k8s.io", "version": "v1", "kind": "Ingress"},
+                              "object": obj}}
+        return self.policy.run("validate", config, sdk.Request.from_review(review))
+
+    def setUp(self):
+        sdk.set_can_i(False)
+        sdk.set_cluster([self.ingress("team-a", "web", "web.example.com"), self.ingress("team-a", "api")])
+
+    def test_a_host_served_in_another_namespace_is_refused(self):
+        r = self.validate(self.ingress("team-b", "web", "new.example.com", "web.example.com"))
+        self.assertEqual((r.allowed, r.status["code"], r.status["reason"]), (False, 409, "Conflict"))
+        self.assertEqual(r.message, 'host "web.example.com" is already served by ingress team-a/web')
+        self.assertTrue(self.validate(self.ingress("team-b", "web", "new.example.com")).allowed)
+        self.assertTrue(self.validate(self.ingress("team-b", "default-backend")).allowed)
+        # Its own earlier version does not count (an update, or a retried create).
+        self.assertTrue(self.validate(self.ingress("team-a", "web", "web.example.com")).allowed)
+
+    def test_without_the_grant_the_policy_denies_with_the_hosts_error(self):
+        sdk.set_cluster([], grants=[("v1", "ConfigMap")])
+        r = self.validate(self.ingress("team-b", "web", "web.example.com"))
+        self.assertEqual(r.message, "cannot list ingresses: reading networking.k8s.io/v1 Ingress is not granted: "
+                                    "it is not in the plugin's spec.contextAwareResources")
+
+    def test_owners_may_share_a_host_when_they_may_update_the_other_ingress(self):
+        shared = '{"ownersMayShare": true}'
+        sdk.set_can_i([{"as": "alice", "verb": "update", "group": "networking.k8s.io", "resource": "ingresses",
+                        "namespace": "team-a"}])
+        self.assertTrue(self.validate(self.ingress("team-b", "web", "web.example.com"), shared).allowed)
+        self.assertFalse(self.validate(self.ingress("team-b", "web", "web.example.com"), shared, "bob").allowed)
+        self.assertFalse(self.validate(self.ingress("team-b", "web", "web.example.com")).allowed, "off by default")
+        sdk.set_cluster([self.ingress("team-a", "web", "web.example.com")],
+                        grants=[("networking.k8s.io/v1", "Ingress")])
+        r = self.validate(self.ingress("team-b", "web", "web.example.com"), shared)
+        self.assertTrue(r.message.startswith("cannot review access to ingress team-a/web: reading "
+                                             "authorization.k8s.io/v1 SubjectAccessReview is not granted"), r.message)
+
+
 if __name__ == "__main__":
     unittest.main()
