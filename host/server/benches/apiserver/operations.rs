@@ -247,9 +247,10 @@ pub(crate) async fn churn(srv: &Handle, dir: &Path, minutes: u64) -> Result<Vec<
     let compacted = storage.clone();
     let status = storage.clone();
     let served = srv.spawn(crate::harness::serve(storage, None)).await??;
-    let compactor = srv
-        .spawn(async move { wasm_apiserver_storage::spawn_compactor(compacted, CHURN_COMPACTION) })
-        .await?;
+    let compactor = {
+        let _on_server = srv.enter();
+        wasm_apiserver_storage::spawn_compactor(compacted, CHURN_COMPACTION)
+    };
     let api = Api::new(served.addr);
     let tasks: Vec<_> = (0..16)
         .map(|w| {
