@@ -1,5 +1,6 @@
 //! The bodies of the fuzz targets over the parsers and mergers of untrusted
-//! input in `host/api`, shared by two runners:
+//! input in `host/api`, and (feature `plugins`) over what crosses the
+//! plugin boundary in `host/plugins`, shared by two runners:
 //! - cargo-fuzz (`fuzz/fuzz_targets/<name>.rs`, nightly, libFuzzer), which
 //!   searches for inputs that break a target (`scripts/fuzz`);
 //! - this crate's test (`tests/corpus.rs`, stable), which replays every
@@ -19,6 +20,8 @@
 mod cel;
 mod managed;
 mod patch;
+#[cfg(feature = "plugins")]
+mod plugins;
 mod protobuf;
 mod schema;
 mod text;
@@ -83,6 +86,16 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "schema",
         run: schema::prune_default_validate,
+    },
+    #[cfg(feature = "plugins")]
+    Target {
+        name: "admission_request",
+        run: plugins::admission_request,
+    },
+    #[cfg(feature = "plugins")]
+    Target {
+        name: "wapc",
+        run: plugins::wapc,
     },
 ];
 

@@ -107,3 +107,5 @@ pub use types::{
     AdmissionRequest, AdmissionResponse, CacheStats, DenyStatus, FieldCause, Gvk, Gvr, Operation,
     UserInfo,
 };
+#[doc(hidden)]
+pub use wapc::{Answer as WapcAnswer, WapcModule};

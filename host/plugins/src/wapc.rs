@@ -113,7 +113,9 @@ impl CallState for WapcState {
 }
 
 /// How a waPC operation ended, when the guest did not trap.
-pub(crate) enum Answer {
+#[doc(hidden)]
+#[derive(Debug, PartialEq, Eq)]
+pub enum Answer {
     /// `__guest_call` returned 1 with this `__guest_response`.
     Response(Vec<u8>),
     /// It returned 0, with this `__guest_error` (possibly empty).
@@ -241,6 +243,33 @@ impl Wapc {
             (_, Taken::Error(e)) => Ok(Answer::Error(e)),
             (_, _) => Ok(Answer::Error(String::new())),
         }
+    }
+}
+
+/// A bare waPC module, without the Kubewarden protocol on top: what the
+/// `wapc` fuzz target drives (`fuzz/targets-lib`). Not part of the API.
+#[doc(hidden)]
+pub struct WapcModule(Wapc);
+
+impl Runtime {
+    /// Compiles and links a waPC module (see [`WapcModule`]).
+    #[doc(hidden)]
+    pub async fn load_wapc(
+        &self,
+        name: &str,
+        wasm: &[u8],
+        limits: crate::Limits,
+    ) -> Result<WapcModule, PluginError> {
+        let compiled = self.compile_module(name, wasm).await?;
+        Ok(WapcModule(self.link_wapc(name, compiled, limits)?))
+    }
+}
+
+impl WapcModule {
+    /// Runs `operation` with `payload` on a fresh instance.
+    #[doc(hidden)]
+    pub async fn call(&self, operation: &str, payload: Vec<u8>) -> Result<Answer, PluginError> {
+        self.0.call("fuzz", operation, payload).await
     }
 }
 
