@@ -932,8 +932,10 @@ impl Common {
             match run.eval(&scope.ctx, e) {
                 Ok(CelValue::Bool(true)) => {}
                 Ok(CelValue::Bool(false)) => return Ok(None),
+                // The type: a map's entries print in hash order.
                 Ok(other) => errors.push(format!(
-                    "matchCondition {name:?} did not evaluate to a bool: {other:?}"
+                    "matchCondition {name:?} did not evaluate to a bool but to a {}",
+                    other.type_of()
                 )),
                 Err(err) => errors.push(format!(
                     "matchCondition {name:?} resulted in error: {}",

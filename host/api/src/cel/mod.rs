@@ -376,8 +376,11 @@ fn evaluate(rule: &Value, ctx: &Context, this: &Value, old: Option<&Value>) -> O
                 .unwrap_or_else(|| format!("failed rule: {source}"));
             Some(Outcome::Fail(message))
         }
+        // The type, not the value: a map's entries print in hash order, so
+        // the same object would be refused with a different message.
         Ok(other) => Some(Outcome::Fail(format!(
-            "rule did not evaluate to a bool: {other:?}"
+            "rule did not evaluate to a bool but to a {}",
+            other.type_of()
         ))),
         Err(e) => Some(Outcome::Fail(e.to_string())),
     }
