@@ -125,6 +125,20 @@ impl Attributes {
         a
     }
 
+    /// The attributes of a `SubjectAccessReview` `spec`, for the `user`
+    /// and `groups` it names.
+    pub fn from_subject_access_review(spec: &Value) -> Self {
+        let user = spec.get("user").and_then(Value::as_str).unwrap_or("");
+        let groups: Vec<String> = spec
+            .get("groups")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|g| g.as_str().map(String::from))
+            .collect();
+        Self::from_access_review_spec(spec, user, &groups)
+    }
+
     fn namespace(&self) -> Option<&str> {
         self.namespace.as_deref().filter(|n| !n.is_empty())
     }
@@ -311,6 +325,16 @@ impl Decision {
         match self {
             Decision::Allow(r) | Decision::NoOpinion(r) => r,
         }
+    }
+
+    /// A `SubjectAccessReview`'s `status` for this decision: `allowed`, and
+    /// the `reason` when there is one.
+    pub fn review_status(&self) -> Value {
+        let mut status = json!({"allowed": self.is_allowed()});
+        if !self.reason().is_empty() {
+            status["reason"] = json!(self.reason());
+        }
+        status
     }
 }
 
@@ -2140,6 +2164,25 @@ mod tests {
             "user \"bob\" (groups=[\"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n\
              {APIGroups:[\"\"], Resources:[\"pods\"], Verbs:[\"delete\" \"patch\"]}\n\
              {APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"delete\" \"patch\"]}"
+        );
+    }
+
+    #[test]
+    fn subject_access_review_names_its_subject_and_status_its_reason() {
+        let spec = json!({"user": "alice", "groups": ["g"],
+            "resourceAttributes": {"namespace": "dev", "verb": "list", "resource": "pods"}});
+        let a = Attributes::from_subject_access_review(&spec);
+        assert_eq!(
+            a,
+            Attributes::resource("alice", &["g"], "list", "", "pods").in_namespace("dev")
+        );
+        assert_eq!(
+            Decision::NoOpinion(String::new()).review_status(),
+            json!({"allowed": false})
+        );
+        assert_eq!(
+            Decision::Allow("RBAC: allowed by x".into()).review_status(),
+            json!({"allowed": true, "reason": "RBAC: allowed by x"})
         );
     }
 

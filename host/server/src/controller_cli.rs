@@ -7,13 +7,18 @@
 //! writes are recorded and applied to them (a create adds, an update
 //! replaces, an apply or a merge patch merges the configuration into the
 //! object, a delete removes), so a case sees what a live cluster would,
-//! short of admission, RBAC and defaulting.
+//! short of admission and defaulting. `can_i` (a SubjectAccessReview) is
+//! decided by the server's own RBAC evaluation over the fixtures' Roles,
+//! ClusterRoles and bindings, on top of the default ones every server has:
+//! with none in the fixtures, a user who is not in `system:masters` may
+//! do nothing beyond discovery.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use wasm_apiserver_api::controller::KindRef;
+use wasm_apiserver_api::rbac::{self, Attributes, RbacSnapshot};
 use wasm_apiserver_plugins::writes::{DeleteOptions, PatchKind, WriteAccess, WriteError, Writes};
 use wasm_apiserver_plugins::{
     Cluster, ClusterAccess, ControllerPlugin, Gvr, ListQuery, Listed, Outcome, ReconcileReason,
@@ -224,8 +229,50 @@ impl Cluster for Fixtures {
         })
     }
 
-    async fn can_i(&self, _spec: &Value) -> Result<Value, String> {
-        Ok(json!({"allowed": true}))
+    /// The server's RBAC decision (`--authorization-mode=RBAC`, its
+    /// default) over the fixtures' Roles, ClusterRoles and bindings.
+    async fn can_i(&self, spec: &Value) -> Result<Value, String> {
+        let attrs = Attributes::from_subject_access_review(spec);
+        Ok(rbac::authorize(&self.rbac(), &attrs).review_status())
+    }
+}
+
+impl Fixtures {
+    /// The RBAC a server holding the fixtures would evaluate: the default
+    /// roles and bindings every server starts with (`cluster-admin`,
+    /// `admin`, `edit`, `view`, discovery, ...), the fixtures' RBAC objects
+    /// added to them (one with a default's kind and name replaces it).
+    /// Without any, nothing is allowed but what the defaults allow (group
+    /// `system:masters` everything; other users discovery and reviews of
+    /// themselves), as upstream: RBAC allows only what a rule allows.
+    fn rbac(&self) -> RbacSnapshot {
+        static DEFAULTS: OnceLock<Vec<Value>> = OnceLock::new();
+        let defaults = DEFAULTS.get_or_init(rbac::bootstrap_policy);
+        let objects = self.objects.lock().expect("objects");
+        let fixtures: Vec<&Value> = objects
+            .iter()
+            .filter(|o| {
+                o["apiVersion"] == rbac::API_VERSION
+                    && matches!(
+                        o["kind"].as_str(),
+                        Some("Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding")
+                    )
+            })
+            .collect();
+        let replaced = |d: &Value| {
+            fixtures.iter().any(|f| {
+                f["kind"] == d["kind"]
+                    && f["metadata"]["namespace"] == d["metadata"]["namespace"]
+                    && f["metadata"]["name"] == d["metadata"]["name"]
+            })
+        };
+        let all: Vec<Value> = defaults
+            .iter()
+            .filter(|d| !replaced(d))
+            .chain(fixtures.iter().copied())
+            .cloned()
+            .collect();
+        RbacSnapshot::from_objects(&all)
     }
 }
 
@@ -589,4 +636,117 @@ pub async fn run_table(
         }
     }
     Ok((passed, failed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn review(user: &str, groups: &[&str], verb: &str, resource: &str, namespace: &str) -> Value {
+        let group = if resource == "ingresses" {
+            "networking.k8s.io"
+        } else {
+            ""
+        };
+        json!({"user": user, "groups": groups, "resourceAttributes": {
+            "verb": verb, "group": group, "resource": resource, "namespace": namespace}})
+    }
+
+    #[tokio::test]
+    async fn can_i_answers_from_the_fixtures_rbac() {
+        let ingress = json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "web", "namespace": "team-a"}});
+        let bare = Fixtures {
+            objects: Mutex::new(vec![ingress.clone()]),
+            writes: Default::default(),
+        };
+        let rbac = |kind: &str, name: &str, body: Value| {
+            let mut o = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
+                "metadata": {"name": name, "namespace": "team-a"}});
+            o.as_object_mut()
+                .unwrap()
+                .extend(body.as_object().unwrap().clone());
+            o
+        };
+        let role = rbac(
+            "Role",
+            "ingress-editor",
+            json!({"rules": [{"apiGroups": ["networking.k8s.io"],
+            "resources": ["ingresses"], "verbs": ["update"]}]}),
+        );
+        let bind = |name: &str, kind: &str, role: &str| {
+            rbac(
+                "RoleBinding",
+                name,
+                json!({
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+                "subjects": [{"kind": "User", "name": "alice"}]}),
+            )
+        };
+        let bound = Fixtures {
+            objects: Mutex::new(vec![
+                ingress,
+                role,
+                bind("alice-ingresses", "Role", "ingress-editor"),
+                bind("alice-edits", "ClusterRole", "edit"),
+            ]),
+            writes: Default::default(),
+        };
+        let cases = [
+            (
+                "no RBAC objects: denied",
+                &bare,
+                review("alice", &[], "update", "ingresses", "team-a"),
+                false,
+            ),
+            (
+                "system:masters: allowed",
+                &bare,
+                review("root", &["system:masters"], "delete", "ingresses", "team-a"),
+                true,
+            ),
+            (
+                "a RoleBinding to a Role of the fixtures",
+                &bound,
+                review("alice", &[], "update", "ingresses", "team-a"),
+                true,
+            ),
+            (
+                "only its verbs",
+                &bound,
+                review("alice", &[], "delete", "ingresses", "team-a"),
+                false,
+            ),
+            (
+                "a RoleBinding to the default edit role",
+                &bound,
+                review("alice", &[], "update", "configmaps", "team-a"),
+                true,
+            ),
+            (
+                "not in another namespace",
+                &bound,
+                review("alice", &[], "update", "ingresses", "team-b"),
+                false,
+            ),
+            (
+                "not for another user",
+                &bound,
+                review("bob", &[], "update", "ingresses", "team-a"),
+                false,
+            ),
+        ];
+        for (name, fixtures, spec, want) in cases {
+            let status = fixtures.can_i(&spec).await.unwrap();
+            assert_eq!(status["allowed"], json!(want), "{name}: {status}");
+        }
+        let status = bound
+            .can_i(&review("alice", &[], "update", "ingresses", "team-a"))
+            .await
+            .unwrap();
+        assert_eq!(
+            status["reason"],
+            r#"RBAC: allowed by RoleBinding "alice-ingresses/team-a" of Role "ingress-editor" to User "alice""#
+        );
+    }
 }

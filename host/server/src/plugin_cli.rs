@@ -69,7 +69,12 @@ pub struct TestArgs {
     pub cache_dir: Option<PathBuf>,
     /// Objects the cluster holds (YAML or JSON: documents or a `List`): an
     /// admission plugin's cluster reads answer from them; a controller's
-    /// reads too, and its writes change them.
+    /// reads too, and its writes change them. `can_i` is answered as the
+    /// server's RBAC would, from the Roles, ClusterRoles, RoleBindings and
+    /// ClusterRoleBindings among them (over the default roles and
+    /// bindings a server starts with): with none, a user outside
+    /// `system:masters` may do only what the defaults let everyone
+    /// (discovery, reviews of oneself).
     #[arg(long)]
     pub cluster: Option<PathBuf>,
     /// Controllers: the primary kind, `<apiVersion>/<Kind>` (`v1/Namespace`,
@@ -108,6 +113,10 @@ struct Case {
     /// The plural resource (default: the kind, lower-cased, plus `s`).
     #[serde(default)]
     resource: Option<String>,
+    /// Who makes the request (`{username, groups}`; default `plugin-test`,
+    /// in no group): what a policy's `can_i` asks about.
+    #[serde(default, rename = "userInfo")]
+    user_info: Option<Value>,
     expect: Outcome,
     /// The JSON Patch the mutating phase must answer (`[]` for none).
     #[serde(default)]
@@ -202,7 +211,7 @@ fn parse_request(v: &Value) -> anyhow::Result<AdmissionRequest> {
     if req.get("uid").is_none() {
         req["uid"] = json!("00000000-0000-0000-0000-000000000000");
     }
-    if req.get("userInfo").is_none() {
+    if req.get("userInfo").is_none_or(Value::is_null) {
         req["userInfo"] = json!({"username": "plugin-test"});
     }
     Ok(serde_json::from_value(req)?)
@@ -231,6 +240,7 @@ fn case_request(case: &Case) -> anyhow::Result<AdmissionRequest> {
         "operation": operation,
         "object": case.object,
         "oldObject": case.old_object,
+        "userInfo": case.user_info,
     }))
 }
 
@@ -268,7 +278,8 @@ fn describe(r: &AdmissionResponse) -> String {
 
 /// Loads an admission plugin; its cluster reads (package 0.3.0) answer
 /// from `objects`, every kind readable (offline, nothing is granted or
-/// refused: the grants are the `AdmissionPlugin`'s business).
+/// refused: the grants are the `AdmissionPlugin`'s business), and its
+/// `can_i` from their RBAC objects.
 async fn load(
     runtime: &Runtime,
     component: &Path,

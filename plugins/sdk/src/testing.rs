@@ -389,6 +389,9 @@ struct Case {
     namespace: Option<String>,
     #[serde(default)]
     resource: Option<String>,
+    /// Who makes the request (`{username, groups}`; default `plugin-test`).
+    #[serde(default, rename = "userInfo")]
+    user_info: Option<Value>,
     expect: Expect,
     #[serde(default)]
     patch: Option<Value>,
@@ -437,6 +440,9 @@ pub fn run_cases<P: Policy>(table: impl AsRef<Path>) -> Result<(), String> {
         };
         if let (Some(ns), Some(r)) = (&case.namespace, review.get_mut("request")) {
             r["namespace"] = json!(ns);
+        }
+        if let (Some(user), Some(r)) = (&case.user_info, review.get_mut("request")) {
+            r["userInfo"] = user.clone();
         }
         let got = harness.admit(&review)?;
         let mut problems = Vec::new();
@@ -524,6 +530,37 @@ mod tests {
         assert!(
             request_from_review(&json!({"request": {"kind": {}, "operation": "PATCH"}})).is_err()
         );
+    }
+
+    #[test]
+    fn a_case_names_who_asks() {
+        struct OnlyAlice;
+        impl Policy for OnlyAlice {
+            type Config = ();
+            fn validate(_: &(), req: &Request) -> crate::Response {
+                if req.user().username == "alice" {
+                    crate::Response::allow()
+                } else {
+                    crate::Response::deny(format!("not {}", req.user().username))
+                }
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("sdk-user-cases-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let table = dir.join("cases.yaml");
+        let obj = "{apiVersion: v1, kind: ConfigMap, metadata: {name: c}}";
+        std::fs::write(
+            &table,
+            format!(
+                "cases:\n\
+                 - {{name: alice, object: {obj}, userInfo: {{username: alice}}, expect: allow}}\n\
+                 - {{name: default, object: {obj}, expect: deny, message: not plugin-test}}\n"
+            ),
+        )
+        .unwrap();
+        let result = run_cases::<OnlyAlice>(&table);
+        let _ = std::fs::remove_dir_all(&dir);
+        result.unwrap();
     }
 
     #[test]
