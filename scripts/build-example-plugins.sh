@@ -9,6 +9,9 @@
 #   examples/unique-ingress-host/python/app.py (context-aware: reads the
 #   cluster through the Python SDK's `cluster` helpers)
 #                                 -> examples/target/unique-ingress-host-python.wasm
+#   examples/unique-ingress-host/js/{app,logic}.js (the same policy on the
+#   JavaScript SDK's `cluster` helpers)
+#                                 -> examples/target/unique-ingress-host-js.wasm
 #   examples/namespace-defaults/python/app.py (a controller, on the Python
 #   controller SDK)               -> examples/target/namespace-defaults-python.wasm
 #   examples/namespace-defaults/js/{app,logic}.js (the same, on the
@@ -181,6 +184,23 @@ labels_js_build() {
 labels_js_hash="$(echo "componentize-js -n admission-plugin -d http -d fetch-event (staged with the sdk)" |
     inputs_hash "$root/examples/labels-policy/js/app.js" "$js_sdk" "$js_dir/package-lock.json" "${wit_files[@]}")"
 build labels-policy-js "$labels_js_hash" labels_js_build
+
+# unique-ingress-host in JavaScript: a context-aware admission policy (world
+# admission-plugin, its `cluster` import) on the JavaScript SDK, staged with it.
+uih_js_build() {
+    local stage="$out/.unique-ingress-host-js"
+    rm -rf "$stage" && mkdir -p "$stage"
+    cp "$root/examples/unique-ingress-host/js/app.js" "$root/examples/unique-ingress-host/js/logic.js" \
+        "$js_sdk" "$stage/"
+    (cd "$stage" &&
+        "$js_dir/node_modules/.bin/componentize-js" --wit "$root/wit" -n admission-plugin \
+            -d http -d fetch-event -o "$tmp" app.js >/dev/null)
+    rm -rf "$stage"
+}
+uih_js_hash="$(echo "componentize-js -n admission-plugin -d http -d fetch-event (staged with the sdk)" |
+    inputs_hash "$root/examples/unique-ingress-host/js/app.js" "$root/examples/unique-ingress-host/js/logic.js" \
+        "$js_sdk" "$js_dir/package-lock.json" "${wit_files[@]}")"
+build unique-ingress-host-js "$uih_js_hash" uih_js_build
 
 # namespace-defaults in JavaScript: a controller on the JavaScript controller
 # SDK, staged with both SDK modules (the controller SDK uses the admission

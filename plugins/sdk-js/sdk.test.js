@@ -202,6 +202,36 @@ test('in a component the calls go to the cluster import, its errors as ClusterEr
   fixture(); // back to fixtures for the other tests
 });
 
+// --- a context-aware policy: the unique-ingress-host example -----------------
+
+import * as sdk from './wasm-apiserver-sdk.js';
+import { uniqueIngressHost } from '../../examples/unique-ingress-host/js/logic.js';
+
+test('unique-ingress-host: a host another Ingress serves is refused unless its owner may share it', () => {
+  const policy = uniqueIngressHost(sdk);
+  const review = (user, host, config = '') => sdk.run(policy, 'validate', config, sdk.Request.fromReview({
+    namespace: 'web', userInfo: { username: user, groups: [] },
+    object: { ...ingress('web', 'mine', {}), spec: { rules: [{ host }] } } }));
+  const grants = [ING, SUBJECT_ACCESS_REVIEW];
+  setCluster([ingress('other', 'taken', {})], grants);
+  setCanI([{ as: 'alice', verb: 'update', resource: 'ingresses', namespace: 'other', name: 'taken' }]);
+  const owners = '{"ownersMayShare": true}';
+  assert.equal(review('bob', 'new.example.com').allowed, true);
+  const denied = review('bob', 'a.example.com');
+  assert.deepEqual([denied.allowed, denied.status.code, denied.message],
+    [false, 409, 'host "a.example.com" is already served by ingress other/taken']);
+  assert.equal(review('alice', 'a.example.com').allowed, false, 'sharing needs ownersMayShare');
+  assert.equal(review('alice', 'a.example.com', owners).allowed, true);
+  assert.equal(review('bob', 'a.example.com', owners).allowed, false);
+  setCluster([ingress('other', 'taken', {})], [ING]);
+  assert.match(review('alice', 'a.example.com', owners).message,
+    /^cannot review access to ingress other\/taken: reading authorization.k8s.io\/v1 SubjectAccessReview is not granted/);
+  setCluster([], [['v1', 'ConfigMap']]);
+  assert.match(review('alice', 'a.example.com').message,
+    /^cannot list ingresses: reading networking.k8s.io\/v1 Ingress is not granted/);
+  fixture();
+});
+
 // --- the controller SDK, on the namespace-defaults example -------------------
 
 import { fixtureHost, reconcile as reconcileWith } from './wasm-apiserver-controller-sdk.js';
