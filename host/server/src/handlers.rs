@@ -494,20 +494,41 @@ async fn get(call: &Call<'_>) -> Result<Response> {
     ))
 }
 
+/// A LIST is built on the bulk runtime (see [`crate::bulk`]): its read,
+/// decoding and encoding are the longest stretches without an await point
+/// a request has, and there they yield the CPU to short requests.
 async fn list(call: &Call<'_>) -> Result<Response> {
     let table = table_request(call.headers, call.q)?;
     let params = list_params(call.q, call.res)?;
-    let out = call.state.objects.list(call.res, call.ns, &params).await?;
-    Ok(match table {
+    let metadata_only = call.metadata_only();
+    let (objects, res, ns) = (
+        call.state.objects.clone(),
+        call.res.clone(),
+        call.ns.map(str::to_owned),
+    );
+    crate::bulk::run(async move {
+        let out = objects.list(&res, ns.as_deref(), &params).await?;
+        Ok(list_response(&res, out, table, metadata_only))
+    })
+    .await
+}
+
+fn list_response(
+    res: &Resource,
+    out: ListOutcome,
+    table: Option<IncludeObject>,
+    metadata_only: bool,
+) -> Response {
+    match table {
         Some(include) => {
             let mut m = json!({"resourceVersion": out.resource_version.to_string()});
             if let Some(c) = &out.continue_token {
                 m["continue"] = json!(c);
             }
-            json_response(StatusCode::OK, &to_table(call.res, &out.items, m, include))
+            json_response(StatusCode::OK, &to_table(res, &out.items, m, include))
         }
-        None if call.metadata_only() => {
-            let mut body = list_body(call.res, out);
+        None if metadata_only => {
+            let mut body = list_body(res, out);
             body["kind"] = json!("PartialObjectMetadataList");
             body["apiVersion"] = json!("meta.k8s.io/v1");
             for item in body["items"].as_array_mut().into_iter().flatten() {
@@ -515,8 +536,8 @@ async fn list(call: &Call<'_>) -> Result<Response> {
             }
             json_response(StatusCode::OK, &body)
         }
-        None => json_response(StatusCode::OK, &list_body(call.res, out)),
-    })
+        None => json_response(StatusCode::OK, &list_body(res, out)),
+    }
 }
 
 async fn watch(call: &Call<'_>) -> Result<Response> {

@@ -14,7 +14,8 @@
 //!
 //! Modules by layer, each importing only those below it:
 //! * HTTP: [`handlers`], [`watch`], [`discovery`], [`filters`] (the
-//!   middleware), [`state`], [`error`];
+//!   middleware), [`state`], [`error`], and [`bulk`] (where LIST responses
+//!   are built, at a lower OS priority);
 //! * access control: [`authn`], [`authz`], [`audit`], [`access_plugins`],
 //!   [`satoken`];
 //! * the assembly: [`server`], with [`cli`], [`config`] and [`tls`].
@@ -23,6 +24,7 @@ pub mod access_plugins;
 pub mod audit;
 pub mod authn;
 pub mod authz;
+pub mod bulk;
 pub mod cli;
 pub mod config;
 pub mod controller_cli;

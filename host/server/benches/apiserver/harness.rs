@@ -367,6 +367,8 @@ pub(crate) fn cpu_sample() -> Option<CpuSample> {
                 // The plugin runtime's threads (the preparer, the epoch
                 // ticker) work for the server too.
                 || comm.starts_with("wasm-")
+                // Where the server builds LIST responses.
+                || comm.starts_with("bulk")
                 || comm.starts_with("embedded-store"))
         {
             server += ticks;
