@@ -1063,8 +1063,12 @@ const AGGREGATE_TO_ADMIN: &str = "rbac.authorization.k8s.io/aggregate-to-admin";
 const AGGREGATE_TO_EDIT: &str = "rbac.authorization.k8s.io/aggregate-to-edit";
 const AGGREGATE_TO_VIEW: &str = "rbac.authorization.k8s.io/aggregate-to-view";
 
-/// The default ClusterRoles and ClusterRoleBindings (upstream's essentials,
-/// limited to the resources this server serves), labelled
+/// A Pod's subresources that reach into it (read with `get` for the
+/// streaming upgrade, written with `create`).
+const POD_ACCESS: &[&str] = &["pods/attach", "pods/exec", "pods/portforward", "pods/proxy"];
+
+/// The default ClusterRoles and ClusterRoleBindings (upstream's essentials;
+/// `admin`, `edit` and `view` with upstream's rules, 1.33), labelled
 /// `kubernetes.io/bootstrapping: rbac-defaults`. `admin`, `edit` and `view`
 /// are aggregated (as upstream: `view` feeds `edit`, `edit` feeds `admin`)
 /// and returned with their rules already filled in.
@@ -1097,25 +1101,166 @@ pub fn bootstrap_policy() -> Vec<Value> {
             "system:aggregate-to-edit",
             &[(AGGREGATE_TO_EDIT, "true")],
             vec![
+                PolicyRule::new(
+                    READ,
+                    &[""],
+                    &[POD_ACCESS, &["secrets", "services/proxy"]].concat(),
+                ),
                 PolicyRule::new(&["impersonate"], &[""], &["serviceaccounts"]),
+                PolicyRule::new(WRITE, &[""], &[&["pods"][..], POD_ACCESS].concat()),
+                PolicyRule::new(&["create"], &[""], &["pods/eviction"]),
                 PolicyRule::new(
                     WRITE,
                     &[""],
-                    &["configmaps", "events", "secrets", "serviceaccounts"],
+                    &[
+                        "configmaps",
+                        "events",
+                        "persistentvolumeclaims",
+                        "replicationcontrollers",
+                        "replicationcontrollers/scale",
+                        "secrets",
+                        "serviceaccounts",
+                        "services",
+                        "services/proxy",
+                    ],
                 ),
-                PolicyRule::new(READ, &[""], &["secrets"]),
                 PolicyRule::new(&["create"], &[""], &["serviceaccounts/token"]),
-                PolicyRule::new(WRITE, &["coordination.k8s.io"], &["leases"]),
+                PolicyRule::new(
+                    WRITE,
+                    &["apps"],
+                    &[
+                        "daemonsets",
+                        "deployments",
+                        "deployments/rollback",
+                        "deployments/scale",
+                        "replicasets",
+                        "replicasets/scale",
+                        "statefulsets",
+                        "statefulsets/scale",
+                    ],
+                ),
+                PolicyRule::new(WRITE, &["autoscaling"], &["horizontalpodautoscalers"]),
+                PolicyRule::new(WRITE, &["batch"], &["cronjobs", "jobs"]),
+                PolicyRule::new(
+                    WRITE,
+                    &["extensions"],
+                    &[
+                        "daemonsets",
+                        "deployments",
+                        "deployments/rollback",
+                        "deployments/scale",
+                        "ingresses",
+                        "networkpolicies",
+                        "replicasets",
+                        "replicasets/scale",
+                        "replicationcontrollers/scale",
+                    ],
+                ),
+                PolicyRule::new(WRITE, &["policy"], &["poddisruptionbudgets"]),
+                PolicyRule::new(
+                    WRITE,
+                    &["networking.k8s.io"],
+                    &["ingresses", "networkpolicies"],
+                ),
+                PolicyRule::new(READ_WRITE, &["coordination.k8s.io"], &["leases"]),
             ],
         ),
         cluster_role(
             "system:aggregate-to-view",
             &[(AGGREGATE_TO_VIEW, "true")],
             vec![
-                PolicyRule::new(READ, &[""], &["configmaps", "events", "serviceaccounts"]),
-                PolicyRule::new(READ, &[""], &["namespaces", "namespaces/status"]),
-                PolicyRule::new(READ, &["events.k8s.io"], &["events"]),
-                PolicyRule::new(READ, &["coordination.k8s.io"], &["leases"]),
+                PolicyRule::new(
+                    READ,
+                    &[""],
+                    &[
+                        "configmaps",
+                        "endpoints",
+                        "persistentvolumeclaims",
+                        "persistentvolumeclaims/status",
+                        "pods",
+                        "replicationcontrollers",
+                        "replicationcontrollers/scale",
+                        "serviceaccounts",
+                        "services",
+                        "services/status",
+                    ],
+                ),
+                PolicyRule::new(
+                    READ,
+                    &[""],
+                    &[
+                        "bindings",
+                        "events",
+                        "limitranges",
+                        "namespaces/status",
+                        "pods/log",
+                        "pods/status",
+                        "replicationcontrollers/status",
+                        "resourcequotas",
+                        "resourcequotas/status",
+                    ],
+                ),
+                PolicyRule::new(READ, &[""], &["namespaces"]),
+                PolicyRule::new(READ, &["discovery.k8s.io"], &["endpointslices"]),
+                PolicyRule::new(
+                    READ,
+                    &["apps"],
+                    &[
+                        "controllerrevisions",
+                        "daemonsets",
+                        "daemonsets/status",
+                        "deployments",
+                        "deployments/scale",
+                        "deployments/status",
+                        "replicasets",
+                        "replicasets/scale",
+                        "replicasets/status",
+                        "statefulsets",
+                        "statefulsets/scale",
+                        "statefulsets/status",
+                    ],
+                ),
+                PolicyRule::new(
+                    READ,
+                    &["autoscaling"],
+                    &[
+                        "horizontalpodautoscalers",
+                        "horizontalpodautoscalers/status",
+                    ],
+                ),
+                PolicyRule::new(
+                    READ,
+                    &["batch"],
+                    &["cronjobs", "cronjobs/status", "jobs", "jobs/status"],
+                ),
+                PolicyRule::new(
+                    READ,
+                    &["extensions"],
+                    &[
+                        "daemonsets",
+                        "daemonsets/status",
+                        "deployments",
+                        "deployments/scale",
+                        "deployments/status",
+                        "ingresses",
+                        "ingresses/status",
+                        "networkpolicies",
+                        "replicasets",
+                        "replicasets/scale",
+                        "replicasets/status",
+                        "replicationcontrollers/scale",
+                    ],
+                ),
+                PolicyRule::new(
+                    READ,
+                    &["policy"],
+                    &["poddisruptionbudgets", "poddisruptionbudgets/status"],
+                ),
+                PolicyRule::new(
+                    READ,
+                    &["networking.k8s.io"],
+                    &["ingresses", "ingresses/status", "networkpolicies"],
+                ),
             ],
         ),
         // Delegated authentication and authorization (kube-rbac-proxy,
@@ -1962,9 +2107,45 @@ mod tests {
                 true,
             ),
             (
-                "view reads leases",
+                "view does not read leases (edit does)",
                 can(&view, "get", "coordination.k8s.io", "leases"),
+                false,
+            ),
+            (
+                "edit renews leases",
+                can(&edit, "update", "coordination.k8s.io", "leases"),
                 true,
+            ),
+            ("view lists pods", can(&view, "list", "", "pods"), true),
+            (
+                "view cannot exec into pods",
+                can(&view, "create", "", "pods/exec"),
+                false,
+            ),
+            (
+                "edit execs into pods",
+                can(&edit, "create", "", "pods/exec"),
+                true,
+            ),
+            (
+                "edit scales deployments",
+                can(&edit, "update", "apps", "deployments/scale"),
+                true,
+            ),
+            (
+                "edit writes ingresses",
+                can(&edit, "patch", "networking.k8s.io", "ingresses"),
+                true,
+            ),
+            (
+                "view reads endpointslices",
+                can(&view, "watch", "discovery.k8s.io", "endpointslices"),
+                true,
+            ),
+            (
+                "edit cannot write endpointslices",
+                can(&edit, "create", "discovery.k8s.io", "endpointslices"),
+                false,
             ),
             ("edit reads secrets", can(&edit, "get", "", "secrets"), true),
             (

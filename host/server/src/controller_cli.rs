@@ -643,10 +643,10 @@ mod tests {
     use super::*;
 
     fn review(user: &str, groups: &[&str], verb: &str, resource: &str, namespace: &str) -> Value {
-        let group = if resource == "ingresses" {
-            "networking.k8s.io"
-        } else {
-            ""
+        let group = match resource {
+            "ingresses" => "networking.k8s.io",
+            "roles" => "rbac.authorization.k8s.io",
+            _ => "",
         };
         json!({"user": user, "groups": groups, "resourceAttributes": {
             "verb": verb, "group": group, "resource": resource, "namespace": namespace}})
@@ -674,21 +674,21 @@ mod tests {
             json!({"rules": [{"apiGroups": ["networking.k8s.io"],
             "resources": ["ingresses"], "verbs": ["update"]}]}),
         );
-        let bind = |name: &str, kind: &str, role: &str| {
+        let bind = |name: &str, kind: &str, role: &str, user: &str| {
             rbac(
                 "RoleBinding",
                 name,
                 json!({
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
-                "subjects": [{"kind": "User", "name": "alice"}]}),
+                "subjects": [{"kind": "User", "name": user}]}),
             )
         };
         let bound = Fixtures {
             objects: Mutex::new(vec![
                 ingress,
                 role,
-                bind("alice-ingresses", "Role", "ingress-editor"),
-                bind("alice-edits", "ClusterRole", "edit"),
+                bind("alice-ingresses", "Role", "ingress-editor", "alice"),
+                bind("carol-edits", "ClusterRole", "edit", "carol"),
             ]),
             writes: Default::default(),
         };
@@ -720,8 +720,14 @@ mod tests {
             (
                 "a RoleBinding to the default edit role",
                 &bound,
-                review("alice", &[], "update", "configmaps", "team-a"),
+                review("carol", &[], "delete", "ingresses", "team-a"),
                 true,
+            ),
+            (
+                "edit does not write roles",
+                &bound,
+                review("carol", &[], "create", "roles", "team-a"),
+                false,
             ),
             (
                 "not in another namespace",
