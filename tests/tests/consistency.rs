@@ -33,6 +33,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{
     Api, DeleteParams, ListParams, PostParams, Preconditions, WatchEvent, WatchParams,
 };
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng};
 use wasm_apiserver_e2e::Server;
 use wasm_apiserver_e2e::etcd::EtcdCluster;
 use wasm_apiserver_history::{
@@ -60,23 +62,23 @@ fn embedded_store_under_sigkill_and_sigstop() {
     eprintln!("embedded campaign: {secs} s of faults, CONSISTENCY_SEED={seed}");
     let mut server = Server::start_with_args(&["--etcd-compaction-interval", "5s"]);
     let targets = vec![server.kubeconfig_path()];
-    let mut rng = Rng(seed ^ 0x5eed);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
     let faults = Faults::default();
     let history = run_campaign(seed, secs, &targets, &faults, |stop| {
         // Kinds in turn from a random one, so a short run has each.
-        let mut turn = rng.below(2);
-        while !sleep_unless(stop, rng.millis(1_500, 4_000)) {
+        let mut turn: u64 = rng.random_range(0..2);
+        while !sleep_unless(stop, rng.random_range(1_500..=4_000)) {
             turn += 1;
             if turn.is_multiple_of(2) {
                 server.kill9();
-                std::thread::sleep(Duration::from_millis(rng.millis(0, 300)));
+                std::thread::sleep(Duration::from_millis(rng.random_range(0..=300)));
                 server.restart();
                 faults.note("server SIGKILL + restart");
             } else {
                 let pid = pid_with_args(&["--data-dir", &server.data_dir().to_string_lossy()])
                     .unwrap_or_else(|| panic!("no pid for the server\n{}", server.diagnostics()));
                 signal("STOP", pid);
-                std::thread::sleep(Duration::from_millis(rng.millis(300, 2_500)));
+                std::thread::sleep(Duration::from_millis(rng.random_range(300..=2_500)));
                 signal("CONT", pid);
                 faults.note("server SIGSTOP");
             }
@@ -108,17 +110,17 @@ fn etcd_two_replicas_under_replica_and_etcd_faults() {
         ])
     });
     let targets: Vec<_> = replicas.iter().map(Server::kubeconfig_path).collect();
-    let mut rng = Rng(seed ^ 0xe7cd);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xe7cd);
     let faults = Faults::default();
     let history = run_campaign(seed, secs, &targets, &faults, |stop| {
-        let mut turn = rng.below(5);
-        while !sleep_unless(stop, rng.millis(1_500, 4_000)) {
-            let r = rng.below(2) as usize;
+        let mut turn: u64 = rng.random_range(0..5);
+        while !sleep_unless(stop, rng.random_range(1_500..=4_000)) {
+            let r = rng.random_range(0..2) as usize;
             turn += 1;
             match turn % 5 {
                 0 => {
                     replicas[r].kill9();
-                    std::thread::sleep(Duration::from_millis(rng.millis(0, 300)));
+                    std::thread::sleep(Duration::from_millis(rng.random_range(0..=300)));
                     replicas[r].restart();
                     faults.note("replica SIGKILL + restart");
                 }
@@ -127,22 +129,22 @@ fn etcd_two_replicas_under_replica_and_etcd_faults() {
                     let pid = pid_with_args(&["--data-dir", &dir.to_string_lossy()])
                         .expect("replica pid");
                     signal("STOP", pid);
-                    std::thread::sleep(Duration::from_millis(rng.millis(300, 2_500)));
+                    std::thread::sleep(Duration::from_millis(rng.random_range(300..=2_500)));
                     signal("CONT", pid);
                     faults.note("replica SIGSTOP");
                 }
                 2 => {
                     etcd.kill_member(0);
-                    std::thread::sleep(Duration::from_millis(rng.millis(0, 1_000)));
+                    std::thread::sleep(Duration::from_millis(rng.random_range(0..=1_000)));
                     etcd.restart_member(0);
                     faults.note("etcd SIGKILL + restart");
                 }
                 3 => {
                     // Half the cuts refuse new connections, half leave
                     // them hanging (a partition that drops packets).
-                    let blackhole = rng.below(2) == 0;
+                    let blackhole = rng.random_range(0..2) == 0;
                     proxies[r].cut(blackhole);
-                    std::thread::sleep(Duration::from_millis(rng.millis(1_000, 4_000)));
+                    std::thread::sleep(Duration::from_millis(rng.random_range(1_000..=4_000)));
                     proxies[r].restore();
                     faults.note(if blackhole {
                         "replica-etcd path cut (blackholed) + restored"
@@ -154,7 +156,7 @@ fn etcd_two_replicas_under_replica_and_etcd_faults() {
                     let pid =
                         pid_with_args(&["--listen-client-urls", &endpoint]).expect("etcd pid");
                     signal("STOP", pid);
-                    std::thread::sleep(Duration::from_millis(rng.millis(300, 2_500)));
+                    std::thread::sleep(Duration::from_millis(rng.random_range(300..=2_500)));
                     signal("CONT", pid);
                     faults.note("etcd SIGSTOP");
                 }
@@ -543,9 +545,9 @@ fn run_campaign(
                 .map(|c| {
                     let api = apis[c as usize % apis.len()].clone();
                     let shared = shared.clone();
-                    let rng = Rng(seed
-                        .wrapping_add(u64::from(c).wrapping_mul(0x9e37_79b9_7f4a_7c15))
-                        | 1);
+                    let rng = StdRng::seed_from_u64(
+                        seed.wrapping_add(u64::from(c).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                    );
                     tokio::spawn(client(c, api, shared, deadline, rng))
                 })
                 .collect();
@@ -587,7 +589,7 @@ fn run_campaign(
 /// every key through each server, then watches from old and recent
 /// revisions that must deliver every change up to the newest one known.
 async fn close(apis: &[Api<ConfigMap>], shared: &Arc<Shared>, seed: u64) {
-    let mut rng = Rng(seed ^ 0xc105e);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xc105e);
     for api in apis {
         // The first requests after the last fault may still find a server
         // restarting: retry the list until it answers.
@@ -614,7 +616,7 @@ async fn close(apis: &[Api<ConfigMap>], shared: &Arc<Shared>, seed: u64) {
     let mut starts: Vec<Rv> = vec![seen.iter().copied().min().unwrap_or(0)];
     for _ in 0..3 {
         if !seen.is_empty() {
-            starts.push(seen[rng.below(seen.len() as u64) as usize]);
+            starts.push(seen[rng.random_range(0..seen.len() as u64) as usize]);
         }
     }
     starts.push(newest.saturating_sub(1));
@@ -644,28 +646,32 @@ async fn client(
     api: Api<ConfigMap>,
     shared: Arc<Shared>,
     deadline: Instant,
-    mut rng: Rng,
+    mut rng: StdRng,
 ) {
     let mut seq = 0u64;
     let mut watch_task: Option<tokio::task::JoinHandle<()>> = None;
     while Instant::now() < deadline {
-        let k = key(rng.below(KEYS as u64) as usize);
+        let k = key(rng.random_range(0..KEYS as u64) as usize);
         let latest = shared.latest.lock().expect("latest").get(&k).copied();
         // Now and then a precondition from an older revision (a stale CAS).
         let expected = latest.map(|rv| {
-            if rng.below(4) == 0 {
-                rv.saturating_sub(rng.below(20))
+            if rng.random_range(0..4) == 0 {
+                rv.saturating_sub(rng.random_range(0..20))
             } else {
                 rv
             }
         });
         let value = || format!("c{id}-{seq}");
-        let roll = rng.below(100);
+        let roll = rng.random_range(0..100);
         let answered = match (roll, expected) {
             (0..20, _) => create(id, &api, &shared, &k, &value()).await,
             (20..50, Some(expected)) => update(id, &api, &shared, &k, expected, &value()).await,
             (50..60, _) => {
-                let pre = if rng.below(4) == 0 { None } else { expected };
+                let pre = if rng.random_range(0..4) == 0 {
+                    None
+                } else {
+                    expected
+                };
                 delete(id, &api, &shared, &k, pre).await
             }
             (60..80, _) | (20..50, None) => get(id, &api, &shared, &k).await,
@@ -673,7 +679,7 @@ async fn client(
             _ => {
                 if watch_task.as_ref().is_none_or(|t| t.is_finished()) {
                     let from = watch_start(&shared, &mut rng);
-                    let duration = Duration::from_millis(rng.millis(500, 4_000));
+                    let duration = Duration::from_millis(rng.random_range(500..=4_000));
                     let (api, shared) = (api.clone(), shared.clone());
                     shared.watches.fetch_add(1, Ordering::SeqCst);
                     watch_task = Some(tokio::spawn(async move {
@@ -687,7 +693,7 @@ async fn client(
         seq += 1;
         if !answered {
             // The server is down or stopped: do not hammer it.
-            tokio::time::sleep(Duration::from_millis(rng.millis(50, 200))).await;
+            tokio::time::sleep(Duration::from_millis(rng.random_range(50..=200))).await;
         }
     }
     if let Some(t) = watch_task {
@@ -697,16 +703,16 @@ async fn client(
 
 /// A watch start: mostly a recent revision, sometimes an old one (which
 /// compaction may have removed: a clean 410 then).
-fn watch_start(shared: &Shared, rng: &mut Rng) -> Rv {
+fn watch_start(shared: &Shared, rng: &mut StdRng) -> Rv {
     let seen = shared.seen.lock().expect("seen");
     if seen.is_empty() {
         return 1;
     }
     let n = seen.len() as u64;
-    let i = if rng.below(3) == 0 {
-        rng.below(n)
+    let i = if rng.random_range(0..3) == 0 {
+        rng.random_range(0..n)
     } else {
-        n - 1 - rng.below(n.min(30))
+        n - 1 - rng.random_range(0..n.min(30))
     };
     seen[i as usize]
 }
@@ -1128,28 +1134,4 @@ fn seed() -> u64 {
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(1)
         })
-}
-
-/// xorshift64*: enough randomness for picking operations, reproducible
-/// from a seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0.max(1);
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn millis(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
 }

@@ -7,6 +7,8 @@
 //! the run); fix the bug and add the input to the corpus.
 #![cfg(feature = "plugins")]
 
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use wasm_apiserver_fuzz_targets::target;
@@ -28,55 +30,38 @@ const INTERESTING: [i32; 10] = [
     i32::MAX,
 ];
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0.max(1);
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 /// One to eight random edits of `input`: bit flips, bytes set, inserted,
 /// removed or repeated, interesting 32-bit values, and splices of another
 /// corpus input.
-fn mutate(input: &mut Vec<u8>, rng: &mut Rng, corpus: &[Vec<u8>]) {
-    for _ in 0..1 + rng.below(8) {
+fn mutate(input: &mut Vec<u8>, rng: &mut StdRng, corpus: &[Vec<u8>]) {
+    for _ in 0..1 + rng.random_range(0..8) {
         let len = input.len();
-        let at = rng.below(len + 1);
-        match rng.below(7) {
-            0 if len > 0 => input[at.min(len - 1)] ^= 1 << rng.below(8),
-            1 if len > 0 => input[at.min(len - 1)] = rng.next() as u8,
-            2 => input.insert(at, rng.next() as u8),
+        let at = rng.random_range(0..len + 1);
+        match rng.random_range(0..7) {
+            0 if len > 0 => input[at.min(len - 1)] ^= 1 << rng.random_range(0..8),
+            1 if len > 0 => input[at.min(len - 1)] = rng.random::<u8>(),
+            2 => input.insert(at, rng.random::<u8>()),
             3 if len > 0 => {
-                let end = (at + 1 + rng.below(16)).min(len);
+                let end = (at + 1 + rng.random_range(0..16)).min(len);
                 input.drain(at.min(len - 1)..end);
             }
             4 if len > 0 => {
-                let start = rng.below(len);
-                let end = (start + 1 + rng.below(32)).min(len);
+                let start = rng.random_range(0..len);
+                let end = (start + 1 + rng.random_range(0..32)).min(len);
                 let chunk = input[start..end].to_vec();
                 input.splice(at..at, chunk);
             }
             5 => {
-                let value = INTERESTING[rng.below(INTERESTING.len())].to_le_bytes();
+                let value = INTERESTING[rng.random_range(0..INTERESTING.len())].to_le_bytes();
                 let end = (at + 4).min(len);
                 input.splice(at..end, value);
             }
             _ => {
-                let other = &corpus[rng.below(corpus.len())];
+                let other = &corpus[rng.random_range(0..corpus.len())];
                 if !other.is_empty() {
-                    let start = rng.below(other.len());
-                    let end = (start + 1 + rng.below(64)).min(other.len());
-                    let end_here = (at + rng.below(64)).min(len);
+                    let start = rng.random_range(0..other.len());
+                    let end = (start + 1 + rng.random_range(0..64)).min(other.len());
+                    let end_here = (at + rng.random_range(0..64)).min(len);
                     input.splice(at..end_here, other[start..end].iter().copied());
                 }
             }
@@ -103,11 +88,11 @@ fn plugin_targets_survive_random_mutations() {
             .map(|e| std::fs::read(e.expect("corpus entry").path()).expect("corpus file"))
             .collect();
         assert!(!corpus.is_empty(), "{name} has no corpus");
-        let mut rng = Rng(seed ^ name.len() as u64);
+        let mut rng = StdRng::seed_from_u64(seed ^ name.len() as u64);
         let deadline = Instant::now() + PER_TARGET;
         let mut runs = 0u64;
         while Instant::now() < deadline {
-            let mut input = corpus[rng.below(corpus.len())].clone();
+            let mut input = corpus[rng.random_range(0..corpus.len())].clone();
             mutate(&mut input, &mut rng, &corpus);
             if std::panic::catch_unwind(|| (t.run)(&input)).is_err() {
                 let artifacts = fuzz.join("artifacts").join(name);
