@@ -41,6 +41,8 @@ pub struct EtcdCluster {
     /// Holds `<name>/` (a member's `--data-dir`) and `<name>.log`.
     root: TempDir,
     members: Vec<Member>,
+    /// More flags for every member (`start_with_args`).
+    extra_args: Vec<String>,
 }
 
 impl EtcdCluster {
@@ -49,6 +51,12 @@ impl EtcdCluster {
     /// healthy (a leader is elected). Retries on fresh ports if a port was
     /// taken between probing and etcd's bind.
     pub fn start(members: usize) -> EtcdCluster {
+        Self::start_with_args(members, &[])
+    }
+
+    /// As [`EtcdCluster::start`], every member also given `extra_args`
+    /// (e.g. `--quota-backend-bytes`), on restarts too.
+    pub fn start_with_args(members: usize, extra_args: &[&str]) -> EtcdCluster {
         assert!(members > 0, "an etcd cluster needs at least one member");
         let mut last_error = String::new();
         for _ in 0..3 {
@@ -59,6 +67,7 @@ impl EtcdCluster {
             let ports = free_ports(2 * members);
             let mut cluster = EtcdCluster {
                 root,
+                extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
                 members: (0..members)
                     .map(|i| Member {
                         name: format!("n{}", i + 1),
@@ -245,6 +254,7 @@ impl EtcdCluster {
             .args(["--initial-cluster-state", "new"])
             .args(["--initial-cluster-token", &token])
             .args(["--logger", "zap", "--log-level", "warn"])
+            .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone etcd log handle"))
             .stderr(log)

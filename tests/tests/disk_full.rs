@@ -8,6 +8,10 @@
 //!
 //! Mounting a tmpfs needs root (CAP_SYS_ADMIN), as the test runs in CI;
 //! the mount is lazily unmounted on drop, even when the test fails.
+//!
+//! On etcd the same end is its space quota: a replica on an etcd whose
+//! `--quota-backend-bytes` is small answers 507 once etcd raises its
+//! NOSPACE alarm, and reads go on.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use wasm_apiserver_e2e::Server;
+use wasm_apiserver_e2e::etcd::EtcdCluster;
 
 /// The tmpfs: room for the server's data dir (a fresh store is about 1 MiB)
 /// and a few large writes.
@@ -360,4 +365,57 @@ fn writes_fail_cleanly_on_a_full_disk_and_resume_once_space_is_freed() {
         "{} acknowledged objects read back equal after a restart",
         acked.len()
     );
+}
+
+/// etcd's space quota for the etcd test: room for the server's bootstrap
+/// objects and a few dozen large writes (history is not compacted).
+const ETCD_QUOTA: u64 = 16 << 20;
+
+#[test]
+fn etcd_out_of_its_space_quota_is_a_507_and_reads_go_on() {
+    let etcd = EtcdCluster::start_with_args(1, &["--quota-backend-bytes", &ETCD_QUOTA.to_string()]);
+    let servers = etcd.servers_flag();
+    let server = Server::start_with_args(&["--etcd-servers", &servers]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = {
+        let _guard = rt.enter();
+        admin_client(&server)
+    };
+    let mut acked: BTreeMap<String, Acked> = BTreeMap::new();
+    let (refused, code, status) = rt.block_on(async {
+        for i in 0..(2 * ETCD_QUOTA as usize / LARGE) {
+            let name = format!("large-{i}");
+            let (code, answer) = create(&client, &name, LARGE).await;
+            match code {
+                201 => remember(&mut acked, &name, &answer),
+                _ => return (name, code, answer),
+            }
+        }
+        panic!("twice the quota was written and etcd took it all")
+    });
+    eprintln!(
+        "{} large writes acknowledged, then {refused}: {code} {status}",
+        acked.len()
+    );
+    assert!(!acked.is_empty(), "the first write was refused: {status}");
+    assert_eq!(code, 507, "a write over etcd's quota: {status}");
+    assert_eq!(status["kind"], "Status", "not a Status: {status}");
+    assert_eq!(status["reason"], "InsufficientStorage", "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("database space exceeded"),
+        "the message does not carry etcd's reason: {status}"
+    );
+    rt.block_on(async {
+        // A small write is refused the same way (etcd's alarm is on).
+        let (code, answer) = create(&client, "small", 100).await;
+        assert_eq!(code, 507, "a small write under etcd's alarm: {answer}");
+        // Reads go on, and nothing acknowledged changed.
+        check_all(&client, &acked, "etcd over its quota").await;
+    });
 }
