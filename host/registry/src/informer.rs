@@ -93,7 +93,19 @@ pub enum Change<'a> {
 
 /// Lists every object, then follows every change, handing each to
 /// `on_change`; relists after a watch error. Never returns.
-pub async fn follow_metadata(objects: &Objects, mut on_change: impl FnMut(Change<'_>) + Send) {
+pub async fn follow_metadata(objects: &Objects, on_change: impl FnMut(Change<'_>) + Send) {
+    follow_metadata_keys(objects, |_, _| true, on_change).await
+}
+
+/// As [`follow_metadata`], for the objects whose storage key `keep`
+/// accepts (with whether the change is a deletion): the others are skipped
+/// before their metadata is decoded, so a follower that cares about a few
+/// resources does not decode every write of the cluster.
+pub async fn follow_metadata_keys(
+    objects: &Objects,
+    keep: impl Fn(&str, bool) -> bool + Send,
+    mut on_change: impl FnMut(Change<'_>) + Send,
+) {
     loop {
         let result: Result<(), ApiError> = async {
             on_change(Change::Reset);
@@ -112,7 +124,7 @@ pub async fn follow_metadata(objects: &Objects, mut on_change: impl FnMut(Change
                     )
                     .await
                     .map_err(storage_error)?;
-                for kv in &page.items {
+                for kv in page.items.iter().filter(|kv| keep(&kv.key, false)) {
                     if let Some(meta) = decode_meta(&kv.value) {
                         on_change(Change::Upsert(&kv.key, meta));
                     }
@@ -134,6 +146,9 @@ pub async fn follow_metadata(objects: &Objects, mut on_change: impl FnMut(Change
                     continue;
                 };
                 let KeyValue { key, value, .. } = &ev.kv;
+                if !keep(key, ev.kind == EventKind::Deleted) {
+                    continue;
+                }
                 let Some(meta) = decode_meta(value) else {
                     continue;
                 };

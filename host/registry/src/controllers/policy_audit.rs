@@ -244,10 +244,21 @@ impl Auditor {
     }
 
     /// Queues every changed object of an audited resource; forgets deleted
-    /// ones.
+    /// ones. Writes of other resources are skipped undecoded (deletions
+    /// too while nothing has findings).
     async fn follow(self: Arc<Self>) {
         let objects = self.objects().clone();
-        informer::follow_metadata(&objects, |change| match change {
+        let keep = |key: &str, deleted: bool| {
+            self.is_audited(key)
+                || (deleted
+                    && !self
+                        .findings
+                        .lock()
+                        .expect("findings lock")
+                        .by_uid
+                        .is_empty())
+        };
+        informer::follow_metadata_keys(&objects, keep, |change| match change {
             Change::Upsert(key, _) => {
                 if self.is_audited(key) {
                     self.queue.add(Key(key.into()));

@@ -9,7 +9,7 @@
 
 use crate::harness::{
     Api, Error, MakeRequest, Row, Served, closed_loop, configmap, cpu_sample, cpu_since, merge,
-    met, send, serve,
+    met, send, serve_admission,
 };
 use futures::StreamExt;
 use hyper::{Method, StatusCode, Uri};
@@ -19,11 +19,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
+use wasm_apiserver_plugins::RuntimeConfig;
 use wasm_apiserver_registry::controllers::{
-    Client, bootstrap, certificates, gc, leader::Leadership, serviceaccounts,
+    Client, bootstrap, certificates, gc, leader::Leadership, policy_audit, serviceaccounts,
 };
-use wasm_apiserver_storage::embedded::{EmbeddedOptions, EmbeddedStore};
-use wasm_apiserver_storage::{EventKind, Storage, WatchItem};
+use wasm_apiserver_storage::embedded::EmbeddedOptions;
+use wasm_apiserver_storage::{EventKind, WatchItem};
 
 const OWNERS: usize = 1000;
 const DEPENDENTS: usize = 10;
@@ -33,9 +34,10 @@ const IDLE: Duration = Duration::from_secs(10);
 const ROUNDS: usize = 3;
 const NS: &str = "default";
 
-/// A server on a fresh store, with every native singleton controller (the
-/// garbage collector, service accounts, root CA, certificates, bootstrap
-/// signer) when `controllers`.
+/// A server on a fresh store with the admission chain (no plugins), as the
+/// server runs, with every native singleton controller (the garbage
+/// collector, service accounts, root CA, certificates, bootstrap signer,
+/// the background policy audit) when `controllers`.
 async fn start(
     srv: &Handle,
     path: &Path,
@@ -43,9 +45,15 @@ async fn start(
 ) -> Result<(Served, Option<gc::GraphSize>), Error> {
     let path = path.to_path_buf();
     srv.spawn(async move {
-        let storage: Arc<dyn Storage> =
-            Arc::new(EmbeddedStore::open(&path, EmbeddedOptions::default())?);
-        let served = serve(storage, None).await?;
+        let plugins = path.with_extension("plugins");
+        std::fs::create_dir_all(&plugins)?;
+        let (served, _runtime) = serve_admission(
+            path.clone(),
+            plugins,
+            RuntimeConfig::default(),
+            EmbeddedOptions::default(),
+        )
+        .await?;
         let size = match controllers {
             false => None,
             true => {
@@ -76,6 +84,13 @@ async fn start(
                 );
                 bootstrap::spawn(
                     client(bootstrap::NAME),
+                    Leadership::always(),
+                    &state.controllers,
+                );
+                policy_audit::spawn(
+                    client(policy_audit::NAME),
+                    policy_audit::Config::default(),
+                    state.load.clone(),
                     Leadership::always(),
                     &state.controllers,
                 );
