@@ -2,8 +2,10 @@
 //! unique-Ingress-host check (Kubewarden's SDK, `list_resources_all` of
 //! every Ingress through the server's own store) with 3,000 Namespaces and
 //! 10,000 Ingresses stored. Ingress creates with the policy and without,
-//! interleaved, one client; the RSS the loaded policy adds; and the cost of
-//! one `get` and one 100-item `list` of the cluster reads plugins make.
+//! interleaved, one client; the RSS the loaded policy adds (its compiled
+//! code already in the cache: the other server loaded it once); and the
+//! cost of one `get` and one 100-item `list` of the cluster reads plugins
+//! make.
 
 use crate::harness::{Api, Error, Row, send, serve_admission};
 use hyper::{Method, StatusCode};
@@ -145,6 +147,7 @@ pub(crate) async fn context(srv: &Handle, dir: &Path, window: Duration) -> Resul
     let mut servers = Vec::new();
     let mut rss_added = 0;
     let mut rss_after_call = 0;
+    let mut rss_settled = 0;
     let mut reads = None;
     for on in [false, true] {
         let store = dir.join(format!("context-{on}.redb"));
@@ -162,6 +165,27 @@ pub(crate) async fn context(srv: &Handle, dir: &Path, window: Duration) -> Resul
             .await??;
         let api = Api::new(served.addr);
         fill(&api).await?;
+        if !on {
+            // Load the policy here once and remove it, so its compiled
+            // code is in the shared cache: what the other server's load
+            // then adds is the loaded policy, not Cranelift's compile (and
+            // the allocator keeping what it used).
+            let plugins = "/apis/admission.wasm-apiserver.io/v1alpha1/admissionplugins";
+            api.create(plugins, policy()?).await?;
+            let req = api.request(
+                Method::DELETE,
+                format!("{plugins}/unique-ingress-host").parse()?,
+                None,
+            );
+            let (status, body) = send(&mut api.connect().await?, req).await?;
+            if !status.is_success() {
+                return Err(format!(
+                    "deleting the warm-up policy: {status} {}",
+                    String::from_utf8_lossy(&body)
+                )
+                .into());
+            }
+        }
         if on {
             let before = rss();
             api.create(
@@ -188,6 +212,10 @@ pub(crate) async fn context(srv: &Handle, dir: &Path, window: Duration) -> Resul
                 .into());
             }
             rss_after_call = rss().saturating_sub(before);
+            // What stays once the call's buffers are freed and the
+            // allocator has had time to return them.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            rss_settled = rss().saturating_sub(before);
             reads = Some(wasm_apiserver_registry::cluster::ClusterReads::new(
                 served.state.objects.clone(),
                 None,
@@ -241,7 +269,7 @@ pub(crate) async fn context(srv: &Handle, dir: &Path, window: Duration) -> Resul
     let list_us = t.elapsed().as_secs_f64() * 1e6 / m as f64;
     if let Some(r) = rows.iter_mut().find(|r| r.scenario == ON) {
         r.note = format!(
-            "plugin RSS +{rss_added} B loaded, +{rss_after_call} B after its first call; host get {get_us:.1} us, 100-item list {list_us:.0} us"
+            "plugin RSS +{rss_added} B loaded, +{rss_after_call} B after its first call, +{rss_settled} B 2 s later; host get {get_us:.1} us, 100-item list {list_us:.0} us"
         );
     }
     Ok(rows)
@@ -269,12 +297,13 @@ pub(crate) fn print_targets(rows: &[Row]) {
             .and_then(|s| s.parse().ok())
             .unwrap_or(0)
     };
-    let (loaded, called) = (bytes("RSS +"), bytes("loaded, +"));
+    let (loaded, called, settled) = (bytes("RSS +"), bytes("loaded, +"), bytes("first call, +"));
     println!(
-        "  RSS added by loading the policy <= 2 MB: {:.2} MB {} (after its first call, which lists 10k Ingresses: {:.1} MB)",
+        "  RSS added by loading the policy <= 2 MB: {:.2} MB {} (after its first call, which lists 10k Ingresses: {:.1} MB, 2 s later {:.1} MB)",
         loaded as f64 / 1e6,
         crate::harness::met(loaded <= 2_000_000),
-        called as f64 / 1e6
+        called as f64 / 1e6,
+        settled as f64 / 1e6
     );
     println!("  {}", on.note);
     println!(
