@@ -171,6 +171,7 @@ pub(crate) async fn context(srv: &Handle, dir: &Path, window: Duration) -> Resul
     let mut rss_after_call = 0;
     let mut rss_settled = 0;
     let mut pool_settled = 0;
+    let mut rss_base = 0;
     let mut reads = None;
     for on in [false, true] {
         let store = dir.join(format!("context-{on}.redb"));
@@ -211,6 +212,7 @@ pub(crate) async fn context(srv: &Handle, dir: &Path, window: Duration) -> Resul
         }
         if on {
             let before = rss();
+            rss_base = before;
             let pool_before = pool_rss();
             api.create(
                 "/apis/admission.wasm-apiserver.io/v1alpha1/admissionplugins",
@@ -261,6 +263,8 @@ pub(crate) async fn context(srv: &Handle, dir: &Path, window: Duration) -> Resul
     for r in &mut rows {
         r.latencies.sort_unstable();
     }
+    // After every round's calls (each listing every Ingress).
+    let rss_end = rss().saturating_sub(rss_base);
     // The host calls' own cost, in process.
     let reads = Arc::new(reads.ok_or("no reads")?);
     let n = 2_000;
@@ -294,7 +298,7 @@ pub(crate) async fn context(srv: &Handle, dir: &Path, window: Duration) -> Resul
     let list_us = t.elapsed().as_secs_f64() * 1e6 / m as f64;
     if let Some(r) = rows.iter_mut().find(|r| r.scenario == ON) {
         r.note = format!(
-            "plugin RSS +{rss_added} B loaded, +{rss_after_call} B after its first call, +{rss_settled} B 2 s later (of which +{pool_settled} B in the wasm memory pools); host get {get_us:.1} us, 100-item list {list_us:.0} us"
+            "plugin RSS +{rss_added} B loaded, +{rss_after_call} B after its first call, +{rss_settled} B 2 s later (of which +{pool_settled} B in the wasm memory pools), +{rss_end} B after the rounds; host get {get_us:.1} us, 100-item list {list_us:.0} us"
         );
     }
     Ok(rows)
