@@ -135,6 +135,18 @@ test('cluster.list by namespace and label selector', () => {
   assert.throws(() => cluster.list(...ING, undefined, 'app in web'), ClusterError);
 });
 
+test('cluster.list by field selector on any path, lists fanning out', () => {
+  const withHosts = (namespace, name, hosts) => ({ ...ingress(namespace, name, {}), spec: { rules: hosts.map((host) => ({ host })) } });
+  setCluster([withHosts('a', 'one', ['x.example.com']), withHosts('b', 'two', ['y.example.com', 'x.example.com']),
+    withHosts('b', 'none', [])]);
+  for (const [selector, want] of [['spec.rules.host=x.example.com', ['one', 'two']],
+    ['spec.rules.host!=y.example.com', ['one', 'none']], ['spec.rules.host=x.example.com,metadata.namespace=b', ['two']],
+    ['spec.rules.host=', ['none']]]) {
+    assert.deepEqual(names(cluster.list(...ING, undefined, undefined, selector)), want, selector);
+  }
+  assert.throws(() => cluster.list(...ING, undefined, undefined, 'spec..host=a'), ClusterError);
+});
+
 test('kinds not granted throw the host\'s error', () => {
   setCluster([ingress('a', 'web', {})], [{ apiVersion: 'networking.k8s.io/v1', kind: 'Ingress' }]);
   assert.equal(cluster.list(...ING).length, 1);
@@ -170,6 +182,7 @@ test('cluster.canI answers from rules or a function', () => {
 
 test('in a component the calls go to the cluster import, its errors as ClusterError', () => {
   const calls = [];
+  const fields = [];
   const page = (names, continueToken) => ({ items: names.map((n) => ({ json: JSON.stringify({ metadata: { name: n } }), resourceVersion: '1' })), resourceVersion: '9', continueToken });
   const imports = {
     get(target, namespace, name) {
@@ -179,6 +192,7 @@ test('in a component the calls go to the cluster import, its errors as ClusterEr
     },
     list(target, options) {
       calls.push(['list', options.continueToken]);
+      fields.push(options.fieldSelector);
       return options.continueToken ? page(['c'], undefined) : page(['a', 'b'], 'next');
     },
     canI(user, attributes) {
@@ -195,6 +209,8 @@ test('in a component the calls go to the cluster import, its errors as ClusterEr
     (e) => e instanceof ClusterError && e.message === 'reading v1 Secret is not granted: ...');
   assert.deepEqual(names(cluster.list('v1', 'ConfigMap')), ['a', 'b', 'c']);
   assert.deepEqual(calls.filter(([c]) => c === 'list'), [['list', undefined], ['list', 'next']]);
+  cluster.list('v1', 'ConfigMap', undefined, undefined, 'data.k=v');
+  assert.deepEqual(fields, [undefined, undefined, 'data.k=v', 'data.k=v']);
   assert.equal(cluster.canI({ username: 'alice', groups: ['g'], extra: { k: ['v'] } }, { verb: 'get', resource: 'pods', namespace: 'n' }), true);
   assert.deepEqual(calls.at(-1), ['canI', { username: 'alice', uid: '', groups: ['g'], extra: [['k', ['v']]] },
     { verb: 'get', group: '', resource: 'pods', subresource: undefined, namespace: 'n', name: undefined }]);

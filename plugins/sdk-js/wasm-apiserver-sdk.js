@@ -443,12 +443,12 @@ function witCluster(imports) {
       const o = call(() => imports.get(target(apiVersion, kind), namespace, name));
       return o === undefined || o === null ? undefined : JSON.parse(o.json);
     },
-    list(apiVersion, kind, namespace, labelSelector) {
+    list(apiVersion, kind, namespace, labelSelector, fieldSelector) {
       const out = [];
       let continueToken;
       do {
         const page = call(() => imports.list(target(apiVersion, kind),
-          { namespace, labelSelector, fieldSelector: undefined, limit: undefined, continueToken }));
+          { namespace, labelSelector, fieldSelector, limit: undefined, continueToken }));
         for (const o of page.items) out.push(JSON.parse(o.json));
         continueToken = page.continueToken;
       } while (continueToken);
@@ -497,6 +497,33 @@ function parseSelector(selector) {
   return out;
 }
 
+/** A field selector's requirements as `[path, value, negate]`. */
+function parseFieldSelector(selector) {
+  const out = [];
+  for (const term of selector.split(',').map((t) => t.trim()).filter(Boolean)) {
+    const op = ['!=', '==', '='].find((o) => term.includes(o));
+    if (!op) throw new ClusterError(`invalid selector: '${selector}'; can't understand '${term}'`);
+    const i = term.indexOf(op);
+    const path = term.slice(0, i).trim().split('.');
+    if (path.some((p) => p === '')) throw new ClusterError(`invalid selector: '${selector}'; '${term}' names no field path`);
+    out.push([path, term.slice(i + op.length).trim(), op === '!=']);
+  }
+  return out;
+}
+
+/** As the server: some value at `path` is `value` (lists fan out; a missing field reads as ''). */
+function fieldMatches(obj, path, value, negate) {
+  const found = [];
+  const walk = (v, rest) => {
+    if (Array.isArray(v)) v.forEach((item) => walk(item, rest));
+    else if (rest.length && v && typeof v === 'object') { if (Object.hasOwn(v, rest[0])) walk(v[rest[0]], rest.slice(1)); }
+    else if (!rest.length && ['string', 'number', 'boolean'].includes(typeof v)) found.push(String(v));
+  };
+  walk(obj, path);
+  const hit = found.length ? found.includes(value) : value === '';
+  return hit !== negate;
+}
+
 const selectorMatches = (requirements, labels) => requirements.every(([key, op, values]) => {
   const value = Object.hasOwn(labels, key) ? labels[key] : undefined;
   switch (op) {
@@ -535,10 +562,12 @@ function fixtureCluster() {
       return copy(of(apiVersion, kind).find((o) => o.metadata?.name === name
         && (o.metadata?.namespace ?? undefined) === (namespace ?? undefined)));
     },
-    list(apiVersion, kind, namespace, labelSelector) {
+    list(apiVersion, kind, namespace, labelSelector, fieldSelector) {
       const requirements = parseSelector(labelSelector ?? '');
+      const fields = parseFieldSelector(fieldSelector ?? '');
       return copy(of(apiVersion, kind).filter((o) => (namespace === undefined || namespace === null
-        || o.metadata?.namespace === namespace) && selectorMatches(requirements, o.metadata?.labels ?? {})));
+        || o.metadata?.namespace === namespace) && selectorMatches(requirements, o.metadata?.labels ?? {})
+        && fields.every((f) => fieldMatches(o, ...f))));
     },
     canI(user, attributes) {
       granted(...SUBJECT_ACCESS_REVIEW);
@@ -601,11 +630,14 @@ export const cluster = {
 
   /**
    * Every object of `kind` in `namespace` (every namespace when undefined)
-   * matching `labelSelector` ('app=web,tier in (a,b)'), following continue
-   * tokens.
+   * matching `labelSelector` ('app=web,tier in (a,b)') and `fieldSelector`
+   * ('path=value', 'path!=value' on any field path, a list on the way
+   * matching when one of its items does: 'spec.rules.host=a.example.com';
+   * the server answers a 'path=value' on a field other than the name and
+   * namespace from a field index), following continue tokens.
    */
-  list: (apiVersion, kind, namespace = undefined, labelSelector = undefined) =>
-    clusterHost.list(apiVersion, kind, namespace ?? undefined, labelSelector ?? undefined),
+  list: (apiVersion, kind, namespace = undefined, labelSelector = undefined, fieldSelector = undefined) =>
+    clusterHost.list(apiVersion, kind, namespace ?? undefined, labelSelector ?? undefined, fieldSelector ?? undefined),
 
   /**
    * Whether `user` (a request's `req.user`, or a username) may do what

@@ -154,6 +154,20 @@ class ClusterTest(unittest.TestCase):
         with self.assertRaises(sdk.ClusterError):
             sdk.cluster.list(*ing, label_selector="app in web")
 
+    def test_list_by_field_selector_on_any_path(self):
+        ing = "networking.k8s.io/v1", "Ingress"
+        two = self.ingress("b", "two", {}, "y.example.com")
+        two["spec"]["rules"].append({"host": "x.example.com"})
+        sdk.set_cluster([self.ingress("a", "one", {}, "x.example.com"), two, self.ingress("b", "none", {}, None)])
+        for selector, want in [("spec.rules.host=x.example.com", ["one", "two"]),
+                               ("spec.rules.host=y.example.com", ["two"]),
+                               ("spec.rules.host!=y.example.com", ["one", "none"]),
+                               ("spec.rules.host=x.example.com,metadata.namespace=b", ["two"]),
+                               ("spec.rules.host=", ["none"])]:
+            self.assertEqual(self.names(sdk.cluster.list(*ing, field_selector=selector)), want, selector)
+        with self.assertRaises(sdk.ClusterError):
+            sdk.cluster.list(*ing, field_selector="spec..host=a")
+
     def test_kinds_not_granted_raise_the_hosts_error(self):
         sdk.set_cluster([self.ingress("a", "web", {})], grants=[{"apiVersion": "networking.k8s.io/v1", "kind": "Ingress"}])
         self.assertEqual(len(sdk.cluster.list("networking.k8s.io/v1", "Ingress")), 1)
@@ -193,7 +207,7 @@ class ClusterTest(unittest.TestCase):
         import sys
         import types
 
-        calls = []
+        calls, fields = [], []
 
         class Err(Exception):
             def __init__(self, value):
@@ -220,6 +234,7 @@ class ClusterTest(unittest.TestCase):
 
         def list_(target, options):
             calls.append(("list", options.args[4]))
+            fields.append(options.args[2])
             return page(["c"], None) if options.args[4] else page(["a", "b"], "next")
 
         def can_i(user, attributes):
@@ -247,6 +262,8 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(e.exception.message, "reading v1 Secret is not granted: ...")
             self.assertEqual(self.names(sdk.cluster.list("v1", "ConfigMap")), ["a", "b", "c"])
             self.assertEqual([c for c in calls if c[0] == "list"], [("list", None), ("list", "next")])
+            sdk.cluster.list("v1", "ConfigMap", field_selector="data.k=v")
+            self.assertEqual(fields, [None, None, "data.k=v", "data.k=v"])
             user = {"username": "alice", "groups": ["g"], "extra": {"k": ["v"]}}
             self.assertTrue(sdk.cluster.can_i(user, "get", "", "pods", namespace="n"))
             self.assertEqual(calls[-1], ("can_i", types_module.UserInfo("alice", "", ["g"], [("k", ["v"])]),

@@ -509,11 +509,15 @@ class Cluster:
         return _cluster_host().get(api_version, kind, namespace, name)
 
     def list(self, api_version: str, kind: str, namespace: "str | None" = None,
-             label_selector: "str | None" = None) -> "list[dict]":
+             label_selector: "str | None" = None, field_selector: "str | None" = None) -> "list[dict]":
         """Every object of ``kind`` in ``namespace`` (every namespace for
-        ``None``) matching ``label_selector`` (``app=web,tier in (a,b)``),
+        ``None``) matching ``label_selector`` (``app=web,tier in (a,b)``)
+        and ``field_selector`` (``path=value``, ``path!=value`` on any field
+        path, a list on the way matching when one of its items does:
+        ``spec.rules.host=a.example.com``; the server answers a ``path=value``
+        on a field other than the name and namespace from a field index),
         following continue tokens."""
-        return _cluster_host().list(api_version, kind, namespace, label_selector)
+        return _cluster_host().list(api_version, kind, namespace, label_selector, field_selector)
 
     def can_i(self, user: "dict | str", verb: str, group: str, resource: str, *,
               namespace: "str | None" = None, name: "str | None" = None,
@@ -558,11 +562,11 @@ class _WitCluster:
         o = self._call(self.imports.get, self._kind(api_version, kind), namespace, name)
         return None if o is None else json.loads(o.json)
 
-    def list(self, api_version, kind, namespace, label_selector):
+    def list(self, api_version, kind, namespace, label_selector, field_selector=None):
         out, token = [], None
         while True:
             page = self._call(self.imports.list, self._kind(api_version, kind),
-                              self.imports.ListOptions(namespace, label_selector, None, None, token))
+                              self.imports.ListOptions(namespace, label_selector, field_selector, None, token))
             out.extend(json.loads(o.json) for o in page.items)
             token = page.continue_token
             if token is None:
@@ -598,11 +602,13 @@ class _FixtureCluster:
                 return json.loads(json.dumps(o))
         return None
 
-    def list(self, api_version, kind, namespace, label_selector):
+    def list(self, api_version, kind, namespace, label_selector, field_selector=None):
         requirements = _parse_selector(label_selector or "")
+        fields = _parse_field_selector(field_selector or "")
         return [json.loads(json.dumps(o)) for o in self._of(api_version, kind)
                 if (namespace is None or (o.get("metadata") or {}).get("namespace") == namespace)
-                and _selector_matches(requirements, (o.get("metadata") or {}).get("labels") or {})]
+                and _selector_matches(requirements, (o.get("metadata") or {}).get("labels") or {})
+                and all(_field_matches(o, *f) for f in fields)]
 
     def can_i(self, user, attributes):
         self.granted(*SUBJECT_ACCESS_REVIEW)
@@ -624,6 +630,48 @@ def _rule_allows(rule, user, attributes):
 
     return admits("as", [user["username"]]) and admits("asGroup", user["groups"]) and \
         all(admits(k, [attributes[k]]) for k in ("verb", "group", "resource", "subresource", "namespace", "name"))
+
+
+def _parse_field_selector(selector):
+    """A field selector's requirements, as ``(path, value, negate)``; raises
+    :class:`ClusterError` on a malformed one."""
+    out = []
+    for term in (t.strip() for t in selector.split(",")):
+        if not term:
+            continue
+        for op, negate in (("!=", True), ("==", False), ("=", False)):
+            if op in term:
+                path, value = term.split(op, 1)
+                break
+        else:
+            raise ClusterError(f"invalid selector: '{selector}'; can't understand '{term}'")
+        path = path.strip().split(".")
+        if not all(path):
+            raise ClusterError(f"invalid selector: '{selector}'; '{term}' names no field path")
+        out.append((path, value.strip(), negate))
+    return out
+
+
+def _field_matches(obj, path, value, negate):
+    """As the server: some value at ``path`` is ``value`` (lists fan out; a
+    missing field reads as "")."""
+    found = []
+
+    def walk(v, rest):
+        if isinstance(v, list):
+            for item in v:
+                walk(item, rest)
+        elif rest and isinstance(v, dict):
+            if rest[0] in v:
+                walk(v[rest[0]], rest[1:])
+        elif not rest and isinstance(v, bool):
+            found.append("true" if v else "false")
+        elif not rest and isinstance(v, (str, int, float)):
+            found.append(str(v))
+
+    walk(obj, path)
+    hit = value in found if found else value == ""
+    return hit != negate
 
 
 def _parse_selector(selector):

@@ -294,14 +294,15 @@ fn offline_can_i_answers_from_rbac_objects_in_the_fixtures() {
 /// A list larger than the plugin's read budget (`limits.maxClusterReadBytes`)
 /// fails that evaluation alone, naming the budget; the next request through
 /// the same server is served, and with the default budget the same create
-/// is admitted.
+/// reads every Ingress it matched (it is refused for the host they serve).
 #[test]
 fn a_list_over_the_read_budget_fails_alone_naming_the_budget() {
     let dir = plugin_dir();
     let s = Server::start_with_args(&["--plugin-dir", dir.to_str().unwrap()]);
     kubectl_ok(&s, None, &["create", "namespace", "bulk"]);
-    // 64 Ingresses of about 4 KiB each (a 4,000-byte annotation): ~270 KB,
-    // four times a 64 KiB budget.
+    // 64 Ingresses of about 4 KiB each (a 4,000-byte annotation) serving
+    // one host: the plugin's read of that host (a field selector) returns
+    // ~270 KB, four times a 64 KiB budget.
     let padding = "x".repeat(4000);
     let items: Vec<Value> = (0..64)
         .map(|i| {
@@ -309,7 +310,7 @@ fn a_list_over_the_read_budget_fails_alone_naming_the_budget() {
                 "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
                 "metadata": {"name": format!("ing-{i}"), "namespace": "bulk",
                     "annotations": {"padding": padding}},
-                "spec": {"rules": [{"host": format!("h{i}.example.com")}]},
+                "spec": {"rules": [{"host": format!("h{i}.example.com")}, {"host": "shared.example.com"}]},
             })
         })
         .collect();
@@ -348,8 +349,10 @@ spec:
         });
     };
     apply("{maxClusterReadBytes: 65536}");
+    // A host nobody serves reads nothing: admitted under the small budget.
+    ingress(&s, None, "bulk", "fresh", "fresh.example.com").unwrap();
     let err = denied(
-        ingress(&s, None, "bulk", "fresh", "fresh.example.com"),
+        ingress(&s, None, "bulk", "late", "shared.example.com"),
         "a list over the read budget",
     );
     assert!(
@@ -372,7 +375,15 @@ spec:
             "--from-literal=k=v",
         ],
     );
-    // With the default budget (8 MiB) the same create is admitted.
+    // With the default budget (8 MiB) the same create reads the 64 and is
+    // refused for what they serve, not for the budget.
     apply("{}");
-    ingress(&s, None, "bulk", "fresh", "fresh.example.com").unwrap();
+    let err = denied(
+        ingress(&s, None, "bulk", "late", "shared.example.com"),
+        "the shared host",
+    );
+    assert!(
+        err.contains("host \"shared.example.com\" is already served by ingress bulk/ing-0"),
+        "{err}"
+    );
 }

@@ -34,7 +34,10 @@ export function uniqueIngressHost({ cluster, ClusterError, Response }) {
       if (wanted.size === 0) return Response.allow();
       let others;
       try {
-        others = cluster.list('networking.k8s.io/v1', 'Ingress');
+        // Only the Ingresses naming a wanted host (a field selector the
+        // server answers from its field index), not every Ingress.
+        others = [...wanted].flatMap((host) => cluster.list('networking.k8s.io/v1', 'Ingress',
+          undefined, undefined, `spec.rules.host=${host}`));
       } catch (e) {
         return refused(e, 'cannot list ingresses');
       }

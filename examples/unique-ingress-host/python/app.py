@@ -32,7 +32,11 @@ class UniqueIngressHost(Policy):
         if not wanted:
             return Response.allow()
         try:
-            others = cluster.list("networking.k8s.io/v1", "Ingress")
+            # Only the Ingresses naming a wanted host (a field selector the
+            # server answers from its field index), not every Ingress.
+            others = [o for host in sorted(wanted)
+                      for o in cluster.list("networking.k8s.io/v1", "Ingress",
+                                            field_selector=f"spec.rules.host={host}")]
         except ClusterError as e:
             return Response.deny(f"cannot list ingresses: {e.message}")
         me = (req.namespace, req.name)

@@ -52,7 +52,16 @@ pub fn label_selector(data: &[u8]) {
 }
 
 /// The kinds with extra selectable fields, and one without.
-const FIELD_KINDS: &[&str] = &["ConfigMap", "Secret", "Namespace", "Event"];
+/// The kinds whose selectable fields the target parses by; `*` is any
+/// field path, as plugins' cluster reads parse (`FieldSelector::parse_any`).
+const FIELD_KINDS: &[&str] = &["ConfigMap", "Secret", "Namespace", "Event", "*"];
+
+fn parse_field_selector(s: &str, kind: &str) -> Result<FieldSelector, String> {
+    match kind {
+        "*" => FieldSelector::parse_any(s),
+        kind => FieldSelector::parse(s, kind),
+    }
+}
 
 /// A field selector that parses prints as text that parses to the same
 /// selector, and matches the object it describes.
@@ -64,7 +73,7 @@ pub fn field_selector(data: &[u8]) {
     let Ok(s) = std::str::from_utf8(rest) else {
         return;
     };
-    let Ok(sel) = FieldSelector::parse(s, kind) else {
+    let Ok(sel) = parse_field_selector(s, kind) else {
         return;
     };
     let printed: Vec<String> = sel
@@ -76,17 +85,23 @@ pub fn field_selector(data: &[u8]) {
         })
         .collect();
     let printed = printed.join(",");
-    let again = FieldSelector::parse(&printed, kind)
+    let again = parse_field_selector(&printed, kind)
         .unwrap_or_else(|e| panic!("{s:?} parsed, its text {printed:?} does not: {e}"));
     assert_eq!(sel, again, "{s:?} -> {printed:?}");
     // An object with exactly the selected values matches a selector
     // without negations whose paths are distinct.
     let mut obj = serde_json::json!({});
     let mut seen = std::collections::HashSet::new();
+    // (No path inside another: `a` and `a.b` cannot both hold a string.)
+    let inside = |a: &str, b: &str| b.strip_prefix(a).is_some_and(|rest| rest.starts_with('.'));
     let simple = sel
         .0
         .iter()
-        .all(|r| !r.negate && seen.insert(r.path.clone()));
+        .all(|r| !r.negate && seen.insert(r.path.clone()))
+        && sel
+            .0
+            .iter()
+            .all(|a| sel.0.iter().all(|b| !inside(&a.path, &b.path)));
     if simple {
         for r in &sel.0 {
             let mut at = &mut obj;

@@ -3,7 +3,9 @@
 //! Label selectors: `a=b`, `a==b`, `a!=b`, `a in (x,y)`, `a notin (x,y)`,
 //! `a` (exists) and `!a` (does not exist), joined by commas.
 //! Field selectors: `path=value`, `path==value`, `path!=value` over a small set
-//! of supported fields per resource.
+//! of supported fields per resource; plugins' cluster reads may name any
+//! field path ([`FieldSelector::parse_any`]), a list in the path matching
+//! when any of its items does (`spec.rules.host=a.example.com`).
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -162,6 +164,19 @@ fn kind_fields(kind: &str) -> &'static [&'static str] {
 impl FieldSelector {
     /// Parses `a=b,c!=d` and checks that each field is selectable for `kind`.
     pub fn parse(s: &str, kind: &str) -> Result<Self, String> {
+        let sel = Self::parse_any(s)?;
+        for r in &sel.0 {
+            let path = r.path.as_str();
+            if !COMMON_FIELDS.contains(&path) && !kind_fields(kind).contains(&path) {
+                return Err(format!("field label not supported: {path}"));
+            }
+        }
+        Ok(sel)
+    }
+
+    /// Parses `a=b,c!=d` over any field path: how plugins' cluster reads
+    /// select (a path of dot-separated names, each a JSON object key).
+    pub fn parse_any(s: &str) -> Result<Self, String> {
         let mut reqs = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (path, value, negate) = if let Some((k, v)) = part.split_once("!=") {
@@ -176,8 +191,10 @@ impl FieldSelector {
                 ));
             };
             let path = path.trim();
-            if !COMMON_FIELDS.contains(&path) && !kind_fields(kind).contains(&path) {
-                return Err(format!("field label not supported: {path}"));
+            if path.is_empty() || path.split('.').any(str::is_empty) {
+                return Err(format!(
+                    "invalid selector: '{s}'; '{part}' names no field path"
+                ));
             }
             reqs.push(FieldRequirement {
                 path: path.into(),
@@ -188,17 +205,31 @@ impl FieldSelector {
         Ok(FieldSelector(reqs))
     }
 
-    /// True when every requirement holds for the object.
+    /// True when every requirement holds for the object: `path=value` when
+    /// some value at the path is `value` (a missing field reads as ""),
+    /// `path!=value` when none is.
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|r| {
-            let actual = r
-                .path
-                .split('.')
-                .try_fold(obj, |v, seg| v.get(seg))
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            (actual == r.value) != r.negate
+            let mut found = false;
+            let mut any = false;
+            field_values(obj, &r.path, &mut |v| {
+                any = true;
+                found |= v == r.value;
+            });
+            if !any {
+                found = r.value.is_empty();
+            }
+            found != r.negate
         })
+    }
+
+    /// The first `path=value` requirement on a field other than the name
+    /// and namespace (which storage keys answer): what a field index can
+    /// answer.
+    pub fn indexable(&self) -> Option<&FieldRequirement> {
+        self.0
+            .iter()
+            .find(|r| !r.negate && !r.value.is_empty() && !COMMON_FIELDS.contains(&r.path.as_str()))
     }
 
     /// The name this selector pins with `metadata.name=`, if any.
@@ -212,6 +243,28 @@ impl FieldSelector {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+}
+
+/// Calls `f` with each scalar at the dot-separated `path` of `obj`, a list
+/// on the way fanning out to its items (`spec.rules.host` of every rule):
+/// strings as they are, numbers and booleans as their JSON text.
+pub fn field_values(obj: &Value, path: &str, f: &mut impl FnMut(&str)) {
+    fn walk(v: &Value, rest: &[&str], f: &mut impl FnMut(&str)) {
+        match (v, rest.split_first()) {
+            (Value::Array(items), _) => items.iter().for_each(|i| walk(i, rest, f)),
+            (Value::Object(map), Some((seg, rest))) => {
+                if let Some(next) = map.get(*seg) {
+                    walk(next, rest, f);
+                }
+            }
+            (Value::String(s), None) => f(s),
+            (Value::Number(n), None) => f(&n.to_string()),
+            (Value::Bool(b), None) => f(if *b { "true" } else { "false" }),
+            _ => {}
+        }
+    }
+    let segments: Vec<&str> = path.split('.').collect();
+    walk(obj, &segments, f);
 }
 
 /// A `LabelSelector` (`matchLabels`, `matchExpressions`) or a plain label
@@ -322,5 +375,35 @@ mod tests {
             FieldSelector::parse("spec.foo=x", "ConfigMap").unwrap_err(),
             "field label not supported: spec.foo"
         );
+    }
+
+    #[test]
+    fn field_selectors_on_any_path_fan_out_through_lists() {
+        let ing = json!({"metadata": {"name": "web", "namespace": "a"},
+            "spec": {"rules": [{"host": "a.example.com"}, {"host": "b.example.com"}, {}],
+                     "replicas": 3, "paused": false}});
+        let sel = |s: &str| FieldSelector::parse_any(s).unwrap();
+        assert!(sel("spec.rules.host=b.example.com").matches(&ing));
+        assert!(!sel("spec.rules.host=c.example.com").matches(&ing));
+        assert!(sel("spec.rules.host!=c.example.com").matches(&ing));
+        assert!(!sel("spec.rules.host!=a.example.com").matches(&ing));
+        assert!(sel("spec.replicas=3,spec.paused=false").matches(&ing));
+        // A missing field reads as "", as upstream's.
+        assert!(sel("spec.missing=").matches(&ing));
+        assert!(!sel("spec.missing=x").matches(&ing));
+        // What an index answers: the first positive requirement that is
+        // not the name or namespace.
+        let s = sel("metadata.name=web,spec.rules.host!=x,spec.rules.host=a.example.com");
+        assert_eq!(
+            s.indexable().map(|r| r.path.as_str()),
+            Some("spec.rules.host")
+        );
+        assert!(sel("metadata.namespace=a,spec.x!=y").indexable().is_none());
+        for bad in ["spec..host=a", "=a", ".a=b", "nothing"] {
+            assert!(FieldSelector::parse_any(bad).is_err(), "{bad}");
+        }
+        let mut seen = Vec::new();
+        field_values(&ing, "spec.rules.host", &mut |v| seen.push(v.to_string()));
+        assert_eq!(seen, ["a.example.com", "b.example.com"]);
     }
 }

@@ -134,7 +134,10 @@ impl Cluster for ClusterReads {
         let one_page = q.limit.is_some();
         let mut params = ListParams {
             labels: LabelSelector::parse(q.label_selector.unwrap_or_default())?,
-            fields: FieldSelector::parse(q.field_selector.unwrap_or_default(), q.kind)?,
+            // Any field: a selector on one that is not the name or
+            // namespace is answered from a field index.
+            fields: FieldSelector::parse_any(q.field_selector.unwrap_or_default())?,
+            indexed: true,
             limit: Some(q.limit.unwrap_or(PAGE).max(1)),
             continue_token: q.continue_token.map(String::from),
             ..Default::default()

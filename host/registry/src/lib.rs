@@ -45,6 +45,7 @@ pub mod codec;
 pub mod controllers;
 pub mod crd;
 pub mod error;
+pub mod field_index;
 pub mod handlers;
 pub mod informer;
 pub mod load;

@@ -193,6 +193,9 @@ pub struct ListParams {
     pub continue_token: Option<String>,
     pub resource_version: Option<String>,
     pub resource_version_match: Option<String>,
+    /// Answer a field selector on any field from a field index
+    /// ([`crate::field_index`]): plugins' cluster reads.
+    pub indexed: bool,
 }
 
 impl ListParams {

@@ -42,6 +42,8 @@ pub struct Objects {
     pub namespace_cache: Arc<NamespaceCache>,
     /// The active resource handlers of custom resources.
     pub handlers: Arc<Handlers>,
+    /// The field indexes plugins' cluster reads use.
+    pub field_indexes: Arc<crate::field_index::FieldIndexes>,
 }
 
 #[async_trait::async_trait]
@@ -171,6 +173,7 @@ impl Objects {
             admission,
             namespace_cache: Default::default(),
             handlers: Default::default(),
+            field_indexes: Default::default(),
         }
     }
 
@@ -389,6 +392,11 @@ impl Objects {
         ns: Option<&str>,
         p: &ListParams,
     ) -> Result<ListOutcome> {
+        if p.indexed
+            && let Some(out) = self.field_indexes.list(&self.storage, info, ns, p).await?
+        {
+            return Ok(out);
+        }
         let prefix = info.collection_key(ns);
         let (mut start, mut revision) = match &p.continue_token {
             Some(tok) if !tok.is_empty() => {

@@ -210,6 +210,10 @@ impl Cluster for Fixtures {
         let selector = wasm_apiserver_api::selector::LabelSelector::parse(
             q.label_selector.unwrap_or_default(),
         )?;
+        // Any field path, as the server answers plugins' reads.
+        let fields = wasm_apiserver_api::selector::FieldSelector::parse_any(
+            q.field_selector.unwrap_or_default(),
+        )?;
         let objects = self.objects.lock().expect("objects");
         let items: Vec<Value> = objects
             .iter()
@@ -218,6 +222,7 @@ impl Cluster for Fixtures {
                     && o["kind"] == q.kind
                     && (q.namespace.is_none() || o["metadata"]["namespace"].as_str() == q.namespace)
                     && selector.matches_object(o)
+                    && fields.matches(o)
             })
             .cloned()
             .collect();

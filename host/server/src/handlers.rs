@@ -172,6 +172,8 @@ fn list_params(q: &Query, info: &ResourceInfo) -> Result<ListParams> {
         continue_token: q.get("continue").map(String::from),
         resource_version: q.get("resourceVersion").map(String::from),
         resource_version_match: q.get("resourceVersionMatch").map(String::from),
+        // REST lists select by upstream's fields only, read as upstream.
+        indexed: false,
     })
 }
 

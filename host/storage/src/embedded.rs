@@ -995,6 +995,33 @@ impl Storage for EmbeddedStore {
         Ok(Self::revisions(&txn)?.0)
     }
 
+    async fn modified_since(&self, prefix: &str, after: u64) -> Result<ListResult> {
+        // The log since `after`, one read transaction: the last change of
+        // each key is its latest state.
+        let (events, revision) = match Self::read_log(&*self.inner.db.get()?, prefix, after) {
+            Ok(read) => read,
+            // Compacted away: read the whole prefix.
+            Err(StorageError::Expired { .. }) => {
+                return crate::modified_by_listing(self, prefix, after).await;
+            }
+            Err(e) => return Err(e),
+        };
+        let mut last = std::collections::BTreeMap::new();
+        for ev in events {
+            last.insert(ev.kv.key.clone(), ev);
+        }
+        let items = last
+            .into_values()
+            .filter(|ev| ev.kind != EventKind::Deleted)
+            .map(|ev| ev.kv)
+            .collect();
+        Ok(ListResult {
+            items,
+            revision,
+            next_key: None,
+        })
+    }
+
     fn announce_write(&self) -> WriteAnnouncement {
         WriteAnnouncement::counted(&self.inner.announced)
     }

@@ -1291,6 +1291,28 @@ impl Storage for EtcdStore {
         Ok(into_stream(rx))
     }
 
+    async fn modified_since(&self, prefix: &str, after: u64) -> Result<ListResult> {
+        // One range with etcd's own filter on the modification revision.
+        let get = GetOptions::new()
+            .with_range(range_end(&self.raw(prefix)))
+            .with_min_mod_revision(after as i64 + 1);
+        let r = self
+            .call(|mut kv| {
+                let (k, g) = (self.full(prefix), get.clone());
+                async move { kv.get(k, Some(g)).await }
+            })
+            .await?;
+        Ok(ListResult {
+            items: r
+                .kvs()
+                .iter()
+                .filter_map(|kv| to_kv(&self.inner.prefix, kv))
+                .collect(),
+            revision: header_revision(r.header())?,
+            next_key: None,
+        })
+    }
+
     async fn current_revision(&self) -> Result<u64> {
         let r = self
             .call(|mut kv| {

@@ -70,6 +70,37 @@ pub enum WatchItem {
 /// on (e.g. its revision was compacted while it lagged).
 pub type WatchStream = BoxStream<'static, Result<WatchItem, StorageError>>;
 
+/// [`Storage::modified_since`] by reading the whole prefix, page by page at
+/// one revision.
+pub(crate) async fn modified_by_listing<S: Storage + ?Sized>(
+    store: &S,
+    prefix: &str,
+    after: u64,
+) -> Result<ListResult> {
+    let mut items = Vec::new();
+    let mut opts = ListOptions {
+        limit: Some(1000),
+        ..Default::default()
+    };
+    loop {
+        let page = store.list(prefix, opts.clone()).await?;
+        items.extend(page.items.into_iter().filter(|kv| kv.mod_revision > after));
+        match page.next_key {
+            Some(next) => {
+                opts.revision = Some(page.revision);
+                opts.start_key = Some(next);
+            }
+            None => {
+                return Ok(ListResult {
+                    items,
+                    revision: page.revision,
+                    next_key: None,
+                });
+            }
+        }
+    }
+}
+
 /// Storage errors. The API server maps them to `Status` codes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StorageError {
@@ -152,6 +183,15 @@ pub trait Storage: Send + Sync + 'static {
     async fn watch(&self, prefix: &str, after: u64) -> Result<WatchStream>;
     /// The latest revision.
     async fn current_revision(&self) -> Result<u64>;
+    /// The keys under `prefix` created or updated after revision `after`,
+    /// at their latest values, in key order, and the revision read at: what
+    /// a cache that has seen every change up to `after` is missing (keys
+    /// deleted since are not reported; the caller reads what it holds
+    /// again). This default reads the whole prefix; stores that keep a log
+    /// by revision read only the changes.
+    async fn modified_since(&self, prefix: &str, after: u64) -> Result<ListResult> {
+        modified_by_listing(self, prefix, after).await
+    }
     /// Forgets history up to and including `revision`.
     async fn compact(&self, revision: u64) -> Result<()>;
     /// Announces a write on its way: the caller has work to do (admission,

@@ -30,6 +30,7 @@ macro_rules! storage_suite {
             watch_replays_exactly_the_missed_events,
             watch_sees_every_concurrent_write_in_order,
             compaction_expires_old_revisions,
+            modified_since_reads_what_changed,
             restart_keeps_data_and_revision);
     };
     (@cases $harness:expr; $($case:ident),*) => {
@@ -309,6 +310,50 @@ pub async fn compaction_expires_old_revisions(h: &mut dyn Harness) {
             .collect::<Vec<_>>(),
         vec![v("1"), v("1")]
     );
+}
+
+pub async fn modified_since_reads_what_changed(h: &mut dyn Harness) {
+    let s = h.open().await;
+    let a = s.create("/m/a", v("1")).await.unwrap();
+    let b = s.create("/m/b", v("1")).await.unwrap();
+    s.create("/m/c", v("1")).await.unwrap();
+    let seen = b.mod_revision;
+    // After `seen`: a updated twice, c deleted, d created, and a write
+    // under another prefix.
+    let a2 = s.update("/m/a", v("2"), a.mod_revision).await.unwrap();
+    let a3 = s.update("/m/a", v("3"), a2.mod_revision).await.unwrap();
+    s.delete("/m/c", None).await.unwrap();
+    let d = s.create("/m/d", v("1")).await.unwrap();
+    let other = s.create("/n/x", v("1")).await.unwrap();
+    let changed = s.modified_since("/m/", seen).await.unwrap();
+    let got: Vec<(&str, &[u8], u64)> = changed
+        .items
+        .iter()
+        .map(|kv| (kv.key.as_str(), kv.value.as_slice(), kv.mod_revision))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("/m/a", &b"3"[..], a3.mod_revision),
+            ("/m/d", &b"1"[..], d.mod_revision)
+        ]
+    );
+    assert!(
+        changed.revision >= other.mod_revision,
+        "read at the latest revision"
+    );
+    // Nothing changed since the latest revision; after compaction the
+    // answer is the same (read from the data instead of the history).
+    assert!(
+        s.modified_since("/m/", changed.revision)
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    s.compact(d.mod_revision).await.unwrap();
+    let again = s.modified_since("/m/", seen).await.unwrap();
+    assert_eq!(again.items, changed.items);
 }
 
 pub async fn restart_keeps_data_and_revision(h: &mut dyn Harness) {

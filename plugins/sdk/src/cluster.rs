@@ -97,6 +97,23 @@ pub fn list(
     namespace: Option<&str>,
     label_selector: Option<&str>,
 ) -> Result<Vec<Value>, String> {
+    list_selected(api_version, kind, namespace, label_selector, None)
+}
+
+/// As [`list`], keeping only the objects `field_selector` matches too:
+/// `path=value`, `path!=value`, joined by commas, on any field path, a list
+/// on the way matching when one of its items does
+/// (`spec.rules.host=a.example.com`). The server answers a `path=value` on
+/// a field other than the name and namespace from a field index, so a
+/// plugin looking for one value reads only the objects that have it, not
+/// every object of the kind.
+pub fn list_selected(
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    label_selector: Option<&str>,
+    field_selector: Option<&str>,
+) -> Result<Vec<Value>, String> {
     #[cfg(target_arch = "wasm32")]
     {
         let target = raw::Target::Kind(raw::KindRef {
@@ -111,7 +128,7 @@ pub fn list(
                 &raw::ListOptions {
                     namespace: namespace.map(String::from),
                     label_selector: label_selector.map(String::from),
-                    field_selector: None,
+                    field_selector: field_selector.map(String::from),
                     limit: None,
                     continue_token: token.take(),
                 },
@@ -132,6 +149,9 @@ pub fn list(
         for o in crate::testing::fixtures(api_version, kind, namespace) {
             let matches = match label_selector {
                 Some(s) => crate::testing::selector_matches(s, &o["metadata"]["labels"])?,
+                None => true,
+            } && match field_selector {
+                Some(s) => crate::testing::field_selector_matches(s, &o)?,
                 None => true,
             };
             if matches {
@@ -224,6 +244,33 @@ mod tests {
             assert_eq!(names(&got), want, "{selector}");
         }
         assert!(list("networking.k8s.io/v1", "Ingress", None, Some("app in web")).is_err());
+    }
+
+    #[test]
+    fn field_selectors_match_any_path_as_the_server_does() {
+        let with_hosts = |ns: &str, name: &str, hosts: &[&str]| {
+            let rules: Vec<Value> = hosts.iter().map(|h| json!({"host": h})).collect();
+            let mut o = ingress(ns, name, json!({}));
+            o["spec"] = json!({"rules": rules});
+            o
+        };
+        set_cluster(vec![
+            with_hosts("a", "one", &["x.example.com", "y.example.com"]),
+            with_hosts("b", "two", &["y.example.com"]),
+            with_hosts("b", "three", &[]),
+        ]);
+        let kind = "networking.k8s.io/v1";
+        for (selector, want) in [
+            ("spec.rules.host=y.example.com", &["one", "two"][..]),
+            ("spec.rules.host=x.example.com", &["one"]),
+            ("spec.rules.host!=x.example.com", &["two", "three"]),
+            ("spec.rules.host=", &["three"]),
+            ("spec.rules.host=y.example.com,metadata.namespace=b", &["two"]),
+        ] {
+            let got = list_selected(kind, "Ingress", None, None, Some(selector)).unwrap();
+            assert_eq!(names(&got), want, "{selector}");
+        }
+        assert!(list_selected(kind, "Ingress", None, None, Some("spec..host=a")).is_err());
     }
 
     #[test]

@@ -111,6 +111,46 @@ pub(crate) fn can_i(user: &UserInfo, attributes: &ResourceAttributes) -> Result<
     Ok(CAN_I.with(|c| c.borrow().as_ref().is_some_and(|f| f(user, attributes))))
 }
 
+/// Whether `obj` matches a field selector (`spec.rules.host=a,kind!=b`), as
+/// the server matches plugins' reads: any field path, a list on the way
+/// matching when one of its items does, a missing field reading as "".
+pub(crate) fn field_selector_matches(selector: &str, obj: &Value) -> Result<bool, String> {
+    fn values<'a>(v: &'a Value, path: &[&str], out: &mut Vec<String>) {
+        match (v, path.split_first()) {
+            (Value::Array(items), _) => items.iter().for_each(|i| values(i, path, out)),
+            (Value::Object(m), Some((seg, rest))) => {
+                if let Some(next) = m.get(*seg) {
+                    values(next, rest, out);
+                }
+            }
+            (Value::String(s), None) => out.push(s.clone()),
+            (Value::Number(_) | Value::Bool(_), None) => out.push(v.to_string()),
+            _ => {}
+        }
+    }
+    for term in selector.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let (path, value, negate) = match term.split_once("!=") {
+            Some((p, v)) => (p, v, true),
+            None => match term.split_once("==").or_else(|| term.split_once('=')) {
+                Some((p, v)) => (p, v, false),
+                None => return Err(format!("invalid selector: '{selector}'; can't understand '{term}'")),
+            },
+        };
+        let path: Vec<&str> = path.trim().split('.').collect();
+        if path.iter().any(|s| s.is_empty()) {
+            return Err(format!("invalid selector: '{selector}'; '{term}' names no field path"));
+        }
+        let mut found = Vec::new();
+        values(obj, &path, &mut found);
+        let value = value.trim();
+        let hit = if found.is_empty() { value.is_empty() } else { found.iter().any(|f| f == value) };
+        if hit == negate {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Whether `labels` (an object's `metadata.labels`) match a label selector
 /// (`app=web,tier in (a,b),!legacy`), as the server matches them.
 pub(crate) fn selector_matches(selector: &str, labels: &Value) -> Result<bool, String> {

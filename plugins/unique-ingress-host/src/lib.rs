@@ -1,7 +1,8 @@
 //! `unique-ingress-host`: a context-aware validating admission plugin
 //! (package 0.3.0): an Ingress may not name a host another Ingress, in any
 //! namespace, already serves. It reads the Ingresses through the `cluster`
-//! import, so its `AdmissionPlugin` grants
+//! import (only those naming one of the request's hosts: a field selector
+//! the server answers from a field index), so its `AdmissionPlugin` grants
 //! `contextAwareResources: [{apiVersion: networking.k8s.io/v1, kind: Ingress}]`;
 //! without the grant the read fails and the plugin denies with the host's
 //! error (under `failurePolicy: Ignore` a platform team may prefer to allow).
@@ -38,10 +39,16 @@ impl Guest for UniqueIngressHost {
         if wanted.is_empty() {
             return allow();
         }
-        let others = match cluster::list("networking.k8s.io/v1", "Ingress", None, None) {
-            Ok(list) => list,
-            Err(e) => return deny(403, "Forbidden", format!("cannot list ingresses: {e}")),
-        };
+        // Only the Ingresses naming a wanted host: the server answers this
+        // field selector from its field index, not by reading every one.
+        let mut others = Vec::new();
+        for host in &wanted {
+            let selector = format!("spec.rules.host={host}");
+            match cluster::list_selected("networking.k8s.io/v1", "Ingress", None, None, Some(&selector)) {
+                Ok(list) => others.extend(list),
+                Err(e) => return deny(403, "Forbidden", format!("cannot list ingresses: {e}")),
+            }
+        }
         let me = (req.namespace.as_deref(), req.name.as_deref());
         for other in &others {
             let id = (

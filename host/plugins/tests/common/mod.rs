@@ -74,6 +74,26 @@ pub fn kubewarden_wasm(name: &str) -> Vec<u8> {
     )
 }
 
+/// A field selector of `path=value` terms over any path, a list on the way
+/// matching when one of its items does (as the server answers plugins).
+fn fields_match(selector: &str, obj: &serde_json::Value) -> bool {
+    fn any(v: &serde_json::Value, path: &[&str], want: &str) -> bool {
+        match (v, path.split_first()) {
+            (serde_json::Value::Array(items), _) => items.iter().any(|i| any(i, path, want)),
+            (serde_json::Value::Object(m), Some((seg, rest))) => {
+                m.get(*seg).is_some_and(|next| any(next, rest, want))
+            }
+            (serde_json::Value::String(s), None) => s == want,
+            _ => false,
+        }
+    }
+    selector.split(',').filter(|t| !t.is_empty()).all(|term| {
+        let (path, want) = term.split_once('=').unwrap_or((term, ""));
+        let path: Vec<&str> = path.split('.').collect();
+        any(obj, &path, want)
+    })
+}
+
 /// A cluster of fixture objects, for context-aware policies.
 pub struct Fixtures(Vec<serde_json::Value>);
 
@@ -120,6 +140,7 @@ impl wasm_apiserver_plugins::Cluster for Fixtures {
                     && o["kind"] == q.kind
                     && q.namespace
                         .is_none_or(|ns| o["metadata"]["namespace"] == ns)
+                    && fields_match(q.field_selector.unwrap_or_default(), o)
             })
             .collect();
         let list = serde_json::json!({"apiVersion": q.api_version, "kind": format!("{}List", q.kind),

@@ -5,7 +5,10 @@
 //! masks: only names and rules) and rejects an Ingress naming a host that
 //! another Ingress already serves. The issue-33 benchmark's policy.
 //!
-//! No settings.
+//! Settings: `selectHosts` (default false): instead of every Ingress, list
+//! only those naming one of the request's hosts, with a field selector
+//! (`spec.rules.host=...`) that this server answers from a field index
+//! (upstream's API server refuses a field selector on that field).
 
 use k8s_openapi::api::networking::v1::Ingress;
 use kubewarden_policy_sdk::host_capabilities::kubernetes::{
@@ -21,8 +24,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
 #[derive(Serialize, Deserialize, Default, Debug, Clone)]
-#[serde(default, deny_unknown_fields)]
-struct Settings {}
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+struct Settings {
+    select_hosts: bool,
+}
 
 impl Validatable for Settings {
     fn validate(&self) -> Result<(), String> {
@@ -55,19 +60,27 @@ fn validate(payload: &[u8]) -> CallResult {
     let masks: BTreeSet<String> = ["metadata.name", "metadata.namespace", "spec.rules"]
         .map(String::from)
         .into();
-    let listed = list_all_resources::<Ingress>(&ListAllResourcesRequest {
-        api_version: "networking.k8s.io/v1".to_owned(),
-        kind: "Ingress".to_owned(),
-        label_selector: None,
-        field_selector: None,
-        field_masks: Some(masks),
-    });
-    let ingresses = match listed {
-        Ok(list) => list.items,
-        Err(e) => {
-            return reject_request(Some(format!("cannot list ingresses: {e}")), None, None, None);
-        }
+    let selectors: Vec<Option<String>> = if request.settings.select_hosts {
+        wanted.iter().map(|h| Some(format!("spec.rules.host={h}"))).collect()
+    } else {
+        vec![None]
     };
+    let mut ingresses = Vec::new();
+    for field_selector in selectors {
+        let listed = list_all_resources::<Ingress>(&ListAllResourcesRequest {
+            api_version: "networking.k8s.io/v1".to_owned(),
+            kind: "Ingress".to_owned(),
+            label_selector: None,
+            field_selector,
+            field_masks: Some(masks.clone()),
+        });
+        match listed {
+            Ok(list) => ingresses.extend(list.items),
+            Err(e) => {
+                return reject_request(Some(format!("cannot list ingresses: {e}")), None, None, None);
+            }
+        }
+    }
     let me = (&request.request.namespace, &request.request.name);
     for other in &ingresses {
         let name = other.metadata.name.clone().unwrap_or_default();
