@@ -184,27 +184,14 @@ impl Cluster for ClusterReads {
     }
 
     async fn can_i(&self, spec: &Value) -> Result<Value, String> {
-        let user = spec["user"].as_str().unwrap_or_default();
-        let groups: Vec<String> = spec["groups"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|g| g.as_str().map(String::from))
-            .collect();
+        let attrs = Attributes::from_subject_access_review(spec);
         if let Some(client) = &self.client {
-            let attrs = Attributes::from_access_review_spec(spec, user, &groups);
             let allowed = client.access_review(&attrs).map_err(message)?;
             return Ok(json!({"allowed": allowed}));
         }
         let Some(authz) = &self.authorize else {
             return Err("no authorizer answers SubjectAccessReviews".into());
         };
-        let attrs = Attributes::from_access_review_spec(spec, user, &groups);
-        let d = authz.authorize(&attrs);
-        let mut status = json!({"allowed": d.is_allowed()});
-        if !d.reason().is_empty() {
-            status["reason"] = json!(d.reason());
-        }
-        Ok(status)
+        Ok(authz.authorize(&attrs).review_status())
     }
 }

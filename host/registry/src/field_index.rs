@@ -42,7 +42,8 @@ type Result<T, E = ApiError> = std::result::Result<T, E>;
 /// Indexes kept at most; a read needing another one scans.
 pub const MAX_INDEXES: usize = 32;
 
-/// How long a read waits for a new index's first list before it scans.
+/// How long a read waits for a new index's first list before it scans
+/// (a relisting index is not waited for).
 const BUILD_WAIT: Duration = Duration::from_secs(5);
 
 /// The registry's field indexes, by (collection key, field path).
@@ -285,13 +286,24 @@ impl FieldIndexes {
             return Ok(None);
         };
         let mut ready = index.ready.clone();
-        if tokio::time::timeout(BUILD_WAIT, ready.wait_for(|r| *r))
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .is_none()
-        {
-            return Ok(None);
+        if !*ready.borrow() {
+            // Its first list: wait for it (a scan would cost as much).
+            // Relisting after its watch broke: scan rather than wait.
+            let built = index
+                .state
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .revision
+                > 0;
+            if built
+                || tokio::time::timeout(BUILD_WAIT, ready.wait_for(|r| *r))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .is_none()
+            {
+                return Ok(None);
+            }
         }
         let (seen, candidates): (u64, Vec<Arc<str>>) = {
             let st = index.state.read().unwrap_or_else(PoisonError::into_inner);
@@ -301,6 +313,11 @@ impl FieldIndexes {
                 keys.into_iter().flat_map(Keys::iter).cloned().collect(),
             )
         };
+        if p.limit.is_some_and(|l| l > 0 && candidates.len() > l) {
+            // More than a page: the scan pages (and the caller's budget
+            // stops it page by page).
+            return Ok(None);
+        }
         let prefix = info.collection_key(ns);
         let changed = storage
             .modified_since(&prefix, seen)
