@@ -1,5 +1,5 @@
 //! The bodies of the fuzz targets over the parsers and mergers of untrusted
-//! input in `host/api`, and (feature `plugins`) over what crosses the
+//! input in `host/api` (request bodies in JSON and YAML among them), and (feature `plugins`) over what crosses the
 //! plugin boundary in `host/plugins`, shared by two runners:
 //! - cargo-fuzz (`fuzz/fuzz_targets/<name>.rs`, nightly, libFuzzer), which
 //!   searches for inputs that break a target (`scripts/fuzz`);
@@ -17,6 +17,7 @@
 //! (2 MiB), as the server runs them, so that a stack overflow the server
 //! would suffer is not hidden by the fuzzer's larger main-thread stack.
 
+mod body;
 mod cel;
 mod managed;
 mod patch;
@@ -54,6 +55,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "continue_token",
         run: text::continue_token,
+    },
+    Target {
+        name: "request_body",
+        run: body::decode,
     },
     Target {
         name: "merge_patch",

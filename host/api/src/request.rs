@@ -18,6 +18,35 @@ pub struct ConnectionInfo {
     pub client_cert_error: Option<String>,
 }
 
+/// Decodes a request body of media type `media` (the Content-Type without
+/// its parameters; empty reads as JSON): JSON, YAML (one document, aliases
+/// expanded within serde_yaml's limits) or Kubernetes protobuf, into a JSON
+/// object; a 400 `Status` when it does not decode to an object, a 415 for
+/// another media type.
+pub fn decode_body(media: &str, body: &[u8]) -> Result<serde_json::Value, crate::ApiError> {
+    use crate::ApiError;
+    let value: serde_json::Value = match media {
+        "application/json" | "" | "*/*" => serde_json::from_slice(body)
+            .map_err(|e| ApiError::BadRequest(format!("error decoding request body: {e}")))?,
+        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body).map_err(|e| {
+            ApiError::BadRequest(format!("error decoding protobuf request body: {e}"))
+        })?,
+        "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml::from_slice(body)
+            .map_err(|e| ApiError::BadRequest(format!("error decoding YAML request body: {e}")))?,
+        other => {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {other})"
+            )));
+        }
+    };
+    if !value.is_object() {
+        return Err(ApiError::BadRequest(
+            "the request body must be a JSON object".into(),
+        ));
+    }
+    Ok(value)
+}
+
 /// The decoded `key=value` pairs of a query string, in order.
 pub fn query_pairs(raw: &str) -> Result<Vec<(String, String)>, String> {
     raw.split('&')

@@ -207,34 +207,14 @@ fn table_request(headers: &HeaderMap, q: &Query) -> Result<Option<IncludeObject>
         .map_err(ApiError::BadRequest)
 }
 
-/// Decodes a JSON (or YAML) request body.
+/// Decodes a JSON, YAML or protobuf request body (by its Content-Type).
 fn decode_body(headers: &HeaderMap, body: &[u8]) -> Result<Value> {
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
     let media = ct.split(';').next().unwrap_or("").trim();
-    let value: Value = match media {
-        "application/json" | "" | "*/*" => serde_json::from_slice(body)
-            .map_err(|e| ApiError::BadRequest(format!("error decoding request body: {e}")))?,
-        "application/vnd.kubernetes.protobuf" => wasm_apiserver_api::protobuf::decode(body)
-            .map_err(|e| {
-                ApiError::BadRequest(format!("error decoding protobuf request body: {e}"))
-            })?,
-        "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml::from_slice(body)
-            .map_err(|e| ApiError::BadRequest(format!("error decoding YAML request body: {e}")))?,
-        other => {
-            return Err(ApiError::UnsupportedMediaType(format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {other})"
-            )));
-        }
-    };
-    if !value.is_object() {
-        return Err(ApiError::BadRequest(
-            "the request body must be a JSON object".into(),
-        ));
-    }
-    Ok(value)
+    wasm_apiserver_api::request::decode_body(media, body)
 }
 
 fn list_body(info: &ResourceInfo, out: ListOutcome) -> Value {
