@@ -28,6 +28,9 @@ pub fn decode(data: &[u8]) {
         let text = serde_json::to_vec(&obj).expect("the result serializes");
         let again = decode_body("application/json", &text)
             .unwrap_or_else(|e| panic!("{media}: its JSON text does not decode: {e}"));
-        assert_eq!(obj, again, "{media}: the JSON round trip changed the object");
+        assert_eq!(
+            obj, again,
+            "{media}: the JSON round trip changed the object"
+        );
     });
 }

@@ -87,6 +87,8 @@ struct State {
 /// The keys holding one value: most values (a host, a name) have one.
 enum Keys {
     One(Arc<str>),
+    // Boxed so that the enum stays small: most values have one key.
+    #[allow(clippy::box_collection)]
     Many(Box<HashSet<Arc<str>>>),
 }
 

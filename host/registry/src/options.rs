@@ -194,7 +194,7 @@ pub struct ListParams {
     pub resource_version: Option<String>,
     pub resource_version_match: Option<String>,
     /// Answer a field selector on any field from a field index
-    /// ([`crate::field_index`]): plugins' cluster reads.
+    /// (the registry's field indexes): plugins' cluster reads.
     pub indexed: bool,
 }
 
