@@ -265,7 +265,10 @@ mod tests {
             ("spec.rules.host=x.example.com", &["one"]),
             ("spec.rules.host!=x.example.com", &["two", "three"]),
             ("spec.rules.host=", &["three"]),
-            ("spec.rules.host=y.example.com,metadata.namespace=b", &["two"]),
+            (
+                "spec.rules.host=y.example.com,metadata.namespace=b",
+                &["two"],
+            ),
         ] {
             let got = list_selected(kind, "Ingress", None, None, Some(selector)).unwrap();
             assert_eq!(names(&got), want, "{selector}");

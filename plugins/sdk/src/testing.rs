@@ -115,7 +115,7 @@ pub(crate) fn can_i(user: &UserInfo, attributes: &ResourceAttributes) -> Result<
 /// the server matches plugins' reads: any field path, a list on the way
 /// matching when one of its items does, a missing field reading as "".
 pub(crate) fn field_selector_matches(selector: &str, obj: &Value) -> Result<bool, String> {
-    fn values<'a>(v: &'a Value, path: &[&str], out: &mut Vec<String>) {
+    fn values(v: &Value, path: &[&str], out: &mut Vec<String>) {
         match (v, path.split_first()) {
             (Value::Array(items), _) => items.iter().for_each(|i| values(i, path, out)),
             (Value::Object(m), Some((seg, rest))) => {
@@ -133,17 +133,27 @@ pub(crate) fn field_selector_matches(selector: &str, obj: &Value) -> Result<bool
             Some((p, v)) => (p, v, true),
             None => match term.split_once("==").or_else(|| term.split_once('=')) {
                 Some((p, v)) => (p, v, false),
-                None => return Err(format!("invalid selector: '{selector}'; can't understand '{term}'")),
+                None => {
+                    return Err(format!(
+                        "invalid selector: '{selector}'; can't understand '{term}'"
+                    ));
+                }
             },
         };
         let path: Vec<&str> = path.trim().split('.').collect();
         if path.iter().any(|s| s.is_empty()) {
-            return Err(format!("invalid selector: '{selector}'; '{term}' names no field path"));
+            return Err(format!(
+                "invalid selector: '{selector}'; '{term}' names no field path"
+            ));
         }
         let mut found = Vec::new();
         values(obj, &path, &mut found);
         let value = value.trim();
-        let hit = if found.is_empty() { value.is_empty() } else { found.iter().any(|f| f == value) };
+        let hit = if found.is_empty() {
+            value.is_empty()
+        } else {
+            found.iter().any(|f| f == value)
+        };
         if hit == negate {
             return Ok(false);
         }

@@ -44,7 +44,13 @@ impl Guest for UniqueIngressHost {
         let mut others = Vec::new();
         for host in &wanted {
             let selector = format!("spec.rules.host={host}");
-            match cluster::list_selected("networking.k8s.io/v1", "Ingress", None, None, Some(&selector)) {
+            match cluster::list_selected(
+                "networking.k8s.io/v1",
+                "Ingress",
+                None,
+                None,
+                Some(&selector),
+            ) {
                 Ok(list) => others.extend(list),
                 Err(e) => return deny(403, "Forbidden", format!("cannot list ingresses: {e}")),
             }

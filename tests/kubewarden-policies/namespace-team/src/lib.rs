@@ -47,7 +47,12 @@ fn validate(payload: &[u8]) -> CallResult {
     let namespace = match namespace {
         Ok(n) => n,
         Err(e) => {
-            return reject_request(Some(format!("cannot read namespace: {e}")), None, None, None);
+            return reject_request(
+                Some(format!("cannot read namespace: {e}")),
+                None,
+                None,
+                None,
+            );
         }
     };
     let Some(team) = namespace

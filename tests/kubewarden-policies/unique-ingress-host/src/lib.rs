@@ -61,7 +61,10 @@ fn validate(payload: &[u8]) -> CallResult {
         .map(String::from)
         .into();
     let selectors: Vec<Option<String>> = if request.settings.select_hosts {
-        wanted.iter().map(|h| Some(format!("spec.rules.host={h}"))).collect()
+        wanted
+            .iter()
+            .map(|h| Some(format!("spec.rules.host={h}")))
+            .collect()
     } else {
         vec![None]
     };
@@ -77,7 +80,12 @@ fn validate(payload: &[u8]) -> CallResult {
         match listed {
             Ok(list) => ingresses.extend(list.items),
             Err(e) => {
-                return reject_request(Some(format!("cannot list ingresses: {e}")), None, None, None);
+                return reject_request(
+                    Some(format!("cannot list ingresses: {e}")),
+                    None,
+                    None,
+                    None,
+                );
             }
         }
     }
@@ -98,7 +106,9 @@ fn validate(payload: &[u8]) -> CallResult {
             .find(|h| wanted.contains(h));
         if let Some(host) = taken {
             return reject_request(
-                Some(format!("host {host:?} is already served by ingress {namespace}/{name}")),
+                Some(format!(
+                    "host {host:?} is already served by ingress {namespace}/{name}"
+                )),
                 Some(409),
                 None,
                 None,
