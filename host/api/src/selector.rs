@@ -175,7 +175,8 @@ impl FieldSelector {
     }
 
     /// Parses `a=b,c!=d` over any field path: how plugins' cluster reads
-    /// select (a path of dot-separated names, each a JSON object key).
+    /// select (a path of dot-separated JSON object keys of letters, digits,
+    /// `-` and `_`).
     pub fn parse_any(s: &str) -> Result<Self, String> {
         let mut reqs = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -191,7 +192,15 @@ impl FieldSelector {
                 ));
             };
             let path = path.trim();
-            if path.is_empty() || path.split('.').any(str::is_empty) {
+            // Segments of letters, digits, `-` and `_`: a `!` or `=` at the
+            // end of one would read back as part of the operator.
+            let segment = |seg: &str| {
+                !seg.is_empty()
+                    && seg
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            };
+            if !path.split('.').all(segment) {
                 return Err(format!(
                     "invalid selector: '{s}'; '{part}' names no field path"
                 ));
@@ -399,7 +408,7 @@ mod tests {
             Some("spec.rules.host")
         );
         assert!(sel("metadata.namespace=a,spec.x!=y").indexable().is_none());
-        for bad in ["spec..host=a", "=a", ".a=b", "nothing"] {
+        for bad in ["spec..host=a", "=a", ".a=b", "nothing", "a!\r=b", "a b=c"] {
             assert!(FieldSelector::parse_any(bad).is_err(), "{bad}");
         }
         let mut seen = Vec::new();
