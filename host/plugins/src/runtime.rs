@@ -277,6 +277,14 @@ impl Runtime {
         self.inner.prepared.held.load(Ordering::Acquire)
     }
 
+    /// The tokio runtime of the thread that prepares instances at the
+    /// lowest priority ([`RuntimeConfig::prepare_in_idle_time`]), for other
+    /// work that should use only CPU time nothing else wants; `None` when
+    /// instances are not prepared there.
+    pub fn idle_time(&self) -> Option<tokio::runtime::Handle> {
+        self.inner.prepared.preparer.clone()
+    }
+
     /// Calls of any plugin so far that found a prepared instance, and calls
     /// that instantiated on demand.
     pub fn prepared_calls(&self) -> (u64, u64) {

@@ -513,6 +513,7 @@ impl Admission {
                     .map_err(|e| format!("spec.shadow: {e}"))?;
                 Some(super::shadow::Shadow {
                     plugin,
+                    idle_time: self.runtime.idle_time(),
                     stats: self.shadow_stats(name),
                 })
             }

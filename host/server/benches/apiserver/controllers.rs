@@ -29,7 +29,8 @@ pub(crate) const WASM: &str = "wasm-controllers: namespace to 3rd object, wasm c
 pub(crate) const KOPF: &str = "wasm-controllers: namespace to 3rd object, kopf operator";
 /// The floor: the client itself writes the three objects right after the
 /// Namespace, sequentially (four durable writes, no controller).
-pub(crate) const FLOOR: &str = "wasm-controllers: namespace + 3 objects written by the client";
+pub(crate) const FLOOR: &str =
+    "wasm-controllers: namespace, then its 3 objects at once, written by the client";
 const NOOP: &str = "wasm-controllers: no-op reconciles";
 
 fn plugin_dir() -> PathBuf {
@@ -250,6 +251,12 @@ async fn converge(
     write_self: bool,
 ) -> Result<Vec<u32>, Error> {
     let mut conn = api.connect().await?;
+    let mut extra = Vec::new();
+    if write_self {
+        for _ in 0..3 {
+            extra.push(api.connect().await?);
+        }
+    }
     let mut latencies = Vec::new();
     for i in 0..PER_ROUND {
         let ns = format!("{prefix}-{i}");
@@ -271,19 +278,25 @@ async fn converge(
             .into());
         }
         if write_self {
-            for (path, body) in generated(&ns) {
-                let req = api.request(
-                    Method::POST,
-                    path.parse()?,
-                    Some(("application/json", body.into())),
-                );
-                let (status, body) = send(&mut conn, req).await?;
-                if status != StatusCode::CREATED {
-                    return Err(
-                        format!("{path}: {status} {}", String::from_utf8_lossy(&body)).into(),
+            // The three at once, one connection each, as the controller
+            // writes them (so they can share a commit).
+            let writes = generated(&ns).into_iter().zip(extra.iter_mut()).map(
+                |((path, body), conn)| async move {
+                    let req = api.request(
+                        Method::POST,
+                        path.parse()?,
+                        Some(("application/json", body.into())),
                     );
-                }
-            }
+                    let (status, body) = send(conn, req).await?;
+                    if status != StatusCode::CREATED {
+                        return Err::<(), Error>(
+                            format!("{path}: {status} {}", String::from_utf8_lossy(&body)).into(),
+                        );
+                    }
+                    Ok(())
+                },
+            );
+            futures::future::try_join_all(writes).await?;
         }
         // Until the watch reports this namespace's RoleBinding.
         let at = loop {
@@ -648,12 +661,16 @@ pub(crate) fn print_targets(rows: &[Row]) {
         met(faster >= 5.0)
     );
     if let Some(f) = floor {
+        // What no controller can beat: the Namespace's commit, then one
+        // commit of the three, with no controller between them.
         println!(
-            "  the client writing the Namespace and the three objects itself, one after another: p50 {:.1} ms \
-             (wasm {:+.1} ms against it, kopf {:+.1} ms; the wasm controller writes its three at once)",
+            "  the client writing the Namespace, then its three objects at once (two durable commits, \
+             no controller): p50 {:.1} ms (wasm {:+.1} ms against it, kopf {:+.1} ms); \
+             kopf/this {:.1}x: the most any controller could reach here",
             p(f, 0.5),
             p(w, 0.5) - p(f, 0.5),
-            p(k, 0.5) - p(f, 0.5)
+            p(k, 0.5) - p(f, 0.5),
+            p(k, 0.5) / p(f, 0.5).max(1e-9)
         );
     }
     println!(

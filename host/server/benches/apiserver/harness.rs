@@ -35,8 +35,17 @@ pub(crate) static WEBHOOK_PID: AtomicU32 = AtomicU32::new(0);
 pub(crate) type Body = Full<Bytes>;
 pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 
+/// The server's allocator, counting the bytes it has handed out and not
+/// yet been given back: the live heap, which (unlike the RSS) the
+/// allocator's retention of freed pages does not blur.
 #[global_allocator]
-static ALLOC: wasm_apiserver::Allocator = wasm_apiserver::Allocator;
+static ALLOC: cap::Cap<wasm_apiserver::Allocator> =
+    cap::Cap::new(wasm_apiserver::Allocator, usize::MAX);
+
+/// Bytes of heap live now (allocated and not freed), across the process.
+pub(crate) fn live_heap() -> usize {
+    ALLOC.allocated()
+}
 
 /// A multi-threaded tokio runtime with a worker per core, its threads
 /// named `name` (the CPU accounting tells them apart by name).
