@@ -257,6 +257,35 @@ fn pool_rss() -> u64 {
     total_kb * 1024
 }
 
+/// Loads [`COPIES`] plugins named `name(i)` from the bodies `body(name)`,
+/// calls each once (a duplicate host refused), then deletes them: the RSS,
+/// live heap and wasmtime mappings each added while loaded. The bodies are
+/// made first: the client's buffers (a module read and base64-encoded) are
+/// not the server's.
+async fn load_copies(
+    api: &Api,
+    name: impl Fn(usize) -> String,
+    body: impl Fn(String) -> Result<String, Error>,
+) -> Result<[u64; 3], Error> {
+    let bodies = (0..COPIES)
+        .map(|i| body(name(i)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let before = Footprint::now();
+    for body in bodies {
+        api.create(PLUGINS, body).await?;
+    }
+    for i in 0..COPIES {
+        wait_active(api, &name(i)).await?;
+    }
+    expect_duplicate_refused(api, &format!("dup-{}", name(0))).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let added = before.added(COPIES);
+    for i in 0..COPIES {
+        delete_policy(api, &name(i)).await?;
+    }
+    Ok(added)
+}
+
 /// Creates Ingresses with fresh hosts, one at a time, for `window`.
 async fn creates(api: &Api, scenario: &str, round: usize, window: Duration) -> Result<Row, Error> {
     let mut conn = api.connect().await?;
@@ -365,24 +394,8 @@ pub(crate) async fn context(srv: &Handle, dir: &Path, window: Duration) -> Resul
                 // loaded 10 times under other names beside the policy
                 // (whose field index it shares), each called once; the RSS
                 // per copy, then they go before the rounds.
-                // The bodies are made first: the client's buffers (the
-                // module read and base64-encoded) are not the server's.
-                let bodies = (0..COPIES)
-                    .map(|i| policy(&format!("{COMPONENT}-{i}"), false, true))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let before = Footprint::now();
-                for body in bodies {
-                    api.create(PLUGINS, body).await?;
-                }
-                for i in 0..COPIES {
-                    wait_active(&api, &format!("{COMPONENT}-{i}")).await?;
-                }
-                expect_duplicate_refused(&api, "dup-2").await?;
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                component_rss = before.added(COPIES);
-                for i in 0..COPIES {
-                    delete_policy(&api, &format!("{COMPONENT}-{i}")).await?;
-                }
+                let named = |i| format!("{COMPONENT}-{i}");
+                component_rss = load_copies(&api, named, |name| policy(&name, false, true)).await?;
                 // The same component named by file (--plugin-dir): the
                 // loaded plugin without its module stored in the object.
                 let file = dir.join("unique_ingress_host.wasm");
@@ -399,22 +412,8 @@ pub(crate) async fn context(srv: &Handle, dir: &Path, window: Duration) -> Resul
                         json!({"file": "unique_ingress_host.wasm", "format": "component"});
                     Ok(p.to_string())
                 };
-                let bodies = (0..COPIES)
-                    .map(|i| by_file(format!("{COMPONENT}-file-{i}")))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let before = Footprint::now();
-                for body in bodies {
-                    api.create(PLUGINS, body).await?;
-                }
-                for i in 0..COPIES {
-                    wait_active(&api, &format!("{COMPONENT}-file-{i}")).await?;
-                }
-                expect_duplicate_refused(&api, "dup-3").await?;
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                file_rss = before.added(COPIES);
-                for i in 0..COPIES {
-                    delete_policy(&api, &format!("{COMPONENT}-file-{i}")).await?;
-                }
+                let named = |i| format!("{COMPONENT}-file-{i}");
+                file_rss = load_copies(&api, named, by_file).await?;
                 // The control: objects as large as the plugin's (its module
                 // inline), stored as ConfigMaps, measured the same way.
                 let size = policy(COMPONENT, false, true)?.len();
