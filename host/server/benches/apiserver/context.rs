@@ -116,16 +116,7 @@ fn policy(name: &str, select_hosts: bool, component: bool) -> Result<String, Err
 
 /// Deletes the plugin `name`.
 async fn delete_policy(api: &Api, name: &str) -> Result<(), Error> {
-    let req = api.request(Method::DELETE, format!("{PLUGINS}/{name}").parse()?, None);
-    let (status, body) = send(&mut api.connect().await?, req).await?;
-    if !status.is_success() {
-        return Err(format!(
-            "deleting {name}: {status} {}",
-            String::from_utf8_lossy(&body)
-        )
-        .into());
-    }
-    Ok(())
+    api.delete(&format!("{PLUGINS}/{name}")).await
 }
 
 /// A create of an Ingress serving `h-7.example.com` (stored already) is
@@ -152,19 +143,7 @@ async fn expect_duplicate_refused(api: &Api, name: &str) -> Result<(), Error> {
 
 /// Waits until the plugin `name` reports `Active`.
 async fn wait_active(api: &Api, name: &str) -> Result<(), Error> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let req = api.request(Method::GET, format!("{PLUGINS}/{name}").parse()?, None);
-        let (_, body) = send(&mut api.connect().await?, req).await?;
-        let obj: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-        if obj["status"]["phase"] == "Active" {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("{name} is not Active: {}", obj["status"]).into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    api.wait_active(&format!("{PLUGINS}/{name}")).await
 }
 
 /// This process's resident set, in bytes.

@@ -60,18 +60,7 @@ const CONTROLLERS: &str = "/apis/controllers.wasm-apiserver.io/v1alpha1/controll
 
 /// Waits until controller `name` is Active.
 async fn active(api: &Api, name: &str) -> Result<(), Error> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        let req = api.request(Method::GET, format!("{CONTROLLERS}/{name}").parse()?, None);
-        let (_, body) = send(&mut api.connect().await?, req).await?;
-        let c: serde_json::Value = serde_json::from_slice(&body)?;
-        match c["status"]["phase"].as_str() {
-            Some("Active") => return Ok(()),
-            Some("Failed") => return Err(format!("controller {name}: {}", c["status"]).into()),
-            _ => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
-    Err(format!("controller {name} never became Active").into())
+    api.wait_active(&format!("{CONTROLLERS}/{name}")).await
 }
 
 /// A process's resident set, in bytes (`/proc/<pid>/statm`).
@@ -413,19 +402,9 @@ pub(crate) async fn wasm_controllers(srv: &Handle, dir: &Path) -> Result<Vec<Row
     let per_controller = slopes.iter().sum::<u64>() / slopes.len().max(1) as u64;
     // They would each reconcile every new namespace: remove them.
     for i in 0..2 * LOADED {
-        let req = wapi.request(
-            Method::DELETE,
-            format!("{CONTROLLERS}/nd-idle-{i}").parse()?,
-            None,
-        );
-        send(&mut wapi.connect().await?, req).await?;
+        wapi.delete(&format!("{CONTROLLERS}/nd-idle-{i}")).await?;
     }
-    let req = wapi.request(
-        Method::DELETE,
-        format!("{CONTROLLERS}/nd-warm").parse()?,
-        None,
-    );
-    send(&mut wapi.connect().await?, req).await?;
+    wapi.delete(&format!("{CONTROLLERS}/nd-warm")).await?;
 
     // The measured controller and the operator.
     wapi.create(

@@ -543,6 +543,37 @@ impl Api {
         }
         Ok(serde_json::from_slice(&body)?)
     }
+
+    /// DELETEs the object at `path` and expects a success.
+    pub(crate) async fn delete(&self, path: &str) -> Result<(), Error> {
+        let req = self.request(Method::DELETE, path.parse()?, None);
+        let (status, body) = send(&mut self.connect().await?, req).await?;
+        if !status.is_success() {
+            return Err(
+                format!("DELETE {path}: {status} {}", String::from_utf8_lossy(&body)).into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Waits (at most 60 s) until the object at `path` reports
+    /// `status.phase: Active`; `Failed` is an error at once.
+    pub(crate) async fn wait_active(&self, path: &str) -> Result<(), Error> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let req = self.request(Method::GET, path.parse()?, None);
+            let (_, body) = send(&mut self.connect().await?, req).await?;
+            let obj: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            match obj["status"]["phase"].as_str() {
+                Some("Active") => return Ok(()),
+                Some("Failed") => return Err(format!("{path}: {}", obj["status"]).into()),
+                _ if Instant::now() > deadline => {
+                    return Err(format!("{path} is not Active: {}", obj["status"]).into());
+                }
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
 }
 
 /// Sends a request and reads the whole answer.
