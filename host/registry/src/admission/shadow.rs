@@ -11,7 +11,7 @@
 //!   is free.
 //! * **Bounded**: at most [`PERMITS`] shadow calls of a plugin run at once,
 //!   and its calls may use at most [`CPU_SHARE`] of a core (2%) (a token bucket
-//!   of call time, [`BURST`] deep): a request arriving while the shadow is
+//!   of the calls' CPU time, [`BURST`] deep): a request arriving while the shadow is
 //!   busy or over its share is `skipped`, and counted, so under a light
 //!   load the shadow sees every request and under saturation a sample, at
 //!   a cost the requests hardly feel; each call runs under the plugin's
@@ -260,18 +260,16 @@ impl Shadow {
         let request = request.clone();
         let plugin = self.plugin.clone();
         let call = async move {
-            let started = Instant::now();
-            let result = match phase {
-                Phase::Mutating => plugin.mutate(&request).await,
-                Phase::Validating => plugin.validate(&request).await,
-            }
-            .map_err(|e| (e.kind(), e.to_string()));
+            let (result, cpu) = OnCpu::new(async {
+                match phase {
+                    Phase::Mutating => plugin.mutate(&request).await,
+                    Phase::Validating => plugin.validate(&request).await,
+                }
+            })
+            .await;
+            let result = result.map_err(|e| (e.kind(), e.to_string()));
             drop(permit);
-            stats
-                .bucket
-                .lock()
-                .expect("bucket lock")
-                .spend(started.elapsed());
+            stats.bucket.lock().expect("bucket lock").spend(cpu);
             stats.record_call(result.is_err());
             let shadow = Decision::of(&result);
             let outcome = match (&enforced, &shadow) {
@@ -298,6 +296,47 @@ impl Shadow {
             Some(rt) => drop(rt.spawn(call)),
             None => drop(tokio::spawn(call)),
         }
+    }
+}
+
+/// A future that also counts the CPU time its polls take (the polling
+/// thread's own clock, so neither the waits between polls nor the time the
+/// thread is descheduled in one count): what a shadow call costs on the
+/// low-priority thread, where its wall time is mostly waiting for a core.
+struct OnCpu<F> {
+    fut: std::pin::Pin<Box<F>>,
+    cpu: Duration,
+}
+
+impl<F: Future> OnCpu<F> {
+    fn new(fut: F) -> Self {
+        OnCpu {
+            fut: Box::pin(fut),
+            cpu: Duration::ZERO,
+        }
+    }
+}
+
+/// This thread's CPU time so far.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        t.tv_sec.max(0) as u64,
+        t.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
+}
+
+impl<F: Future> Future for OnCpu<F> {
+    type Output = (F::Output, Duration);
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let start = thread_cpu();
+        let polled = self.fut.as_mut().poll(cx);
+        self.cpu += thread_cpu().saturating_sub(start);
+        polled.map(|out| (out, self.cpu))
     }
 }
 
