@@ -568,6 +568,19 @@ impl AdmissionPlugin {
         }
     }
 
+    /// This plugin with no instances prepared ahead of its calls: each call
+    /// instantiates and drops its own store where it runs, so the cost of a
+    /// call is all in the call (what a shadow version's CPU share counts).
+    /// A Kubewarden policy instantiates for every call already.
+    pub fn unprepared(mut self) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner)
+            && let Backend::Component(p) = &mut inner.plugin
+        {
+            p.unprepared();
+        }
+        self
+    }
+
     /// How many calls so far found an instance prepared ahead of need, and
     /// how many instantiated on demand
     /// ([`RuntimeConfig::prepared_instances`](crate::RuntimeConfig::prepared_instances)).

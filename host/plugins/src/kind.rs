@@ -292,6 +292,15 @@ impl<A: WorldPre, B: WorldPre, C: WorldPre> Versioned<A, B, C> {
         }
     }
 
+    /// Prepares no instances ahead of calls ([`Loaded::unprepared`]).
+    pub(crate) fn unprepared(&mut self) {
+        match self {
+            Versioned::V0_1(p) => p.unprepared(),
+            Versioned::V0_2(p) => p.unprepared(),
+            Versioned::V0_3(p) => p.unprepared(),
+        }
+    }
+
     /// Gives a plugin of a version whose world imports `cluster` its reads.
     pub(crate) fn set_cluster(&mut self, cluster: Option<Arc<crate::cluster::ClusterAccess>>) {
         if let Versioned::V0_3(p) = self {
@@ -394,6 +403,21 @@ impl Runtime {
 }
 
 impl<P: WorldPre> Loaded<P> {
+    /// Prepares no instances ahead of this plugin's calls: each call
+    /// instantiates and drops its own store, so all of a call's work runs
+    /// where the call does (none of it on the preparer's thread).
+    pub(crate) fn unprepared(&mut self) {
+        self.ready = Arc::new(Ready {
+            slots: Mutex::new(Vec::new()),
+            retired: Mutex::new(Vec::new()),
+            target: 0,
+            refilling: AtomicBool::new(false),
+            budget: self.ready.budget.clone(),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        });
+    }
+
     /// Has the plugin check its configuration (on an instance of its own),
     /// then starts preparing instances for its calls.
     pub(crate) async fn check_config(&self) -> Result<(), PluginError> {

@@ -70,7 +70,7 @@ pub struct ServeArgs {
     pub audit_interval: Duration,
 
     /// Share of one core the background policy audit may use while the
-    /// server is idle (a tenth of it while requests are served).
+    /// server is idle (a fiftieth of it while requests are served).
     #[arg(long, default_value_t = 0.5)]
     pub audit_cpu_budget: f64,
 

@@ -356,6 +356,9 @@ impl Admission {
             let Backend::Wasm(plugin) = &p.backend else {
                 continue;
             };
+            // One plugin call per poll: a request waiting for this worker
+            // thread waits for one call at most, not for the whole check.
+            tokio::task::yield_now().await;
             let result = if p.phases.contains(&Phase::Validating) {
                 plugin.validate_encoded(&encoded).await
             } else {
@@ -512,7 +515,9 @@ impl Admission {
                     .await
                     .map_err(|e| format!("spec.shadow: {e}"))?;
                 Some(super::shadow::Shadow {
-                    plugin,
+                    // Instantiating inside the call puts that work on the
+                    // shadow's CPU share too.
+                    plugin: plugin.unprepared(),
                     idle_time: self.runtime.idle_time(),
                     stats: self.shadow_stats(name),
                 })
