@@ -365,19 +365,20 @@ fn reconciled(metrics: &str, name: &str) -> u64 {
 
 pub(crate) async fn wasm_controllers(srv: &Handle, dir: &Path) -> Result<Vec<Row>, Error> {
     let cache = dir.join("controllers-cache");
-    let config = || RuntimeConfig {
-        cache_dir: Some(cache.clone()),
-        ..RuntimeConfig::default()
-    };
-    // The server with wasm controllers, and the kopf operator's server.
-    let (wasm_server, _rt) = srv
-        .spawn(crate::harness::serve_admission(
-            dir.join("controllers-wasm.redb"),
+    // A server of this scenario, its store named `name`.
+    let serve = |name: &str| {
+        srv.spawn(crate::harness::serve_admission(
+            dir.join(format!("controllers-{name}.redb")),
             plugin_dir(),
-            config(),
+            RuntimeConfig {
+                cache_dir: Some(cache.clone()),
+                ..RuntimeConfig::default()
+            },
             EmbeddedOptions::default(),
         ))
-        .await??;
+    };
+    // The server with wasm controllers, and the kopf operator's server.
+    let (wasm_server, _rt) = serve("wasm").await??;
     let state = wasm_server.state.clone();
     srv.spawn(async move {
         wasm::spawn(
@@ -391,30 +392,9 @@ pub(crate) async fn wasm_controllers(srv: &Handle, dir: &Path) -> Result<Vec<Row
         )
     })
     .await?;
-    let (kopf_server, _rt2) = srv
-        .spawn(crate::harness::serve_admission(
-            dir.join("controllers-kopf.redb"),
-            plugin_dir(),
-            config(),
-            EmbeddedOptions::default(),
-        ))
-        .await??;
-    let (floor_server, _rt3) = srv
-        .spawn(crate::harness::serve_admission(
-            dir.join("controllers-floor.redb"),
-            plugin_dir(),
-            config(),
-            EmbeddedOptions::default(),
-        ))
-        .await??;
-    let (native_server, _rt4) = srv
-        .spawn(crate::harness::serve_admission(
-            dir.join("controllers-native.redb"),
-            plugin_dir(),
-            config(),
-            EmbeddedOptions::default(),
-        ))
-        .await??;
+    let (kopf_server, _rt2) = serve("kopf").await??;
+    let (floor_server, _rt3) = serve("floor").await??;
+    let (native_server, _rt4) = serve("native").await??;
     srv.spawn(native_watcher(native_server.state.objects.clone()));
     let (wapi, kapi) = (Api::new(wasm_server.addr), Api::new(kopf_server.addr));
     let (fapi, napi) = (Api::new(floor_server.addr), Api::new(native_server.addr));
