@@ -353,6 +353,10 @@ pub(crate) async fn context(srv: &Handle, dir: &Path, window: Duration) -> Resul
                 api.create(PLUGINS, policy("unique-ingress-host", false, false)?)
                     .await?;
                 wait_active(&api, "unique-ingress-host").await?;
+                // What the load keeps, as for the copies below: read after
+                // the allocator's purge delay (mimalloc's is 1 s), not
+                // with the load's freed buffers still resident.
+                tokio::time::sleep(Duration::from_secs(2)).await;
                 rss_added = rss().saturating_sub(before);
                 kubewarden_mapped = wasm_mapped().saturating_sub(mapped_before);
                 expect_duplicate_refused(&api, "dup").await?;
