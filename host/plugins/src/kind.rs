@@ -146,6 +146,19 @@ impl Drop for Held {
 }
 
 impl<P: WorldPre> Ready<P> {
+    /// An empty pool that keeps `target` instances prepared (none: 0).
+    fn new(budget: Arc<PreparedCount>, target: usize) -> Arc<Self> {
+        Arc::new(Ready {
+            slots: Mutex::new(Vec::with_capacity(target)),
+            retired: Mutex::new(Vec::new()),
+            target,
+            refilling: AtomicBool::new(false),
+            budget,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        })
+    }
+
     fn take(&self) -> Option<(Sandbox, P::Instance)> {
         let prepared = self.slots.lock().ok()?.pop();
         match prepared {
@@ -389,15 +402,7 @@ impl Runtime {
             config: config.into(),
             cluster: None,
             writes: None,
-            ready: Arc::new(Ready {
-                slots: Mutex::new(Vec::with_capacity(target)),
-                retired: Mutex::new(Vec::new()),
-                target,
-                refilling: AtomicBool::new(false),
-                budget,
-                hits: AtomicU64::new(0),
-                misses: AtomicU64::new(0),
-            }),
+            ready: Ready::new(budget, target),
         })
     }
 }
@@ -407,15 +412,7 @@ impl<P: WorldPre> Loaded<P> {
     /// instantiates and drops its own store, so all of a call's work runs
     /// where the call does (none of it on the preparer's thread).
     pub(crate) fn unprepared(&mut self) {
-        self.ready = Arc::new(Ready {
-            slots: Mutex::new(Vec::new()),
-            retired: Mutex::new(Vec::new()),
-            target: 0,
-            refilling: AtomicBool::new(false),
-            budget: self.ready.budget.clone(),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-        });
+        self.ready = Ready::new(self.ready.budget.clone(), 0);
     }
 
     /// Has the plugin check its configuration (on an instance of its own),

@@ -1054,6 +1054,24 @@ async fn a_plugin_outliving_its_runtime_still_prepares_instances() {
     );
 }
 
+/// An unprepared plugin (what a shadow version is) instantiates inside
+/// every call, so a call's whole cost is where the call runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unprepared_plugin_instantiates_in_every_call() {
+    let runtime = runtime();
+    let plugin = require_labels(&runtime).await.unprepared();
+    let labelled = request(
+        Operation::Create,
+        Some(configmap("c", Some(json!({"team": "a"})))),
+    );
+    for _ in 0..10 {
+        assert!(plugin.validate(&labelled).await.unwrap().allowed);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (hits, misses) = plugin.prepared_calls();
+    assert_eq!((hits, misses), (0, 10));
+}
+
 fn ingress(ns: &str, name: &str, host: &str) -> Value {
     json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
         "metadata": {"name": name, "namespace": ns},
