@@ -176,8 +176,11 @@ fn namespace_defaults_generates_repairs_and_removes() {
     }
     assert_eq!(objects[2]["subjects"][0]["name"], "tenant:a");
 
-    // Drift is repaired: a deleted NetworkPolicy comes back...
+    // Drift is repaired: a deleted NetworkPolicy comes back, in one
+    // reconcile (the echo of the controller's own write does not queue the
+    // Namespace again)...
     let old_uid = objects[0]["metadata"]["uid"].clone();
+    let before = settled_reconciles(&server, "namespace-defaults");
     kubectl_ok(
         &server,
         None,
@@ -187,6 +190,8 @@ fn namespace_defaults_generates_repairs_and_removes() {
         get(&server, &["networkpolicy", "default-deny", "-n", "team-a"])
             .filter(|np| np["metadata"]["uid"] != old_uid)
     });
+    let after = settled_reconciles(&server, "namespace-defaults");
+    assert_eq!(after - before, 1, "reconciles for one repair");
     // ...and a hand-edited quota is put back.
     kubectl_ok(
         &server,
@@ -238,6 +243,26 @@ fn namespace_defaults_generates_repairs_and_removes() {
         ),
         "{metrics}"
     );
+}
+
+/// Reconciles of controller `name` so far, once none has started for a
+/// second.
+fn settled_reconciles(server: &Server, name: &str) -> u64 {
+    let count = || {
+        let metrics = server.get("/metrics").expect("metrics").1;
+        let prefix = format!("controller_runtime_reconcile_total{{controller=\"{name}\",");
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum::<u64>()
+    };
+    let mut last = count();
+    poll_until(WAIT, "the reconciles to settle", || {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = count();
+        std::mem::replace(&mut last, now).eq(&now).then_some(now)
+    })
 }
 
 /// A controller can do only what its ServiceAccount may: without RBAC for

@@ -394,7 +394,7 @@ impl Runtime {
             .instantiate_pre(&compiled.component)
             .map_err(wrong_world)?;
         let pre = P::from_instance_pre(instance_pre).map_err(wrong_world)?;
-        let core = self.core(name, compiled.digest, limits)?;
+        let core = self.core(name, compiled.digest, compiled.lease, limits)?;
         let (budget, target) = self.prepared();
         Ok(Loaded {
             core,

@@ -38,10 +38,11 @@ use crate::metrics::{OpMetrics, Registry};
 use crate::sandbox::{CallState, Capture, StoreState, truncate};
 use crate::types::CacheStats;
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, Linker};
@@ -148,6 +149,48 @@ struct RuntimeInner {
     config: RuntimeConfig,
     /// Instances held prepared right now, across all plugins.
     prepared: Arc<PreparedCount>,
+    /// Compiled artifacts in use, by the SHA-256 of their bytes.
+    artifacts: Arc<Artifacts>,
+}
+
+/// The compiled artifacts that loaded plugins use, by the SHA-256 of their
+/// bytes (and what they compiled to): loading the same
+/// module again (another policy from one module with other settings, a new
+/// generation that changed only the configuration) shares the code already
+/// mapped instead of mapping a copy from the on-disk cache. An entry lives
+/// while a [`Lease`] of it does.
+#[derive(Default)]
+struct Artifacts(std::sync::Mutex<HashMap<ArtifactKey, (Weak<Lease>, Artifact)>>);
+
+/// The SHA-256 of the bytes and what they were compiled to.
+type ArtifactKey = (String, &'static str);
+
+#[derive(Clone)]
+enum Artifact {
+    Component(Component),
+    Module(Module),
+}
+
+/// Held by every plugin loaded from one artifact; the last one dropped
+/// takes the artifact out of [`Artifacts`].
+pub(crate) struct Lease {
+    artifacts: Weak<Artifacts>,
+    key: ArtifactKey,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(a) = self.artifacts.upgrade() {
+            let mut map = a.0.lock().expect("artifacts lock");
+            // A new lease of the same bytes may have replaced this one.
+            if map
+                .get(&self.key)
+                .is_some_and(|(w, _)| w.strong_count() == 0)
+            {
+                map.remove(&self.key);
+            }
+        }
+    }
 }
 
 /// How many instances are held prepared across a runtime's plugins, and
@@ -267,6 +310,7 @@ impl Runtime {
                 metrics: Registry::default(),
                 config,
                 prepared,
+                artifacts: Default::default(),
             }),
         })
     }
@@ -342,10 +386,19 @@ impl Runtime {
 
     /// Compiles `wasm` (or loads it from the cache) off the async executor.
     pub(crate) async fn compile(&self, name: &str, wasm: &[u8]) -> Result<Compiled, PluginError> {
-        let (component, digest) = self
-            .compile_with(name, wasm, "plugin compiled", Component::new)
+        let (artifact, digest, lease) = self
+            .compile_with(name, wasm, "plugin compiled", |e, b| {
+                Component::new(e, b).map(Artifact::Component)
+            })
             .await?;
-        Ok(Compiled { component, digest })
+        let Artifact::Component(component) = artifact else {
+            unreachable!("a component's entry holds a component")
+        };
+        Ok(Compiled {
+            component,
+            digest,
+            lease,
+        })
     }
 
     /// As [`Runtime::compile`], for a core wasm module (same engine, same
@@ -355,22 +408,42 @@ impl Runtime {
         name: &str,
         wasm: &[u8],
     ) -> Result<CompiledModule, PluginError> {
-        let (module, digest) = self
-            .compile_with(name, wasm, "core module compiled", Module::new)
+        let (artifact, digest, lease) = self
+            .compile_with(name, wasm, "core module compiled", |e, b| {
+                Module::new(e, b).map(Artifact::Module)
+            })
             .await?;
-        Ok(CompiledModule { module, digest })
+        let Artifact::Module(module) = artifact else {
+            unreachable!("a core module's entry holds a core module")
+        };
+        Ok(CompiledModule {
+            module,
+            digest,
+            lease,
+        })
     }
 
-    /// Runs `compile` on a blocking thread, logging whether the cache
-    /// served it; returns the artifact and the bytes' sha256.
-    async fn compile_with<T: Send + 'static>(
+    /// The artifact of `wasm` a loaded plugin uses already, else `compile`
+    /// run on a blocking thread (logging whether the on-disk cache served
+    /// it); with the bytes' sha256 and a lease of the shared artifact.
+    async fn compile_with(
         &self,
         name: &str,
         wasm: &[u8],
         what: &'static str,
-        compile: fn(&wasmtime::Engine, Vec<u8>) -> wasmtime::Result<T>,
-    ) -> Result<(T, String), PluginError> {
+        compile: fn(&wasmtime::Engine, Vec<u8>) -> wasmtime::Result<Artifact>,
+    ) -> Result<(Artifact, String, Arc<Lease>), PluginError> {
         let digest = hex(&Sha256::digest(wasm));
+        let key = (digest.clone(), what);
+        let shared = {
+            let map = self.inner.artifacts.0.lock().expect("artifacts lock");
+            map.get(&key)
+                .and_then(|(lease, artifact)| Some((artifact.clone(), lease.upgrade()?)))
+        };
+        if let Some((artifact, lease)) = shared {
+            tracing::info!(plugin = name, sha256 = %digest, "{what}: shared with a loaded plugin");
+            return Ok((artifact, digest, lease));
+        }
         let engine = self.inner.engine.clone();
         let bytes = wasm.to_vec();
         let hits_before = self.cache_stats().hits;
@@ -390,7 +463,17 @@ impl Runtime {
             elapsed_ms = start.elapsed().as_secs_f64() * 1e3,
             "{what}"
         );
-        Ok((artifact, digest))
+        let lease = Arc::new(Lease {
+            artifacts: Arc::downgrade(&self.inner.artifacts),
+            key: key.clone(),
+        });
+        self.inner
+            .artifacts
+            .0
+            .lock()
+            .expect("artifacts lock")
+            .insert(key, (Arc::downgrade(&lease), artifact.clone()));
+        Ok((artifact, digest, lease))
     }
 
     /// The shared part of a loaded plugin, after checking `limits` against
@@ -399,6 +482,7 @@ impl Runtime {
         &self,
         name: &str,
         digest: String,
+        lease: Arc<Lease>,
         limits: Limits,
     ) -> Result<PluginCore, PluginError> {
         if limits.max_memory_bytes > self.inner.config.max_memory_bytes {
@@ -418,6 +502,7 @@ impl Runtime {
             },
             name,
             digest,
+            _lease: lease,
             permits: Arc::new(Semaphore::new(limits.max_concurrency.max(1))),
             limits,
             grace,
@@ -429,12 +514,14 @@ impl Runtime {
 pub(crate) struct CompiledModule {
     pub(crate) module: Module,
     pub(crate) digest: String,
+    pub(crate) lease: Arc<Lease>,
 }
 
 /// A compiled component and the SHA-256 of its bytes.
 pub(crate) struct Compiled {
     pub(crate) component: Component,
     pub(crate) digest: String,
+    pub(crate) lease: Arc<Lease>,
 }
 
 /// Starts the thread that prepares instances
@@ -512,6 +599,9 @@ fn hex(bytes: &[u8]) -> String {
 pub(crate) struct PluginCore {
     pub(crate) name: Arc<str>,
     pub(crate) digest: String,
+    /// Keeps its compiled code shared with plugins loaded from the same
+    /// bytes.
+    _lease: Arc<Lease>,
     pub(crate) limits: Limits,
     permits: Arc<Semaphore>,
     grace: Duration,

@@ -168,7 +168,7 @@ impl Runtime {
         let pre = linker
             .instantiate_pre(module)
             .map_err(|e| wrong(format!("{e:#}")))?;
-        let core = self.core(name, compiled.digest, limits)?;
+        let core = self.core(name, compiled.digest, compiled.lease, limits)?;
         Ok(Wapc {
             core,
             pre,

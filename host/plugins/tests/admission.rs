@@ -1026,6 +1026,55 @@ async fn instances_are_prepared_at_the_lowest_priority() {
     assert!(preparers.iter().all(|&n| n == 19), "{preparers:?}");
 }
 
+/// Plugins loaded from the same bytes share one compiled artifact while
+/// any of them is loaded (no second lookup in the disk cache, no second
+/// copy of the code mapped); once the last is dropped, the next load reads
+/// the disk cache again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_from_the_same_bytes_share_their_compiled_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(dir.path().to_owned()),
+        max_instances: 8,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let wasm = wasm("require_labels");
+    let load = |name: &'static str| {
+        let (runtime, wasm) = (runtime.clone(), wasm.clone());
+        async move {
+            runtime
+                .load_admission(name, &wasm, REQUIRE_LABELS, Limits::default())
+                .await
+                .unwrap()
+        }
+    };
+    let lookups = || {
+        let s = runtime.cache_stats();
+        (s.hits, s.misses)
+    };
+    let a = load("a").await;
+    assert_eq!(lookups(), (0, 1));
+    let b = load("b").await;
+    assert_eq!(
+        lookups(),
+        (0, 1),
+        "the second load looked in the disk cache"
+    );
+    assert_eq!(a.digest(), b.digest());
+    drop(a);
+    let c = load("c").await;
+    assert_eq!(lookups(), (0, 1), "b still holds the artifact");
+    drop((b, c));
+    let d = load("d").await;
+    assert_eq!(lookups(), (1, 1), "the artifact outlived its plugins");
+    let labelled = request(
+        Operation::Create,
+        Some(configmap("c", Some(json!({"team": "a"})))),
+    );
+    assert!(d.validate(&labelled).await.unwrap().allowed);
+}
+
 /// A plugin may outlive the `Runtime` handle it was loaded with (the
 /// server keeps plugins, not runtimes): its calls still find instances
 /// prepared for them.

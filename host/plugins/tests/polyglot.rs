@@ -520,7 +520,7 @@ async fn bad_config_is_rejected_at_load() {
     }
 }
 
-/// Every load after the fixture's is a cache hit, and calls are fast.
+/// Every load after the fixture's compiles nothing, and calls are fast.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn components_compile_once_and_calls_are_fast() {
     let f = fixture().await;
@@ -574,9 +574,9 @@ async fn components_compile_once_and_calls_are_fast() {
         );
     }
 
-    // Other tests load more plugins concurrently, but only as cache hits:
-    // each component was compiled exactly once.
+    // Other tests load more plugins concurrently, but each component was
+    // compiled exactly once (later loads share the artifact the fixture's
+    // plugins hold, or read the disk cache).
     let stats = f.runtime.cache_stats();
     assert_eq!(stats.misses, 2, "{stats:?}");
-    assert!(stats.hits >= 2, "{stats:?}");
 }

@@ -14,6 +14,13 @@
 //!   `spec.owns` queue the controlling owner (an `ownerReference` with
 //!   `controller: true` of the primary kind); `spec.watches` map by
 //!   [`Mapping`]. Each key remembers why it was first queued.
+//! * **Echoes.** A child's event that is the echo of the controller's own
+//!   write (the same object at the `resourceVersion` that write returned)
+//!   does not queue the owner again: the reconcile that wrote it already
+//!   had the result. Every other change of a child does (drift, another
+//!   writer, a delete), as does every event of `spec.for`. (controller-
+//!   runtime queues echoes too: a second reconcile per write that only
+//!   finds everything in place.) [`Echoes`].
 //! * **Swaps.** A new generation is loaded beside the running one; when it
 //!   loads, the queue (with its keys and backoffs) passes to it: the
 //!   component is swapped in place when only module, configuration or
@@ -58,6 +65,98 @@ const STATUS_PERIOD: Duration = Duration::from_secs(2);
 
 /// A primary object: namespace (for namespaced kinds) and name.
 type Key = (Option<String>, String);
+
+/// The objects a controller wrote, at the `resourceVersion` each write
+/// returned, until their watch events (the echoes) arrive. A child's event
+/// may arrive before the write that made it has returned: while a key's
+/// reconcile runs, the events of its children are held and judged when it
+/// ends, once all its writes are known.
+#[derive(Default)]
+struct Echoes {
+    written: Mutex<HashMap<EchoKey, String>>,
+    /// The keys being reconciled, with their children's events so far.
+    held: Mutex<HashMap<Key, Vec<(EchoKey, String)>>>,
+}
+
+/// An object: its resource's group and plural, namespace and name.
+type EchoKey = (String, String, Option<String>, String);
+
+/// At most this many writes wait for their echo; a write whose echo never
+/// comes (a no-op apply writes nothing) is forgotten when the map is full,
+/// at the cost of one more reconcile.
+const MAX_ECHOES: usize = 4096;
+
+impl Echoes {
+    fn key(res: &Resource, obj: &Value) -> Option<(EchoKey, String)> {
+        Some((
+            (
+                res.group.clone(),
+                res.plural.clone(),
+                meta::namespace(obj).map(String::from),
+                meta::name(obj)?.to_owned(),
+            ),
+            meta::str_field(obj, "resourceVersion")?.to_owned(),
+        ))
+    }
+
+    /// Remembers the object a write returned.
+    fn wrote(&self, res: &Resource, obj: &Value) {
+        let Some((key, rv)) = Self::key(res, obj) else {
+            return;
+        };
+        let mut map = self.written.lock().expect("echoes lock");
+        if map.len() >= MAX_ECHOES && !map.contains_key(&key) {
+            map.clear();
+        }
+        map.insert(key, rv);
+    }
+
+    /// Whether `key` at `rv` is a remembered write's echo (then forgotten).
+    fn take(&self, key: &EchoKey, rv: &str) -> bool {
+        let mut map = self.written.lock().expect("echoes lock");
+        if map.get(key).is_some_and(|w| w == rv) {
+            map.remove(key);
+            return true;
+        }
+        false
+    }
+
+    /// `owner`'s reconcile starts.
+    fn begin(&self, owner: &Key) {
+        let mut held = self.held.lock().expect("echoes lock");
+        held.entry(owner.clone()).or_default();
+    }
+
+    /// Whether a child's (non-delete) event queues its `owner` now: not
+    /// when it echoes the owner's own write, nor while the owner's
+    /// reconcile runs (held until [`Echoes::end`]).
+    fn child_changed(&self, owner: &Key, res: &Resource, obj: &Value) -> bool {
+        let Some((key, rv)) = Self::key(res, obj) else {
+            return true;
+        };
+        if let Some(events) = self.held.lock().expect("echoes lock").get_mut(owner) {
+            events.push((key, rv));
+            return false;
+        }
+        !self.take(&key, &rv)
+    }
+
+    /// `owner`'s reconcile ended: whether a child's event held meanwhile
+    /// was not the echo of its writes (then it is queued again).
+    fn end(&self, owner: &Key) -> bool {
+        let events = self
+            .held
+            .lock()
+            .expect("echoes lock")
+            .remove(owner)
+            .unwrap_or_default();
+        events
+            .iter()
+            .filter(|(key, rv)| !self.take(key, rv))
+            .count()
+            > 0
+    }
+}
 
 /// The identity of ServiceAccount `ns/name`, as its tokens authenticate.
 pub fn service_account_user(ns: &str, name: &str) -> UserInfo {
@@ -110,6 +209,8 @@ struct Shared {
     last_error: Mutex<Option<String>>,
     /// Records Events about the controller (as the manager).
     manager: Client,
+    /// Its writes whose events are still to come.
+    echoes: Arc<Echoes>,
 }
 
 impl Shared {
@@ -167,6 +268,33 @@ impl Reconcile for WasmReconcile {
     type Key = Key;
 
     async fn reconcile(&self, key: &Key) -> Result<Action, ApiError> {
+        self.shared.echoes.begin(key);
+        // Ends the hold on its children's events however the call ends.
+        let _held = Held {
+            shared: &self.shared,
+            key,
+        };
+        self.reconcile_once(key).await
+    }
+}
+
+/// A reconcile in flight: on drop, a child's event that came meanwhile and
+/// was not the echo of its writes queues the key again.
+struct Held<'a> {
+    shared: &'a Shared,
+    key: &'a Key,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if self.shared.echoes.end(self.key) {
+            self.shared.add(self.key.clone(), ReconcileReason::Owned);
+        }
+    }
+}
+
+impl WasmReconcile {
+    async fn reconcile_once(&self, key: &Key) -> Result<Action, ApiError> {
         let shared = &self.shared;
         let reason = shared
             .reasons
@@ -201,6 +329,7 @@ impl Reconcile for WasmReconcile {
 /// A controller's writes, as calls of its client.
 struct ControllerWrites {
     client: Client,
+    echoes: Arc<Echoes>,
 }
 
 fn write_error(e: ApiError) -> WriteError {
@@ -224,6 +353,12 @@ fn write_error(e: ApiError) -> WriteError {
 }
 
 impl ControllerWrites {
+    /// Remembers the object a write returned (see [`Echoes`]).
+    fn wrote(&self, res: &Resource, obj: Value) -> Value {
+        self.echoes.wrote(res, &obj);
+        obj
+    }
+
     fn resource(&self, target: &Target) -> Result<Arc<Resource>, WriteError> {
         let objects = &self.client.objects;
         let found = match target {
@@ -282,6 +417,7 @@ impl Writes for ControllerWrites {
         self.client
             .create(&res, ns.as_deref(), object)
             .await
+            .map(|o| self.wrote(&res, o))
             .map_err(write_error)
     }
 
@@ -299,6 +435,7 @@ impl Writes for ControllerWrites {
         self.client
             .replace(&res, ns.as_deref(), &name, subresource, object)
             .await
+            .map(|o| self.wrote(&res, o))
             .map_err(write_error)
     }
 
@@ -322,6 +459,7 @@ impl Writes for ControllerWrites {
         self.client
             .patch(&res, ns, name, subresource, kind, &patch)
             .await
+            .map(|o| self.wrote(&res, o))
             .map_err(write_error)
     }
 
@@ -347,6 +485,7 @@ impl Writes for ControllerWrites {
                 force,
             )
             .await
+            .map(|o| self.wrote(&res, o))
             .map_err(write_error)
     }
 
@@ -596,9 +735,14 @@ impl Manager {
                 .max_cluster_read_bytes
                 .unwrap_or(wasm_apiserver_api::admission::DEFAULT_CLUSTER_READ_BYTES),
         };
+        // One record of writes across swaps, as the queue.
+        let echoes = running
+            .get(name)
+            .map_or_else(Default::default, |r| r.shared.echoes.clone());
         let writes = WriteAccess {
             writes: Arc::new(ControllerWrites {
                 client: client.clone(),
+                echoes: echoes.clone(),
             }),
             max_writes: l.max_writes.unwrap_or(spec_api::DEFAULT_WRITES),
         };
@@ -637,6 +781,7 @@ impl Manager {
                     failures: AtomicU64::new(0),
                     last_error: Mutex::new(None),
                     manager: deps.client(NAME, super::controller_user(NAME)),
+                    echoes,
                 })
             }
         };
@@ -773,19 +918,22 @@ async fn follow_all(
         }));
     }
     for child in owned {
-        let (objects, shared, primary, for_kind) = (
+        let (objects, shared, primary, for_kind, child_res) = (
             objects.clone(),
             shared.clone(),
             primary.clone(),
             for_kind.clone(),
+            child.clone(),
         );
         tasks.push(tokio::spawn(async move {
             objects
                 .follow(
                     &child,
                     |_| {},
-                    move |obj, _| {
-                        if let Some(key) = owner_key(&obj, &primary, &for_kind) {
+                    move |obj, deleted| {
+                        if let Some(key) = owner_key(&obj, &primary, &for_kind)
+                            && (deleted || shared.echoes.child_changed(&key, &child_res, &obj))
+                        {
                             shared.add(key, ReconcileReason::Owned);
                         }
                         async {}
