@@ -327,6 +327,7 @@ impl WasmReconcile {
 }
 
 /// A controller's writes, as calls of its client.
+#[derive(Clone)]
 struct ControllerWrites {
     client: Client,
     echoes: Arc<Echoes>,
@@ -526,18 +527,29 @@ impl Writes for ControllerWrites {
             .map_err(write_error)
     }
 
-    /// Concurrently: independent objects then share the store's commits.
+    /// In parallel, a task each: independent objects then share the
+    /// store's commits, and their admission and merges run on every core.
+    /// (A reconcile that ends first, by its timeout, leaves them to
+    /// finish: each write is whole or not made.)
     async fn apply_all(
         &self,
         configurations: Vec<(Target, Value)>,
         force: bool,
     ) -> Vec<Result<Value, WriteError>> {
-        futures::future::join_all(
-            configurations
-                .into_iter()
-                .map(|(target, c)| async move { self.apply(&target, c, force, None).await }),
-        )
-        .await
+        let tasks: Vec<_> = configurations
+            .into_iter()
+            .map(|(target, c)| {
+                let this = self.clone();
+                tokio::spawn(async move { this.apply(&target, c, force, None).await })
+            })
+            .collect();
+        let mut results = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            results.push(task.await.unwrap_or_else(|e| {
+                Err(WriteError::new(500, "InternalError", format!("apply: {e}")))
+            }));
+        }
+        results
     }
 
     async fn event(&self, regarding: &Value, warning: bool, reason: &str, note: &str) {

@@ -148,24 +148,34 @@ async fn wait_active(api: &Api, name: &str) -> Result<(), Error> {
 
 /// This process's resident set, in bytes.
 fn rss() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
+    // smaps_rollup walks the mappings: exact, where statm's counters are
+    // per-CPU and approximate.
+    std::fs::read_to_string("/proc/self/smaps_rollup")
         .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Rss:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
 }
 
-/// The process's resident anonymous, file-backed and shared-memory bytes
-/// (wasmtime's memory images are memfds).
+/// The process's resident anonymous bytes, the rest (file-backed and
+/// memfds: wasmtime's memory images), and the shared part of all.
 fn rss_split() -> (u64, u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
     let kb = |field: &str| {
-        status
+        rollup
             .lines()
             .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             .map_or(0, |k| k * 1024)
     };
-    (kb("RssAnon:"), kb("RssFile:"), kb("RssShmem:"))
+    (
+        kb("Anonymous:"),
+        kb("Rss:") - kb("Anonymous:"),
+        kb("Shared_Clean:") + kb("Shared_Dirty:"),
+    )
 }
 
 /// The process's RSS and live heap at one moment.
@@ -529,7 +539,7 @@ pub(crate) async fn context(srv: &Handle, dir: &Path, window: Duration) -> Resul
     let indexed_us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
     if let Some(r) = rows.iter_mut().find(|r| r.scenario == ON) {
         r.note = format!(
-            "plugin RSS +{rss_added} B loaded, +{rss_after_call} B after its first call, +{rss_settled} B 2 s later (of which +{pool_settled} B in the wasm memory pools), +{rss_end} B after the rounds; at load heap +{kubewarden_heap} B, wasmtime's mappings +{kubewarden_mapped} B, anonymous {:+} B, file-backed {:+} B, shared memory {:+} B, live heap {:+} B (an idle 2 s before: {idle_drift:+} B); host get {get_us:.1} us, 100-item list {list_us:.0} us",
+            "plugin RSS +{rss_added} B loaded, +{rss_after_call} B after its first call, +{rss_settled} B 2 s later (of which +{pool_settled} B in the wasm memory pools), +{rss_end} B after the rounds; at load heap +{kubewarden_heap} B, wasmtime's mappings +{kubewarden_mapped} B, anonymous {:+} B, file-backed or memfd {:+} B, shared {:+} B, live heap {:+} B (an idle 2 s before: {idle_drift:+} B); host get {get_us:.1} us, 100-item list {list_us:.0} us",
             load_split.0, load_split.1, load_split.2, load_split.3
         );
     }
