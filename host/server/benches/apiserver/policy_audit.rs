@@ -277,6 +277,8 @@ pub(crate) async fn policy_audit(
     // each round swaps which goes first, so that neither always runs on
     // the later (and larger) store.
     let (mut audit_p50, mut audit_p99, mut shadow_p50) = (Vec::new(), Vec::new(), Vec::new());
+    // Each round's p50s, audited/twin in ms, in the order they ran.
+    let mut audit_rounds = Vec::new();
     for (order, round) in (2..).zip(0..ROUNDS) {
         let mut twin = None;
         if round % 2 == 0 {
@@ -297,6 +299,16 @@ pub(crate) async fn policy_audit(
         }
         let twin = twin.ok_or("no twin round")?;
         audit_p50.push(quantile(&row, 0.5) / quantile(&twin, 0.5));
+        audit_rounds.push(format!(
+            "{}{:.2}/{:.2}",
+            if round % 2 == 0 {
+                "twin first "
+            } else {
+                "audited first "
+            },
+            quantile(&row, 0.5) / 1e3,
+            quantile(&twin, 0.5) / 1e3
+        ));
         audit_p99.push(quantile(&row, 0.99) / quantile(&twin, 0.99));
         rows.extend([twin, row]);
     }
@@ -325,6 +337,10 @@ pub(crate) async fn policy_audit(
     let mut rows = merge_rounds(rows);
     if let Some(row) = rows.iter_mut().find(|r| r.scenario == AUDITING) {
         row.note = paired(&[("p50", &audit_p50), ("p99", &audit_p99)]);
+        row.note.push_str(&format!(
+            "; p50 ms audited/twin: {}",
+            audit_rounds.join(", ")
+        ));
     }
     // How many of the shadowed plugin's requests its shadow saw.
     if let Some(admission) = &quiet.state.objects.admission
