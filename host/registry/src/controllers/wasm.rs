@@ -331,6 +331,9 @@ impl WasmReconcile {
 struct ControllerWrites {
     client: Client,
     echoes: Arc<Echoes>,
+    /// The `spec.owns` kinds (group, plural): only writes to them have
+    /// echoes worth remembering (no other follower reads them).
+    owned: Arc<[(String, String)]>,
 }
 
 fn write_error(e: ApiError) -> WriteError {
@@ -356,7 +359,13 @@ fn write_error(e: ApiError) -> WriteError {
 impl ControllerWrites {
     /// Remembers the object a write returned (see [`Echoes`]).
     fn wrote(&self, res: &Resource, obj: Value) -> Value {
-        self.echoes.wrote(res, &obj);
+        if self
+            .owned
+            .iter()
+            .any(|(g, p)| *g == res.group && *p == res.plural)
+        {
+            self.echoes.wrote(res, &obj);
+        }
         obj
     }
 
@@ -755,6 +764,10 @@ impl Manager {
             writes: Arc::new(ControllerWrites {
                 client: client.clone(),
                 echoes: echoes.clone(),
+                owned: owned
+                    .iter()
+                    .map(|r| (r.group.clone(), r.plural.clone()))
+                    .collect(),
             }),
             max_writes: l.max_writes.unwrap_or(spec_api::DEFAULT_WRITES),
         };
