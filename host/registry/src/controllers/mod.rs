@@ -19,9 +19,11 @@
 //! The native controllers here: the garbage collector ([`gc`]), the
 //! `default` ServiceAccount and `kube-root-ca.crt` publishers
 //! ([`serviceaccounts`]), the `kubernetes` Service ([`apiservice`]), and
-//! the background audit of policies with its reports ([`policy_audit`]).
+//! the background audit of policies with its reports ([`policy_audit`]),
+//! which runs on the lowest-priority thread of [`background`].
 
 pub mod apiservice;
+pub mod background;
 pub mod bootstrap;
 pub mod certificates;
 pub mod gc;

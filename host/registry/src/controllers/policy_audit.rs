@@ -13,7 +13,10 @@
 //!   every `--audit-interval` (default 1 h), starts a full pass: every
 //!   object of the audited resources, and the resource of every report
 //!   (so results of a removed policy go).
-//! * **Below requests**: one worker, paced by a CPU budget: after a check
+//! * **Below requests**: all of it runs on the [`background`](super::background)
+//!   thread, at the lowest priority (nice 19): the kernel gives it a core
+//!   only when requests leave one idle. One worker, paced by a CPU budget
+//!   too (so that an idle server is not filled by it): after a check
 //!   (or a page of a full pass's listing) that took `t` it waits
 //!   `t·(1−b)/b`, where `b` is `--audit-cpu-budget` (default half of one
 //!   core) while the server is idle and a fiftieth of it while requests are
@@ -210,14 +213,14 @@ pub fn spawn(
             findings: Mutex::default(),
             stats: s.clone(),
         });
-        async move {
+        super::background::run(async move {
             tokio::join!(
                 auditor.clone().follow(),
                 auditor.clone().follow_policies(),
                 auditor.clone().record_status(),
                 super::run(auditor.queue.clone(), auditor.clone(), 1),
             );
-        }
+        })
     }));
     stats
 }

@@ -378,6 +378,8 @@ pub(crate) fn cpu_sample() -> Option<CpuSample> {
                 || comm.starts_with("wasm-")
                 // Where the server builds LIST responses.
                 || comm.starts_with("bulk")
+                // Where the controllers' background work (the audit) runs.
+                || comm.starts_with("background")
                 || comm.starts_with("embedded-store"))
         {
             server += ticks;

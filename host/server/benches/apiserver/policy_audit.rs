@@ -4,7 +4,9 @@
 //!   (report bytes written: target 0);
 //! * the p50/p99 of creates at 16 clients on a server whose audit is in a
 //!   full pass against a twin server without the audit (target ≤ 1.1×),
-//!   rounds interleaved (the order swapped every round);
+//!   rounds interleaved (the order swapped every round); both servers'
+//!   plugins are replaced before their round (the audited one's change
+//!   starts its pass);
 //! * a shadow version's cost on create p50 (target ≤ +5%): the same
 //!   server with and without `spec.shadow` on one plugin, interleaved
 //!   (the order swapped every round).
@@ -121,6 +123,33 @@ async fn put_plugins(api: &Api, order: i32, shadow: bool, create: bool) -> Resul
     Ok(())
 }
 
+/// Waits until every plugin's status reports its current generation
+/// loaded and Active.
+async fn loaded(api: &Api) -> Result<(), Error> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (name, _) in plugins(0, false) {
+        let path = format!("{PLUGINS}/{name}");
+        loop {
+            let (_, body) = send(
+                &mut api.connect().await?,
+                api.request(Method::GET, path.parse()?, None),
+            )
+            .await?;
+            let p: Value = serde_json::from_slice(&body)?;
+            if p["status"]["phase"] == "Active"
+                && p["status"]["observedGeneration"] == p["metadata"]["generation"]
+            {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("{name} not loaded: {}", p["status"]).into());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    Ok(())
+}
+
 /// A server with the five plugins and `OBJECTS` ConfigMaps stored.
 async fn server(srv: &Handle, dir: &Path, name: &str) -> Result<(Served, Api), Error> {
     let config = RuntimeConfig {
@@ -203,6 +232,28 @@ async fn drained(api: &Api, stats: &policy_audit::Stats, at_least: u64) -> Resul
     .into())
 }
 
+/// Rounds of each comparison: [`ROUNDS`], or `BENCH_AUDIT_ROUNDS` (for a
+/// quicker look, as under a profiler).
+fn rounds() -> usize {
+    std::env::var("BENCH_AUDIT_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(ROUNDS)
+}
+
+/// With `BENCH_MARKS` set, prints when a window starts and ends on the
+/// monotonic clock (`perf record -k CLOCK_MONOTONIC` stamps samples on the
+/// same one), so a profile can be cut by window.
+fn mark(what: &str, scenario: &str, round: usize) {
+    if std::env::var_os("BENCH_MARKS").is_some() {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        eprintln!(
+            "mark {what} {}.{:09} round {round} {scenario}",
+            t.tv_sec, t.tv_nsec
+        );
+    }
+}
+
 async fn creates(api: &Api, scenario: &str, window: Duration, round: usize) -> Result<Row, Error> {
     let uri: Uri = format!("/api/v1/namespaces/{NS_CREATE}/configmaps").parse()?;
     let tag = scenario.len();
@@ -216,7 +267,10 @@ async fn creates(api: &Api, scenario: &str, window: Duration, round: usize) -> R
             )),
         )
     });
-    closed_loop(api, scenario, CLIENTS, window, StatusCode::CREATED, make).await
+    mark("start", scenario, round);
+    let row = closed_loop(api, scenario, CLIENTS, window, StatusCode::CREATED, make).await;
+    mark("end", scenario, round);
+    row
 }
 
 pub(crate) async fn policy_audit(
@@ -279,10 +333,17 @@ pub(crate) async fn policy_audit(
     let (mut audit_p50, mut audit_p99, mut shadow_p50) = (Vec::new(), Vec::new(), Vec::new());
     // Each round's p50s, audited/twin in ms, in the order they ran.
     let mut audit_rounds = Vec::new();
-    for (order, round) in (2..).zip(0..ROUNDS) {
+    for (order, round) in (2..).zip(0..rounds()) {
+        // The twin's plugins are replaced too, as the audited server's are
+        // to start its pass: both rounds run on freshly loaded plugins.
+        let twin_round = || async {
+            put_plugins(&qapi, order, false, false).await?;
+            loaded(&qapi).await?;
+            creates(&qapi, QUIET, window, round).await
+        };
         let mut twin = None;
         if round % 2 == 0 {
-            twin = Some(creates(&qapi, QUIET, window, round).await?);
+            twin = Some(twin_round().await?);
         }
         put_plugins(&api, order, false, false).await?;
         let passes = stats.full_passes.load(Ordering::Relaxed);
@@ -295,7 +356,7 @@ pub(crate) async fn policy_audit(
         // shadow rounds: let it finish first.
         drained(&api, &stats, 0).await?;
         if round % 2 == 1 {
-            twin = Some(creates(&qapi, QUIET, window, round).await?);
+            twin = Some(twin_round().await?);
         }
         let twin = twin.ok_or("no twin round")?;
         audit_p50.push(quantile(&row, 0.5) / quantile(&twin, 0.5));
@@ -315,7 +376,7 @@ pub(crate) async fn policy_audit(
 
     // A shadow version's cost, on the twin: with and without, the order
     // swapped every round (the store grows with every create).
-    for round in 0..ROUNDS {
+    for round in 0..rounds() {
         let mut pair = [None, None];
         for shadow in [round % 2 == 1, round % 2 == 0] {
             put_plugins(
@@ -457,7 +518,8 @@ pub(crate) fn print_targets(rows: &[Row]) {
         let pooled = p(AUDITING, q) / p(QUIET, q);
         let ratio = paired_ratio(note(AUDITING), name);
         println!(
-            "  create {name} during a full audit / without <= 1.1x: median of {ROUNDS} paired rounds {ratio:.2}x {} (all rounds pooled: {:.2} / {:.2} ms = {pooled:.2}x)",
+            "  create {name} during a full audit / without <= 1.1x: median of {} paired rounds {ratio:.2}x {} (all rounds pooled: {:.2} / {:.2} ms = {pooled:.2}x)",
+            rounds(),
             met(ratio <= 1.1),
             p(AUDITING, q) * 1e3,
             p(QUIET, q) * 1e3,
@@ -466,7 +528,8 @@ pub(crate) fn print_targets(rows: &[Row]) {
     let pooled = p(SHADOW, 0.5) / p(NO_SHADOW, 0.5);
     let ratio = paired_ratio(note(SHADOW), "p50");
     println!(
-        "  create p50 with a shadow / without <= 1.05x: median of {ROUNDS} paired rounds {ratio:.2}x {} (all rounds pooled: {:.2} / {:.2} ms = {pooled:.2}x)",
+        "  create p50 with a shadow / without <= 1.05x: median of {} paired rounds {ratio:.2}x {} (all rounds pooled: {:.2} / {:.2} ms = {pooled:.2}x)",
+        rounds(),
         met(ratio <= 1.05),
         p(SHADOW, 0.5) * 1e3,
         p(NO_SHADOW, 0.5) * 1e3,
