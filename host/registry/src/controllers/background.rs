@@ -1,11 +1,13 @@
-//! Work that must stay below requests ([`policy_audit`](super::policy_audit)) runs on a thread
-//! of its own at the lowest priority.
+//! Work that must stay below requests
+//! ([`policy_audit`](super::policy_audit)) runs on a thread of its own at
+//! the lowest priority.
 //!
 //! The thread drives a single-threaded tokio runtime at nice 19 (on Linux
 //! a thread's nice value is its own). The kernel then gives it a core when
-//! the request path leaves one idle, and never preempts a request's thread
-//! for it: what a CPU budget can only approximate from the request counts
-//! ([`crate::load::Load`]), the scheduler does exactly. The work still
+//! the request path leaves one idle, and a request's thread that wakes
+//! takes the core back from it: what a CPU budget can only approximate
+//! from the request counts ([`crate::load::Load`]), the scheduler does
+//! with a weight of 15 against a request worker's 1024. The work still
 //! holds its own budget, so an idle server is not filled by it either.
 //!
 //! Whatever the work awaits of the rest of the server (a storage commit, a

@@ -15,7 +15,7 @@
 //!   (so results of a removed policy go).
 //! * **Below requests**: all of it runs on the [`background`](super::background)
 //!   thread, at the lowest priority (nice 19): the kernel gives it a core
-//!   only when requests leave one idle. One worker, paced by a CPU budget
+//!   when requests leave one idle. One worker, paced by a CPU budget
 //!   too (so that an idle server is not filled by it): after a check
 //!   (or a page of a full pass's listing) that took `t` it waits
 //!   `t·(1−b)/b`, where `b` is `--audit-cpu-budget` (default half of one
