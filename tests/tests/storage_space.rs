@@ -3,9 +3,13 @@
 //! as real holders renew: the history kept between compactions, and with it
 //! the file, is proportional to the write rate, so an unpaced writer that
 //! speeds up when the machine frees up would grow the file for a reason that
-//! is not a leak), history compacted every 6 s; the file after 50 s is within
-//! 1.2x of its size after 20 s, and `/metrics` shows the compacted revision
-//! moving.
+//! is not a leak), history compacted every 6 s; `/metrics` shows the
+//! compacted revision moving, and the file has stopped growing: after 50 s
+//! it is within 1.2x of its size after 20 s, or no larger than after 35 s
+//! (redb's file is a high-water mark: a moment when freed pages cannot be
+//! reused yet, such as a long read on a starved machine, raises it once
+//! for good, where history kept without compaction, 200 revisions a second,
+//! grows it in every 15 s).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -87,6 +91,7 @@ fn the_data_file_plateaus_under_lease_churn() {
     };
     let early = at(20);
     let compacted_early = gauge(&s, "wasm_apiserver_storage_compacted_revision");
+    let mid = at(35);
     let late = at(50);
     let compacted_late = gauge(&s, "wasm_apiserver_storage_compacted_revision");
     stop.store(true, Ordering::Relaxed);
@@ -94,15 +99,15 @@ fn the_data_file_plateaus_under_lease_churn() {
         rt.block_on(w).unwrap();
     }
     let total = renewals.load(Ordering::Relaxed);
-    eprintln!("{total} renewals; file {early} bytes at 20 s, {late} at 50 s");
+    eprintln!("{total} renewals; file {early} bytes at 20 s, {mid} at 35 s, {late} at 50 s");
     assert!(total > 4_000, "too few renewals to judge: {total}");
     assert!(
         compacted_late > compacted_early,
         "{compacted_early} -> {compacted_late}"
     );
     assert!(
-        late as f64 <= early as f64 * 1.2,
-        "the file grew from {early} to {late} bytes"
+        late as f64 <= early as f64 * 1.2 || late <= mid,
+        "the file grew from {early} (20 s) to {mid} (35 s) to {late} bytes (50 s)"
     );
 }
 

@@ -26,6 +26,8 @@ const PER_ROUND: usize = 50;
 const LOADED: usize = 10;
 const NOOP_KEYS: usize = 2_000;
 const KOPF_VERSION: &str = "1.45.2";
+/// The official Python client, as `scripts/test` installs it.
+const PY_CLIENT_VERSION: &str = "33.1.0";
 pub(crate) const WASM: &str = "wasm-controllers: namespace to 3rd object, wasm controller";
 pub(crate) const KOPF: &str = "wasm-controllers: namespace to 3rd object, kopf operator";
 /// The floor: the client itself writes the Namespace, then the three
@@ -97,12 +99,14 @@ fn ensure_kopf() -> Result<(), Error> {
     let installed = Command::new("python3")
         .args([
             "-c",
-            "import importlib.metadata as m; print(m.version('kopf'))",
+            "import importlib.metadata as m; print(m.version('kopf'), m.version('kubernetes'))",
         ])
         .output()?;
-    if String::from_utf8_lossy(&installed.stdout).trim() == KOPF_VERSION {
+    let wanted = format!("{KOPF_VERSION} {PY_CLIENT_VERSION}");
+    if String::from_utf8_lossy(&installed.stdout).trim() == wanted {
         return Ok(());
     }
+    // The operator writes its objects with the official Python client.
     let status = Command::new("python3")
         .args([
             "-m",
@@ -112,6 +116,7 @@ fn ensure_kopf() -> Result<(), Error> {
             "--disable-pip-version-check",
         ])
         .arg(format!("kopf=={KOPF_VERSION}"))
+        .arg(format!("kubernetes=={PY_CLIENT_VERSION}"))
         .env("PIP_ROOT_USER_ACTION", "ignore")
         .status()?;
     if !status.success() {

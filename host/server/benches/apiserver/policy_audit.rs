@@ -244,7 +244,7 @@ fn rounds() -> usize {
 /// With `BENCH_MARKS` set, prints when a window starts and ends on the
 /// monotonic clock (`perf record -k CLOCK_MONOTONIC` stamps samples on the
 /// same one), so a profile can be cut by window.
-fn mark(what: &str, scenario: &str, round: usize) {
+pub(crate) fn mark(what: &str, scenario: &str, round: usize) {
     if std::env::var_os("BENCH_MARKS").is_some() {
         let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
         eprintln!(
