@@ -18,7 +18,10 @@
 //! one read and the next, measured, 2–3 MB per 531 KB copy came and went).
 //! So each copy is loaded by file as well (as Kubewarden deploys policies,
 //! by reference), and the live heap the server keeps is given with the
-//! client's bodies accounted for.
+//! client's bodies accounted for. The first load of each (the policy's and
+//! the component's, their code mapped from the disk cache) is read too,
+//! with the live heap's transient peak during the load (polled) and what
+//! the heap kept after it.
 
 use crate::harness::{Api, Error, Row, send, serve_admission};
 use hyper::{Method, StatusCode};
