@@ -58,6 +58,8 @@ pub struct Active {
     pub mode: Mode,
     /// `metadata.generation` of the object it came from (0: static or webhook).
     pub generation: i64,
+    /// `metadata.uid` of that object (empty: static or webhook).
+    pub uid: String,
     pub backend: Backend,
     namespace_selector: Option<LabelSelector>,
     object_selector: Option<LabelSelector>,
@@ -93,6 +95,7 @@ impl Active {
             failure_policy,
             mode,
             generation,
+            uid: String::new(),
             backend,
             namespace_selector: sel(namespace_selector)?,
             object_selector: sel(object_selector)?,
@@ -611,11 +614,30 @@ impl Admission {
         self.swap(|c| c.statics.push(Arc::new(active)));
     }
 
-    /// Activates (or atomically replaces) the plugin of an API object.
+    /// Activates (or atomically replaces) the plugin of an API object,
+    /// unless a newer generation of the same object is active already: a
+    /// load of a stale event that finished after the newer one's stays out.
     pub fn install(&self, active: Active) {
         self.swap(|c| {
-            c.dynamic.insert(active.name.clone(), Arc::new(active));
+            let newer = c.dynamic.get(&active.name).is_some_and(|a| {
+                superseded((&a.uid, a.generation), (&active.uid, active.generation))
+            });
+            if !newer {
+                c.dynamic.insert(active.name.clone(), Arc::new(active));
+            }
         });
+    }
+
+    /// Whether generation `generation` of the object `uid` named `name` is
+    /// older than the version of it active here: an event that arrives
+    /// after the write that made the newer one took effect (the write's
+    /// own reconcile installs it before its response; the watch's events
+    /// come later).
+    pub fn superseded(&self, name: &str, uid: &str, generation: i64) -> bool {
+        self.snapshot()
+            .dynamic
+            .get(name)
+            .is_some_and(|a| superseded((&a.uid, a.generation), (uid, generation)))
     }
 
     /// Deactivates the plugin of a deleted API object.
@@ -896,4 +918,27 @@ fn hex(bytes: &[u8]) -> String {
 
 fn uuid_v4() -> String {
     uuid::Uuid::new_v4().to_string()
+}
+
+/// Whether `candidate` (uid, generation) is older than `active`: the same
+/// object at a lower generation. A recreated object (another uid) is never
+/// superseded by its predecessor.
+pub(crate) fn superseded(active: (&str, i64), candidate: (&str, i64)) -> bool {
+    active.0 == candidate.0 && active.1 > candidate.1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::superseded;
+
+    #[test]
+    fn only_an_older_generation_of_the_same_object_is_superseded() {
+        assert!(superseded(("u1", 2), ("u1", 1)), "a stale event");
+        assert!(!superseded(("u1", 2), ("u1", 2)), "the same generation");
+        assert!(!superseded(("u1", 1), ("u1", 2)), "a newer generation");
+        assert!(
+            !superseded(("u1", 3), ("u2", 1)),
+            "a recreated object starts at generation 1 again"
+        );
+    }
 }

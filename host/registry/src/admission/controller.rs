@@ -35,6 +35,11 @@ pub async fn reconcile(objects: &Objects, obj: &Value) {
         admission.remove(&name);
         return;
     }
+    let uid = meta::str_field(obj, "uid").unwrap_or_default().to_string();
+    if admission.superseded(&name, &uid, generation) {
+        // A stale event: the newer generation's own reconcile recorded it.
+        return;
+    }
     let (phase, message, digest) = match admission.loaded(&name) {
         Some((g, digest)) if g == generation => ("Active", String::new(), digest),
         _ => match PluginSpec::parse(&obj["spec"]) {
@@ -45,6 +50,7 @@ pub async fn reconcile(objects: &Objects, obj: &Value) {
                         serde_json::from_value(obj["metadata"]["annotations"].clone())
                             .unwrap_or_default();
                     active.set_report_annotations(&annotations);
+                    active.uid = uid.clone();
                     let digest = active.digest();
                     admission.install(active);
                     tracing::info!(plugin = %name, generation, %digest, "admission plugin active");

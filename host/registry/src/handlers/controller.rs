@@ -39,6 +39,7 @@ async fn load(objects: &Objects, name: &str, obj: &Value) -> Result<Bound, Strin
     Ok(Bound {
         name: name.to_owned(),
         generation: obj["metadata"]["generation"].as_i64().unwrap_or(0),
+        uid: meta::str_field(obj, "uid").unwrap_or_default().to_owned(),
         spec,
         plugin,
     })
@@ -54,6 +55,14 @@ pub async fn reconcile(objects: &Objects, obj: &Value, deleted: bool) {
         return;
     }
     let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
+    if handlers.superseded(
+        &name,
+        meta::str_field(obj, "uid").unwrap_or_default(),
+        generation,
+    ) {
+        // A stale event: the newer generation's own reconcile recorded it.
+        return;
+    }
     let outcome = match handlers.loaded(&name) {
         Some((g, digest)) if g == generation => Ok(digest),
         _ => match load(objects, &name, obj).await {

@@ -18,6 +18,7 @@
 
 pub mod controller;
 
+use crate::admission::chain::superseded;
 use arc_swap::ArcSwap;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,6 +32,8 @@ pub struct Bound {
     /// The `ResourceHandler` object's name.
     pub name: String,
     pub generation: i64,
+    /// The object's `metadata.uid`.
+    pub uid: String,
     pub spec: HandlerSpec,
     pub plugin: ResourceHandlerPlugin,
 }
@@ -89,12 +92,29 @@ impl Handlers {
         })
     }
 
+    /// Activates (or replaces) the handler of an object, unless a newer
+    /// generation of the same object is active already (see
+    /// [`Admission::install`](crate::admission::chain::Admission::install)).
     pub(crate) fn install(&self, bound: Arc<Bound>) {
         self.active.rcu(|m| {
             let mut m = BTreeMap::clone(m);
-            m.insert(bound.name.clone(), bound.clone());
+            let newer = m.get(&bound.name).is_some_and(|b| {
+                superseded((&b.uid, b.generation), (&bound.uid, bound.generation))
+            });
+            if !newer {
+                m.insert(bound.name.clone(), bound.clone());
+            }
             m
         });
+    }
+
+    /// Whether generation `generation` of the object `uid` named `name` is
+    /// older than the handler of it active here: a stale event.
+    pub fn superseded(&self, name: &str, uid: &str, generation: i64) -> bool {
+        self.active
+            .load()
+            .get(name)
+            .is_some_and(|b| superseded((&b.uid, b.generation), (uid, generation)))
     }
 
     /// Deactivates the handler of a deleted object.
