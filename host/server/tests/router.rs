@@ -395,6 +395,53 @@ fn plugin(name: &str, file: &str, phases: &[&str], extra: Value) -> Value {
 
 const PLUGINS: &str = "/apis/admission.wasm-apiserver.io/v1alpha1/admissionplugins";
 
+/// The race a lagging watch makes: a write's own reconcile has installed
+/// generation 2 when the watch delivers generation 1's event. Reconciling
+/// that stale object must neither reinstall generation 1 nor record its
+/// status over generation 2's.
+#[tokio::test]
+async fn a_stale_event_never_reinstalls_an_older_generation() {
+    let a = app().await;
+    let labels = |l: &str| json!({"config": {"labels": [l]}});
+    let first = plugin(
+        "team",
+        "require_labels.wasm",
+        &["Validating"],
+        labels("team"),
+    );
+    assert_eq!(a.post(PLUGINS, first).await.status, StatusCode::CREATED);
+    let stale = a.get(&format!("{PLUGINS}/team")).await.body;
+    assert_eq!(stale["status"]["observedGeneration"], 1, "{stale}");
+    let mut second = stale.clone();
+    second["spec"]["config"] = json!({"labels": ["owner"]});
+    let put = a
+        .call(
+            "PUT",
+            &format!("{PLUGINS}/team"),
+            "application/json",
+            Some(second),
+        )
+        .await;
+    assert_eq!(put.status, StatusCode::OK, "{}", put.body);
+    let admission = a.state.objects.admission.clone().unwrap();
+    assert_eq!(admission.loaded("team").map(|(g, _)| g), Some(2));
+
+    wasm_apiserver_registry::admission::controller::reconcile(&a.state.objects, &stale).await;
+
+    assert_eq!(admission.loaded("team").map(|(g, _)| g), Some(2));
+    let now = a.get(&format!("{PLUGINS}/team")).await.body;
+    assert_eq!(now["status"]["observedGeneration"], 2, "{now}");
+    assert_eq!(now["status"]["phase"], "Active", "{now}");
+    // Generation 2 judges: "team" alone no longer passes.
+    let denied = a.post(CMS, cm("x", json!({"team": "a"}))).await;
+    assert_eq!(denied.status, StatusCode::FORBIDDEN, "{}", denied.body);
+    assert!(
+        denied.body["message"].as_str().unwrap().contains("owner"),
+        "{}",
+        denied.body
+    );
+}
+
 #[tokio::test]
 async fn admission_plugins_deny_mutate_warn_and_swap_at_runtime() {
     let a = app().await;
