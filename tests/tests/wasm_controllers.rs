@@ -441,9 +441,9 @@ fn marks(server: &Server) -> std::collections::BTreeMap<String, String> {
         .collect()
 }
 
-/// A loop, a memory bomb, a trap and an error fail only their own keys
-/// (with backoff, reported in the status) while other keys, other requests
-/// and a second controller go on; swapping the component (in place, and
+/// A loop, a memory bomb, a trap, an error and a flood of 10,000 applies in
+/// one `apply-all` fail only their own keys (with backoff, reported in the
+/// status) while other keys, other requests and a second controller go on; swapping the component (in place, and
 /// with new watches) loses no key; a deleted controller stops.
 #[test]
 fn hostile_controllers_are_contained_and_swaps_miss_nothing() {
@@ -464,7 +464,7 @@ fn hostile_controllers_are_contained_and_swaps_miss_nothing() {
     kubectl_ok(&server, None, &["create", "namespace", "hostile"]);
     apply(&server, &hostile(json!({"mark": "v1"}), 2));
     wait_status(&server, "hostile", "Active");
-    let bad: Vec<String> = ["loop-1", "bomb-1", "trap-1", "fail-1"]
+    let bad: Vec<String> = ["loop-1", "bomb-1", "trap-1", "fail-1", "flood-1"]
         .map(String::from)
         .to_vec();
     apply(&server, &configmaps(&bad));
@@ -498,10 +498,37 @@ fn hostile_controllers_are_contained_and_swaps_miss_nothing() {
         (c["status"]["failures"].as_u64().unwrap_or(0) >= 8).then(|| c["status"].clone())
     });
     assert!(status["lastError"].is_string(), "{status}");
-    let log = server.log();
-    for what in ["timed out", "memory limit", "trapped", "failing on purpose"] {
+    let log = poll_until(WAIT, "the flood's outcome in the log", || {
+        let log = server.log();
+        log.contains("flooded: ").then_some(log)
+    });
+    for what in [
+        "timed out",
+        "memory limit",
+        "trapped",
+        "failing on purpose",
+        // 10,000 configurations in one apply-all: the budget's 64 are
+        // made, the rest refused alone with a clear error.
+        "flooded: 64 made; first refusal: ",
+        "the controller made more than 64 writes in one reconcile",
+    ] {
         assert!(log.contains(what), "no {what:?} in the log");
     }
+    let made = kubectl_json(
+        &server,
+        None,
+        &["get", "configmaps", "-n", "hostile", "-o", "json"],
+    )["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("made-flood-1-"))
+        })
+        .count();
+    assert_eq!(made, 64, "only the write budget's objects are made");
 
     // Swap in place (configuration only) while keys arrive: none is missed.
     let burst: Vec<String> = (0..15).map(|i| format!("ok-swap-{i}")).collect();

@@ -1,11 +1,15 @@
 //! `hostile-controller` (test fixture): reconciles ConfigMaps by name.
 //! `loop-*` spins forever, `bomb-*` allocates until its memory limit kills
-//! it, `trap-*` panics, `fail-*` answers an error; any other ConfigMap gets
+//! it, `trap-*` panics, `fail-*` answers an error, `flood-*` applies 10,000
+//! ConfigMaps (`made-<name>-<i>`) in one `apply-all` and fails with how many
+//! the server made and its first refusal; any other ConfigMap gets
 //! the annotation `reconciled-by: <config.mark>` (default `hostile`) by
 //! server-side apply, so a test can see which keys were reconciled and by
 //! which version.
 
-use wasm_apiserver_controller_sdk::{Action, Controller, Request, apply, export_controller, json};
+use wasm_apiserver_controller_sdk::{
+    Action, Controller, Request, apply, apply_all, export_controller, json,
+};
 
 #[derive(serde::Deserialize)]
 struct Config {
@@ -51,6 +55,23 @@ impl Controller for Hostile {
         }
         if req.get()?.is_none() {
             return Ok(Action::Done);
+        }
+        if name.starts_with("flood-") {
+            let flood: Vec<_> = (0..10_000)
+                .map(|i| {
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": format!("made-{name}-{i}"), "namespace": req.namespace}})
+                })
+                .collect();
+            let results = apply_all(&flood);
+            let made = results.iter().filter(|r| r.is_ok()).count();
+            let refused = results
+                .iter()
+                .find_map(|r| r.as_ref().err().map(|e| e.to_string()));
+            return Err(format!(
+                "flooded: {made} made; first refusal: {}",
+                refused.unwrap_or_default()
+            ));
         }
         apply(&json!({
             "apiVersion": "v1", "kind": "ConfigMap",
