@@ -246,7 +246,10 @@ impl Strategy for AdmissionPlugins {
 
     async fn after_write(&self, obj: &Value, deleted: bool) {
         match (&self.0.admission, deleted) {
-            (Some(adm), true) => adm.remove(meta::name(obj).unwrap_or_default()),
+            (Some(adm), true) => adm.remove(
+                meta::name(obj).unwrap_or_default(),
+                meta::str_field(obj, "uid").unwrap_or_default(),
+            ),
             (Some(_), false) => controller::reconcile(&self.0, obj).await,
             (None, _) => {}
         }

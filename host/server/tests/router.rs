@@ -395,12 +395,13 @@ fn plugin(name: &str, file: &str, phases: &[&str], extra: Value) -> Value {
 
 const PLUGINS: &str = "/apis/admission.wasm-apiserver.io/v1alpha1/admissionplugins";
 
-/// The race a lagging watch makes: a write's own reconcile has installed
-/// generation 2 when the watch delivers generation 1's event. Reconciling
-/// that stale object must neither reinstall generation 1 nor record its
-/// status over generation 2's.
+/// The races a lagging watch makes: a write's own reconcile has installed
+/// generation 2 (or removed the deleted plugin) when the watch delivers an
+/// older event. Reconciling that stale object must neither reinstall the
+/// older generation (nor the deleted plugin) nor record its status over
+/// the newer one's.
 #[tokio::test]
-async fn a_stale_event_never_reinstalls_an_older_generation() {
+async fn a_stale_event_never_reinstalls_an_older_generation_or_a_deleted_plugin() {
     let a = app().await;
     let labels = |l: &str| json!({"config": {"labels": [l]}});
     let first = plugin(
@@ -440,6 +441,27 @@ async fn a_stale_event_never_reinstalls_an_older_generation() {
         "{}",
         denied.body
     );
+
+    // Deleted: neither generation's late events bring it back.
+    let deleted = a.call("DELETE", &format!("{PLUGINS}/team"), "", None).await;
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);
+    for late in [&stale, &now] {
+        wasm_apiserver_registry::admission::controller::reconcile(&a.state.objects, late).await;
+        assert_eq!(admission.loaded("team"), None);
+    }
+    assert_eq!(
+        a.post(CMS, cm("y", json!({}))).await.status,
+        StatusCode::CREATED
+    );
+    // Created again (another uid): it loads.
+    let again = plugin(
+        "team",
+        "require_labels.wasm",
+        &["Validating"],
+        labels("team"),
+    );
+    assert_eq!(a.post(PLUGINS, again).await.status, StatusCode::CREATED);
+    assert_eq!(admission.loaded("team").map(|(g, _)| g), Some(1));
 }
 
 #[tokio::test]

@@ -163,6 +163,9 @@ pub(crate) struct Chain {
     pub(crate) dynamic: BTreeMap<String, Arc<Active>>,
     /// Webhooks by configuration (`validating/<name>`, `mutating/<name>`).
     webhooks: BTreeMap<String, Vec<Arc<Active>>>,
+    /// The uid of the last deleted object of each name: its events that
+    /// arrive after the deletion (a lagging watch's) load nothing.
+    removed: BTreeMap<String, String>,
 }
 
 impl Chain {
@@ -619,6 +622,10 @@ impl Admission {
     /// load of a stale event that finished after the newer one's stays out.
     pub fn install(&self, active: Active) {
         self.swap(|c| {
+            if c.removed.get(&active.name) == Some(&active.uid) {
+                return; // loaded for an event older than the object's deletion
+            }
+            c.removed.remove(&active.name);
             let newer = c.dynamic.get(&active.name).is_some_and(|a| {
                 superseded((&a.uid, a.generation), (&active.uid, active.generation))
             });
@@ -633,17 +640,24 @@ impl Admission {
     /// after the write that made the newer one took effect (the write's
     /// own reconcile installs it before its response; the watch's events
     /// come later).
+    /// An event of an object already deleted here is superseded too.
     pub fn superseded(&self, name: &str, uid: &str, generation: i64) -> bool {
-        self.snapshot()
-            .dynamic
-            .get(name)
-            .is_some_and(|a| superseded((&a.uid, a.generation), (uid, generation)))
+        let chain = self.snapshot();
+        chain.removed.get(name).is_some_and(|u| u == uid)
+            || chain
+                .dynamic
+                .get(name)
+                .is_some_and(|a| superseded((&a.uid, a.generation), (uid, generation)))
     }
 
-    /// Deactivates the plugin of a deleted API object.
-    pub fn remove(&self, name: &str) {
+    /// Deactivates the plugin of a deleted API object (`uid`); the
+    /// object's later events (a lagging watch's) do not bring it back.
+    pub fn remove(&self, name: &str, uid: &str) {
         self.swap(|c| {
             c.dynamic.remove(name);
+            if !uid.is_empty() {
+                c.removed.insert(name.to_owned(), uid.to_owned());
+            }
         });
     }
 

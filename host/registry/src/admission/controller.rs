@@ -31,11 +31,11 @@ pub async fn reconcile(objects: &Objects, obj: &Value) {
     };
     let name = meta::name(obj).unwrap_or_default().to_string();
     let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
+    let uid = meta::str_field(obj, "uid").unwrap_or_default().to_string();
     if meta::str_field(obj, "deletionTimestamp").is_some() {
-        admission.remove(&name);
+        admission.remove(&name, &uid);
         return;
     }
-    let uid = meta::str_field(obj, "uid").unwrap_or_default().to_string();
     if admission.superseded(&name, &uid, generation) {
         // A stale event: the newer generation's own reconcile recorded it.
         return;
@@ -217,15 +217,15 @@ pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
                             if !plugins {
                                 return;
                             }
-                            let stale: Vec<String> = admission
+                            let stale: Vec<(String, String)> = admission
                                 .snapshot()
                                 .dynamic
-                                .keys()
-                                .filter(|n| !names.contains(&n.as_str()))
-                                .cloned()
+                                .iter()
+                                .filter(|(n, _)| !names.contains(&n.as_str()))
+                                .map(|(n, a)| (n.clone(), a.uid.clone()))
                                 .collect();
-                            for name in stale {
-                                admission.remove(&name);
+                            for (name, uid) in stale {
+                                admission.remove(&name, &uid);
                             }
                         },
                         |obj, deleted| {
@@ -292,7 +292,10 @@ async fn apply(objects: &Objects, info: &Resource, obj: &Value, deleted: bool) {
     } else if info.group == webhook::GROUP {
         reconcile_webhooks(objects, &info.plural, obj, deleted);
     } else if deleted {
-        admission.remove(meta::name(obj).unwrap_or_default());
+        admission.remove(
+            meta::name(obj).unwrap_or_default(),
+            meta::str_field(obj, "uid").unwrap_or_default(),
+        );
     } else {
         reconcile(objects, obj).await;
     }

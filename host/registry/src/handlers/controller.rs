@@ -51,7 +51,7 @@ pub async fn reconcile(objects: &Objects, obj: &Value, deleted: bool) {
     let handlers = &objects.handlers;
     let name = meta::name(obj).unwrap_or_default().to_string();
     if deleted || meta::str_field(obj, "deletionTimestamp").is_some() {
-        handlers.remove(&name);
+        handlers.remove(&name, meta::str_field(obj, "uid").unwrap_or_default());
         return;
     }
     let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
@@ -126,7 +126,8 @@ pub fn spawn_controller(objects: Objects) -> tokio::task::JoinHandle<()> {
                     let names: Vec<&str> = listed.iter().filter_map(meta::name).collect();
                     for stale in objects.handlers.names() {
                         if !names.contains(&stale.as_str()) {
-                            objects.handlers.remove(&stale);
+                            // Gone before this list: no older event follows it.
+                            objects.handlers.remove(&stale, "");
                         }
                     }
                 },

@@ -51,6 +51,10 @@ impl Bound {
 #[derive(Default)]
 pub struct Handlers {
     active: ArcSwap<BTreeMap<String, Arc<Bound>>>,
+    /// The uid of the last deleted object of each name (its later events
+    /// load nothing); held while the active set changes, so an install and
+    /// a removal never interleave.
+    removed: std::sync::Mutex<BTreeMap<String, String>>,
 }
 
 impl Handlers {
@@ -96,6 +100,11 @@ impl Handlers {
     /// generation of the same object is active already (see
     /// [`Admission::install`](crate::admission::chain::Admission::install)).
     pub(crate) fn install(&self, bound: Arc<Bound>) {
+        let mut removed = self.removed.lock().unwrap_or_else(|e| e.into_inner());
+        if removed.get(&bound.name) == Some(&bound.uid) {
+            return; // loaded for an event older than the object's deletion
+        }
+        removed.remove(&bound.name);
         self.active.rcu(|m| {
             let mut m = BTreeMap::clone(m);
             let newer = m.get(&bound.name).is_some_and(|b| {
@@ -110,15 +119,24 @@ impl Handlers {
 
     /// Whether generation `generation` of the object `uid` named `name` is
     /// older than the handler of it active here: a stale event.
+    /// An event of an object already deleted here is superseded too.
     pub fn superseded(&self, name: &str, uid: &str, generation: i64) -> bool {
-        self.active
-            .load()
-            .get(name)
-            .is_some_and(|b| superseded((&b.uid, b.generation), (uid, generation)))
+        let removed = self.removed.lock().unwrap_or_else(|e| e.into_inner());
+        removed.get(name).is_some_and(|u| u == uid)
+            || self
+                .active
+                .load()
+                .get(name)
+                .is_some_and(|b| superseded((&b.uid, b.generation), (uid, generation)))
     }
 
-    /// Deactivates the handler of a deleted object.
-    pub fn remove(&self, name: &str) {
+    /// Deactivates the handler of a deleted object (`uid`); its later
+    /// events (a lagging watch's) do not bring it back.
+    pub fn remove(&self, name: &str, uid: &str) {
+        let mut removed = self.removed.lock().unwrap_or_else(|e| e.into_inner());
+        if !uid.is_empty() {
+            removed.insert(name.to_owned(), uid.to_owned());
+        }
         self.active.rcu(|m| {
             let mut m = BTreeMap::clone(m);
             m.remove(name);
