@@ -640,6 +640,7 @@ impl Admission {
     /// after the write that made the newer one took effect (the write's
     /// own reconcile installs it before its response; the watch's events
     /// come later).
+    ///
     /// An event of an object already deleted here is superseded too.
     pub fn superseded(&self, name: &str, uid: &str, generation: i64) -> bool {
         let chain = self.snapshot();

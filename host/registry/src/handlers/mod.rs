@@ -119,6 +119,7 @@ impl Handlers {
 
     /// Whether generation `generation` of the object `uid` named `name` is
     /// older than the handler of it active here: a stale event.
+    ///
     /// An event of an object already deleted here is superseded too.
     pub fn superseded(&self, name: &str, uid: &str, generation: i64) -> bool {
         let removed = self.removed.lock().unwrap_or_else(|e| e.into_inner());
