@@ -19,7 +19,8 @@ pub struct Request<'a> {
     pub path: &'a str,
 }
 
-/// A parsed FlowSchema.
+/// A parsed FlowSchema, its rules compiled once (a request's
+/// classification allocates nothing and reads no JSON).
 #[derive(Debug, Clone)]
 pub struct FlowSchema {
     pub name: String,
@@ -28,7 +29,44 @@ pub struct FlowSchema {
     pub level: String,
     /// `ByUser`, `ByNamespace`, or none (one flow).
     pub distinguisher: Option<String>,
-    rules: Vec<Value>,
+    rules: Vec<Rule>,
+}
+
+/// One of a schema's `rules`: who, and which requests of theirs.
+#[derive(Debug, Clone)]
+struct Rule {
+    subjects: Vec<Subject>,
+    resource_rules: Vec<ResourceRule>,
+    non_resource_rules: Vec<NonResourceRule>,
+}
+
+/// A subject; `*` in a name matches any.
+#[derive(Debug, Clone)]
+enum Subject {
+    User(String),
+    Group(String),
+    ServiceAccount {
+        namespace: String,
+        name: String,
+    },
+    /// A kind this server does not know: matches nothing.
+    Unknown,
+}
+
+#[derive(Debug, Clone)]
+struct ResourceRule {
+    verbs: Vec<String>,
+    api_groups: Vec<String>,
+    /// `resource` or `resource/subresource`.
+    resources: Vec<String>,
+    cluster_scope: bool,
+    namespaces: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+struct NonResourceRule {
+    verbs: Vec<String>,
+    urls: Vec<String>,
 }
 
 /// How a limited level answers when its queues are full.
@@ -57,14 +95,60 @@ pub struct Limited {
     pub response: LimitResponse,
 }
 
-fn strs(v: &Value) -> Vec<&str> {
+fn strings(v: &Value) -> Vec<String> {
     v.as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
-fn any_or(list: &[&str], want: &str) -> bool {
-    list.iter().any(|x| *x == "*" || *x == want)
+fn any_or(list: &[String], want: &str) -> bool {
+    list.iter().any(|x| x == "*" || x == want)
+}
+
+fn str_or_empty(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_string()
+}
+
+impl Rule {
+    fn parse(rule: &Value) -> Rule {
+        let list = |key: &str| rule[key].as_array().map(Vec::as_slice).unwrap_or_default();
+        Rule {
+            subjects: list("subjects")
+                .iter()
+                .map(|s| match s["kind"].as_str() {
+                    Some("User") => Subject::User(str_or_empty(&s["user"]["name"])),
+                    Some("Group") => Subject::Group(str_or_empty(&s["group"]["name"])),
+                    Some("ServiceAccount") => Subject::ServiceAccount {
+                        namespace: str_or_empty(&s["serviceAccount"]["namespace"]),
+                        name: str_or_empty(&s["serviceAccount"]["name"]),
+                    },
+                    _ => Subject::Unknown,
+                })
+                .collect(),
+            resource_rules: list("resourceRules")
+                .iter()
+                .map(|rr| ResourceRule {
+                    verbs: strings(&rr["verbs"]),
+                    api_groups: strings(&rr["apiGroups"]),
+                    resources: strings(&rr["resources"]),
+                    cluster_scope: rr["clusterScope"].as_bool().unwrap_or(false),
+                    namespaces: strings(&rr["namespaces"]),
+                })
+                .collect(),
+            non_resource_rules: list("nonResourceRules")
+                .iter()
+                .map(|nr| NonResourceRule {
+                    verbs: strings(&nr["verbs"]),
+                    urls: strings(&nr["nonResourceURLs"]),
+                })
+                .collect(),
+        }
+    }
 }
 
 impl FlowSchema {
@@ -83,85 +167,97 @@ impl FlowSchema {
             distinguisher: spec["distinguisherMethod"]["type"]
                 .as_str()
                 .map(String::from),
-            rules: spec["rules"].as_array().cloned().unwrap_or_default(),
+            rules: spec["rules"]
+                .as_array()
+                .map(|rules| rules.iter().map(Rule::parse).collect())
+                .unwrap_or_default(),
         })
     }
 
     /// Whether one of the schema's rules matches the request.
     pub fn matches(&self, r: &Request<'_>) -> bool {
         self.rules.iter().any(|rule| {
-            let subject = rule["subjects"]
-                .as_array()
-                .is_some_and(|subjects| subjects.iter().any(|s| subject_matches(s, r)));
-            subject
+            rule.subjects.iter().any(|s| subject_matches(s, r))
                 && if r.is_resource {
-                    rule["resourceRules"]
-                        .as_array()
-                        .is_some_and(|rs| rs.iter().any(|rr| resource_rule_matches(rr, r)))
+                    rule.resource_rules
+                        .iter()
+                        .any(|rr| resource_rule_matches(rr, r))
                 } else {
-                    rule["nonResourceRules"]
-                        .as_array()
-                        .is_some_and(|rs| rs.iter().any(|nr| non_resource_matches(nr, r)))
+                    rule.non_resource_rules
+                        .iter()
+                        .any(|nr| non_resource_matches(nr, r))
                 }
         })
     }
 
-    /// The flow of the request within the schema.
-    pub fn flow(&self, r: &Request<'_>) -> String {
+    /// The part of the request that tells its flow apart within the
+    /// schema: the user (`ByUser`), the namespace (`ByNamespace`), or
+    /// nothing (one flow).
+    pub fn distinguisher_of<'r>(&self, r: &Request<'r>) -> Option<&'r str> {
         match self.distinguisher.as_deref() {
-            Some("ByUser") => format!("{}/{}", self.name, r.user),
-            Some("ByNamespace") => format!("{}/{}", self.name, r.namespace.unwrap_or_default()),
-            _ => self.name.clone(),
+            Some("ByUser") => Some(r.user),
+            Some("ByNamespace") => Some(r.namespace.unwrap_or_default()),
+            _ => None,
+        }
+    }
+
+    /// The flow of the request within the schema, as upstream names it.
+    pub fn flow(&self, r: &Request<'_>) -> String {
+        match self.distinguisher_of(r) {
+            Some(d) => format!("{}/{d}", self.name),
+            None => self.name.clone(),
         }
     }
 }
 
-fn subject_matches(s: &Value, r: &Request<'_>) -> bool {
-    match s["kind"].as_str() {
-        Some("User") => {
-            let name = s["user"]["name"].as_str().unwrap_or_default();
-            name == "*" || name == r.user
-        }
-        Some("Group") => {
-            let name = s["group"]["name"].as_str().unwrap_or_default();
-            name == "*" || r.groups.iter().any(|g| g == name)
-        }
-        Some("ServiceAccount") => {
+fn subject_matches(s: &Subject, r: &Request<'_>) -> bool {
+    match s {
+        Subject::User(name) => name == "*" || name == r.user,
+        Subject::Group(name) => name == "*" || r.groups.iter().any(|g| g == name),
+        Subject::ServiceAccount { namespace, name } => {
             let Some(rest) = r.user.strip_prefix("system:serviceaccount:") else {
                 return false;
             };
-            let Some((ns, name)) = rest.split_once(':') else {
+            let Some((ns, sa)) = rest.split_once(':') else {
                 return false;
             };
-            let want_ns = s["serviceAccount"]["namespace"]
-                .as_str()
-                .unwrap_or_default();
-            let want = s["serviceAccount"]["name"].as_str().unwrap_or_default();
-            (want_ns == "*" || want_ns == ns) && (want == "*" || want == name)
+            (namespace == "*" || namespace == ns) && (name == "*" || name == sa)
         }
-        _ => false,
+        Subject::Unknown => false,
     }
 }
 
-fn resource_rule_matches(rr: &Value, r: &Request<'_>) -> bool {
-    let resource = match r.subresource {
-        Some(sub) => format!("{}/{sub}", r.resource),
-        None => r.resource.to_string(),
-    };
+/// `want` (an entry of `resources`) against the request's resource and
+/// subresource, without building `resource/subresource`.
+fn resource_matches(want: &str, r: &Request<'_>) -> bool {
+    if want == "*" {
+        return true;
+    }
+    match r.subresource {
+        None => want == r.resource,
+        Some(sub) => {
+            want.strip_prefix(r.resource)
+                .and_then(|rest| rest.strip_prefix('/'))
+                == Some(sub)
+        }
+    }
+}
+
+fn resource_rule_matches(rr: &ResourceRule, r: &Request<'_>) -> bool {
     let scope = match r.namespace {
-        None => rr["clusterScope"].as_bool().unwrap_or(false),
-        Some(ns) => any_or(&strs(&rr["namespaces"]), ns),
+        None => rr.cluster_scope,
+        Some(ns) => any_or(&rr.namespaces, ns),
     };
-    any_or(&strs(&rr["verbs"]), r.verb)
-        && any_or(&strs(&rr["apiGroups"]), r.api_group)
-        && any_or(&strs(&rr["resources"]), &resource)
+    any_or(&rr.verbs, r.verb)
+        && any_or(&rr.api_groups, r.api_group)
+        && rr.resources.iter().any(|want| resource_matches(want, r))
         && scope
 }
 
-fn non_resource_matches(nr: &Value, r: &Request<'_>) -> bool {
-    any_or(&strs(&nr["verbs"]), r.verb)
-        && strs(&nr["nonResourceURLs"]).iter().any(|u| {
-            *u == "*" || *u == r.path || u.strip_suffix('*').is_some_and(|p| r.path.starts_with(p))
+fn non_resource_matches(nr: &NonResourceRule, r: &Request<'_>) -> bool {
+    any_or(&nr.verbs, r.verb)
+        && nr.urls.iter().any(|u| {
+            u == "*" || u == r.path || u.strip_suffix('*').is_some_and(|p| r.path.starts_with(p))
         })
 }
 
@@ -472,6 +568,49 @@ mod tests {
         };
         assert_eq!(classify(&s, &probe).unwrap().level, "exempt");
         assert!(classify(&s, &req("nobody", &[], "get", "pods")).is_none());
+    }
+
+    #[test]
+    fn resource_rules_name_subresources_as_upstream() {
+        let obj = schema(
+            "status-writers",
+            "workload-low",
+            100,
+            Some("ByUser"),
+            json!([rule(
+                json!([user("*")]),
+                json!({"resourceRules": [{
+                "verbs": ["update"], "apiGroups": [""], "resources": ["pods/status", "nodes"],
+                "namespaces": ["*"], "clusterScope": true}]})
+            )]),
+        );
+        let s = FlowSchema::parse(&obj).unwrap();
+        let groups: Vec<String> = Vec::new();
+        let base = req("kubelet", &groups, "update", "pods");
+        let status = Request {
+            subresource: Some("status"),
+            ..req("kubelet", &groups, "update", "pods")
+        };
+        let podsx = Request {
+            resource: "podsx",
+            subresource: Some("status"),
+            ..req("kubelet", &groups, "update", "pods")
+        };
+        let node_status = Request {
+            resource: "nodes",
+            subresource: Some("status"),
+            ..req("kubelet", &groups, "update", "nodes")
+        };
+        assert!(s.matches(&status), "pods/status");
+        assert!(!s.matches(&base), "pods is not pods/status");
+        assert!(!s.matches(&podsx), "podsx/status is not pods/status");
+        assert!(!s.matches(&node_status), "nodes is not nodes/status");
+        assert!(s.matches(&Request {
+            namespace: None,
+            ..req("kubelet", &groups, "update", "nodes")
+        }));
+        assert_eq!(s.flow(&status), "status-writers/kubelet");
+        assert_eq!(s.distinguisher_of(&status), Some("kubelet"));
     }
 
     #[test]

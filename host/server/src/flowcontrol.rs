@@ -29,6 +29,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::{Semaphore, oneshot};
@@ -52,15 +53,42 @@ pub struct FlowControl {
     mutating: Arc<Semaphore>,
 }
 
+/// The configuration as the filter reads it: the schemas in matching
+/// order, each with what a request of it needs made once at
+/// [`FlowControl::configure`] (its level's state, the response headers,
+/// its counter), so that classifying and admitting a request allocates
+/// nothing and takes no lock but its level's.
 #[derive(Default)]
 struct Config {
-    schemas: Vec<FlowSchema>,
-    levels: HashMap<String, PriorityLevel>,
+    schemas: Vec<Schema>,
+}
+
+struct Schema {
+    schema: FlowSchema,
+    /// The level's state; `None` when the level is exempt or missing (the
+    /// request runs at once).
+    level: Option<Arc<Level>>,
+    /// `X-Kubernetes-PF-FlowSchema-UID` and `...-PriorityLevel-UID`.
+    schema_uid: Option<HeaderValue>,
+    level_uid: Option<HeaderValue>,
+    /// `apiserver_flowcontrol_dispatched_requests_total` of this schema and
+    /// level (kept across configurations).
+    dispatched: Arc<AtomicU64>,
+    /// The flow of a schema without a distinguisher (its only one).
+    one_flow: u64,
+}
+
+/// A flow's identity within its level: a hash of the schema's name and the
+/// request's distinguisher (upstream's flow is `schema/distinguisher`).
+fn flow_key(schema: &str, distinguisher: Option<&str>) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (schema, distinguisher).hash(&mut h);
+    h.finish()
 }
 
 #[derive(Default)]
 struct Metrics {
-    dispatched: BTreeMap<(String, String), u64>,
+    dispatched: BTreeMap<(String, String), Arc<AtomicU64>>,
     rejected: BTreeMap<(String, String, &'static str), u64>,
 }
 
@@ -70,7 +98,7 @@ struct Level {
 
 struct Waiter {
     id: u64,
-    flow: Arc<str>,
+    flow: u64,
     tx: oneshot::Sender<()>,
 }
 
@@ -78,9 +106,12 @@ struct LevelState {
     limit: usize,
     executing: usize,
     /// Seats held per flow (flows holding none are absent).
-    by_flow: HashMap<Arc<str>, usize>,
+    by_flow: HashMap<u64, usize>,
     response: LimitResponse,
     queues: Vec<VecDeque<Waiter>>,
+    /// Requests in the queues (a freed seat looks at them only when some
+    /// wait).
+    waiting: usize,
     next: usize,
     ids: u64,
 }
@@ -96,25 +127,25 @@ impl LevelState {
         }
     }
 
-    fn held(&self, flow: &str) -> usize {
-        self.by_flow.get(flow).copied().unwrap_or(0)
+    fn held(&self, flow: u64) -> usize {
+        self.by_flow.get(&flow).copied().unwrap_or(0)
     }
 
-    fn may_run(&self, flow: &str) -> bool {
+    fn may_run(&self, flow: u64) -> bool {
         self.executing < self.limit && self.held(flow) < self.flow_cap()
     }
 
-    fn take(&mut self, flow: &Arc<str>) {
+    fn take(&mut self, flow: u64) {
         self.executing += 1;
-        *self.by_flow.entry(flow.clone()).or_default() += 1;
+        *self.by_flow.entry(flow).or_default() += 1;
     }
 
-    fn release(&mut self, flow: &str) {
+    fn release(&mut self, flow: u64) {
         self.executing = self.executing.saturating_sub(1);
-        if let Some(n) = self.by_flow.get_mut(flow) {
+        if let Some(n) = self.by_flow.get_mut(&flow) {
             *n -= 1;
             if *n == 0 {
-                self.by_flow.remove(flow);
+                self.by_flow.remove(&flow);
             }
         }
     }
@@ -123,7 +154,7 @@ impl LevelState {
     /// first waiter whose flow is under its cap.
     fn dispatch(&mut self) {
         let n = self.queues.len();
-        'seats: while self.executing < self.limit {
+        'seats: while self.waiting > 0 && self.executing < self.limit {
             let cap = self.flow_cap();
             for i in 0..n {
                 let q = (self.next + i) % n;
@@ -135,11 +166,12 @@ impl LevelState {
                     continue;
                 };
                 let w = self.queues[q].remove(pos).expect("position in queue");
+                self.waiting -= 1;
                 self.next = (q + 1) % n;
-                self.take(&w.flow);
+                self.take(w.flow);
                 if w.tx.send(()).is_err() {
                     // Its request is gone.
-                    self.release(&w.flow);
+                    self.release(w.flow);
                 }
                 continue 'seats;
             }
@@ -149,30 +181,29 @@ impl LevelState {
 }
 
 /// A held seat; dropping it hands the seat on.
-struct Seat(Arc<Level>, Arc<str>);
+struct Seat(Arc<Level>, u64);
 
 impl Drop for Seat {
     fn drop(&mut self) {
         let mut s = self.0.state.lock().expect("level lock");
-        s.release(&self.1);
+        s.release(self.1);
         s.dispatch();
     }
 }
 
 enum Admit {
     Run(Seat),
-    Wait(Arc<Level>, Arc<str>, usize, u64, oneshot::Receiver<()>),
+    Wait(Arc<Level>, u64, usize, u64, oneshot::Receiver<()>),
     Reject(&'static str),
 }
 
 impl Level {
-    fn admit(self: &Arc<Self>, flow: &str) -> Admit {
-        let flow: Arc<str> = flow.into();
+    fn admit(self: &Arc<Self>, flow: u64) -> Admit {
         let mut s = self.state.lock().expect("level lock");
         // No waiter may run while a seat is free (`dispatch` keeps it so):
         // a request that may run goes before no one.
-        if s.may_run(&flow) {
-            s.take(&flow);
+        if s.may_run(flow) {
+            s.take(flow);
             return Admit::Run(Seat(self.clone(), flow));
         }
         let LimitResponse::Queue {
@@ -188,7 +219,7 @@ impl Level {
         let q = (0..hand_size)
             .map(|i| {
                 let mut h = std::collections::hash_map::DefaultHasher::new();
-                (&*flow, i).hash(&mut h);
+                (flow, i).hash(&mut h);
                 (h.finish() as usize) % n
             })
             .min_by_key(|q| s.queues.get(*q).map_or(0, VecDeque::len))
@@ -202,18 +233,15 @@ impl Level {
         s.ids += 1;
         let id = s.ids;
         let (tx, rx) = oneshot::channel();
-        s.queues[q].push_back(Waiter {
-            id,
-            flow: flow.clone(),
-            tx,
-        });
+        s.queues[q].push_back(Waiter { id, flow, tx });
+        s.waiting += 1;
         Admit::Wait(self.clone(), flow, q, id, rx)
     }
 
     /// Waits for a seat at most `max`; `None` when refused.
     async fn wait(
         self: Arc<Self>,
-        flow: Arc<str>,
+        flow: u64,
         q: usize,
         id: u64,
         mut rx: oneshot::Receiver<()>,
@@ -229,9 +257,11 @@ impl Level {
                     let at = queue.iter().position(|w| w.id == id)?;
                     queue.remove(at)
                 });
-                if queued.is_none() && rx.try_recv().is_ok() {
+                if queued.is_some() {
+                    s.waiting -= 1;
+                } else if rx.try_recv().is_ok() {
                     // Handed a seat just as the wait ended: give it on.
-                    s.release(&flow);
+                    s.release(flow);
                     s.dispatch();
                 }
                 None
@@ -301,6 +331,7 @@ impl FlowControl {
                         by_flow: HashMap::new(),
                         response: limited.response.clone(),
                         queues: Vec::new(),
+                        waiting: 0,
                         next: 0,
                         ids: 0,
                     }),
@@ -312,12 +343,37 @@ impl FlowControl {
             if s.queues.len() != queues {
                 // Waiters of dropped queues are refused (their senders drop).
                 s.queues.resize_with(queues, VecDeque::new);
+                s.waiting = s.queues.iter().map(VecDeque::len).sum();
                 s.next = 0;
             }
             // A larger limit hands seats to waiters at once.
             s.dispatch();
         }
-        *self.config.write().expect("config lock") = Arc::new(Config { schemas, levels });
+        let mut metrics = self.metrics.lock().expect("metrics lock");
+        let schemas = schemas
+            .into_iter()
+            .map(|schema| {
+                let pl = levels.get(&schema.level);
+                let level = pl
+                    .filter(|l| l.limited.is_some())
+                    .and_then(|_| state.get(&schema.level).cloned());
+                let dispatched = metrics
+                    .dispatched
+                    .entry((schema.name.clone(), schema.level.clone()))
+                    .or_default()
+                    .clone();
+                Schema {
+                    level,
+                    schema_uid: HeaderValue::from_str(&schema.uid).ok(),
+                    level_uid: HeaderValue::from_str(pl.map_or("", |l| l.uid.as_str())).ok(),
+                    dispatched,
+                    one_flow: flow_key(&schema.name, None),
+                    schema,
+                }
+            })
+            .collect();
+        drop(metrics);
+        *self.config.write().expect("config lock") = Arc::new(Config { schemas });
     }
 
     fn count_rejected(&self, schema: &str, level: &str, reason: &'static str) {
@@ -336,6 +392,10 @@ impl FlowControl {
         let m = self.metrics.lock().expect("metrics lock");
         out.push_str("# HELP apiserver_flowcontrol_dispatched_requests_total Number of requests executed by API Priority and Fairness subsystem\n# TYPE apiserver_flowcontrol_dispatched_requests_total counter\n");
         for ((fs, pl), n) in &m.dispatched {
+            let n = n.load(Ordering::Relaxed);
+            if n == 0 {
+                continue;
+            }
             out.push_str(&format!(
                 "apiserver_flowcontrol_dispatched_requests_total{{flow_schema=\"{fs}\",priority_level=\"{pl}\"}} {n}\n"
             ));
@@ -438,50 +498,46 @@ pub async fn filter(fc: &FlowControl, req: Request, next: Next) -> Response {
         path: &info.path,
     };
     // Nothing matches only without the mandatory `catch-all`: run it.
-    let Some(schema) = apf::classify(&config.schemas, &r) else {
+    let Some(schema) = config.schemas.iter().find(|s| s.schema.matches(&r)) else {
         return next.run(req).await;
     };
-    let flow = schema.flow(&r);
-    let (fs, pl) = (schema.name.clone(), schema.level.clone());
-    let level_uid = config
-        .levels
-        .get(&pl)
-        .map(|l| l.uid.clone())
-        .unwrap_or_default();
-    let exempt = config.levels.get(&pl).is_none_or(|l| l.limited.is_none());
-    let level = fc.levels.lock().expect("levels lock").get(&pl).cloned();
-    let _seat = match (exempt, level) {
-        (true, _) | (_, None) => None,
-        (false, Some(level)) => match level.admit(&flow) {
-            Admit::Run(seat) => Some(seat),
-            Admit::Reject(reason) => {
-                fc.count_rejected(&fs, &pl, reason);
-                return too_many_requests();
-            }
-            Admit::Wait(level, flow, q, id, rx) => {
-                match level.wait(flow, q, id, rx, MAX_WAIT).await {
-                    Some(seat) => Some(seat),
-                    None => {
-                        fc.count_rejected(&fs, &pl, "time-out");
-                        return too_many_requests();
+    let _seat = match &schema.level {
+        None => None,
+        Some(level) => {
+            let flow = match schema.schema.distinguisher_of(&r) {
+                None => schema.one_flow,
+                Some(d) => flow_key(&schema.schema.name, Some(d)),
+            };
+            match level.admit(flow) {
+                Admit::Run(seat) => Some(seat),
+                Admit::Reject(reason) => {
+                    fc.count_rejected(&schema.schema.name, &schema.schema.level, reason);
+                    return too_many_requests();
+                }
+                Admit::Wait(level, flow, q, id, rx) => {
+                    match level.wait(flow, q, id, rx, MAX_WAIT).await {
+                        Some(seat) => Some(seat),
+                        None => {
+                            fc.count_rejected(
+                                &schema.schema.name,
+                                &schema.schema.level,
+                                "time-out",
+                            );
+                            return too_many_requests();
+                        }
                     }
                 }
             }
-        },
+        }
     };
-    *fc.metrics
-        .lock()
-        .expect("metrics lock")
-        .dispatched
-        .entry((fs, pl))
-        .or_default() += 1;
+    schema.dispatched.fetch_add(1, Ordering::Relaxed);
     let mut resp = next.run(req).await;
     let headers = resp.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(&schema.uid) {
-        headers.insert("x-kubernetes-pf-flowschema-uid", v);
+    if let Some(v) = &schema.schema_uid {
+        headers.insert("x-kubernetes-pf-flowschema-uid", v.clone());
     }
-    if let Ok(v) = HeaderValue::from_str(&level_uid) {
-        headers.insert("x-kubernetes-pf-prioritylevel-uid", v);
+    if let Some(v) = &schema.level_uid {
+        headers.insert("x-kubernetes-pf-prioritylevel-uid", v.clone());
     }
     resp
 }
@@ -583,10 +639,15 @@ mod tests {
                     queue_length_limit: 10,
                 },
                 queues: (0..queues).map(|_| VecDeque::new()).collect(),
+                waiting: 0,
                 next: 0,
                 ids: 0,
             }),
         })
+    }
+
+    fn f(name: &str) -> u64 {
+        flow_key("test", Some(name))
     }
 
     fn executing(l: &Level) -> (usize, usize) {
@@ -597,16 +658,16 @@ mod tests {
     #[tokio::test]
     async fn one_flow_leaves_a_seat_for_others() {
         let l = level(3, 4);
-        let a1 = l.admit("flooder");
-        let a2 = l.admit("flooder");
+        let a1 = l.admit(f("flooder"));
+        let a2 = l.admit(f("flooder"));
         assert!(matches!(a1, Admit::Run(_)) && matches!(a2, Admit::Run(_)));
         // The flooder's third request waits although a seat is free ...
-        let Admit::Wait(wl, wf, q, id, rx) = l.admit("flooder") else {
+        let Admit::Wait(wl, wf, q, id, rx) = l.admit(f("flooder")) else {
             panic!("a flow took every seat of a 3-seat level");
         };
         assert_eq!(executing(&l), (2, 1));
         // ... which another flow takes at once.
-        let other = l.admit("other");
+        let other = l.admit(f("other"));
         assert!(matches!(other, Admit::Run(_)));
         assert_eq!(executing(&l), (3, 1));
         // A freed flooder seat goes to the flooder's waiter.
@@ -623,9 +684,9 @@ mod tests {
     #[tokio::test]
     async fn a_single_seat_level_serves_one_flow() {
         let l = level(1, 2);
-        let first = l.admit("only");
+        let first = l.admit(f("only"));
         assert!(matches!(first, Admit::Run(_)));
-        let Admit::Wait(wl, wf, q, id, rx) = l.admit("only") else {
+        let Admit::Wait(wl, wf, q, id, rx) = l.admit(f("only")) else {
             panic!("a second request ran beside the only seat");
         };
         drop(first);
@@ -638,17 +699,17 @@ mod tests {
     #[tokio::test]
     async fn waiters_are_served_by_turns_across_flows() {
         let l = level(2, 8);
-        let held = [l.admit("a"), l.admit("b")];
+        let held = [l.admit(f("a")), l.admit(f("b"))];
         assert!(held.iter().all(|a| matches!(a, Admit::Run(_))));
         let mut waits = Vec::new();
         for flow in ["a", "a", "a", "b"] {
-            let Admit::Wait(wl, wf, q, id, rx) = l.admit(flow) else {
+            let Admit::Wait(wl, wf, q, id, rx) = l.admit(f(flow)) else {
                 panic!("{flow} ran with every seat taken");
             };
             // Each waiter gives its seat back as soon as it has it.
             let w = tokio::spawn(async move {
                 let seat = wl.wait(wf, q, id, rx, Duration::from_secs(5)).await;
-                seat.map(|s| s.1.to_string())
+                seat.map(|s| s.1)
             });
             waits.push(w);
         }
@@ -656,9 +717,9 @@ mod tests {
         // but "b"'s one waiter must not wait behind all three of "a".
         drop(held);
         let b = waits.pop().expect("b");
-        assert_eq!(b.await.unwrap().as_deref(), Some("b"));
+        assert_eq!(b.await.unwrap(), Some(f("b")));
         for w in waits {
-            assert_eq!(w.await.unwrap().as_deref(), Some("a"));
+            assert_eq!(w.await.unwrap(), Some(f("a")));
         }
         assert_eq!(executing(&l), (0, 0));
     }
@@ -666,8 +727,8 @@ mod tests {
     #[tokio::test]
     async fn a_timed_out_waiter_leaks_no_seat() {
         let l = level(1, 1);
-        let first = l.admit("x");
-        let Admit::Wait(wl, wf, q, id, rx) = l.admit("y") else {
+        let first = l.admit(f("x"));
+        let Admit::Wait(wl, wf, q, id, rx) = l.admit(f("y")) else {
             panic!("no wait");
         };
         let refused = wl.wait(wf, q, id, rx, Duration::from_millis(20)).await;
