@@ -263,11 +263,17 @@ fn wasm_mapped() -> u64 {
     total_kb * 1024
 }
 
+/// Bytes of heap live now: this scenario runs only in the `apiserver-heap`
+/// bench, whose allocator counts them.
+fn live_heap() -> usize {
+    crate::harness::live_heap().expect("the context scenario runs in the apiserver-heap bench")
+}
+
 impl Footprint {
     fn now() -> Footprint {
         Footprint {
             rss: rss(),
-            heap: crate::harness::live_heap(),
+            heap: live_heap(),
             mapped: wasm_mapped(),
             pss: rollup("Pss:"),
             anon: rollup("Anonymous:"),
@@ -303,9 +309,9 @@ impl HeapPeak {
         let stop = Arc::new(AtomicBool::new(false));
         let done = stop.clone();
         let thread = std::thread::spawn(move || {
-            let mut peak = crate::harness::live_heap();
+            let mut peak = live_heap();
             while !done.load(Ordering::Relaxed) {
-                peak = peak.max(crate::harness::live_heap());
+                peak = peak.max(live_heap());
                 std::thread::sleep(Duration::from_micros(50));
             }
             peak
@@ -428,8 +434,7 @@ async fn load_copies(
     expect_duplicate_refused(api, &format!("dup-{}", name(0))).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut added = before.added(COPIES);
-    added[1] =
-        ((crate::harness::live_heap() + body_bytes).saturating_sub(before.heap) / COPIES) as u64;
+    added[1] = ((live_heap() + body_bytes).saturating_sub(before.heap) / COPIES) as u64;
     if std::env::var_os("BENCH_MAPPINGS").is_some() {
         let sum = |m: &std::collections::HashMap<String, (i64, i64)>| {
             m.values().fold((0, 0), |(r, p), (a, b)| (r + a, p + b))
@@ -565,7 +570,7 @@ pub(crate) async fn context(srv: &Handle, dir: &Path, window: Duration) -> Resul
                     d(now.0, split.0),
                     d(now.1, split.1),
                     d(now.2, split.2),
-                    d(crate::harness::live_heap() as u64, footprint.heap as u64),
+                    d(live_heap() as u64, footprint.heap as u64),
                 );
                 expect_duplicate_refused(&api, "dup").await?;
                 rss_after_call = rss().saturating_sub(before);
@@ -593,15 +598,15 @@ pub(crate) async fn context(srv: &Handle, dir: &Path, window: Duration) -> Resul
                 let maps = mappings();
                 let before = Footprint::now();
                 let peak = HeapPeak::start();
-                crate::policy_audit::mark("start", &first, 0);
+                crate::harness::mark("start", &first, 0);
                 api.create(PLUGINS, policy(&first, false, true)?).await?;
                 wait_active(&api, &first).await?;
-                crate::policy_audit::mark("end", &first, 0);
+                crate::harness::mark("end", &first, 0);
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 first_peak = peak.finish().saturating_sub(before.heap);
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 component_first = before.added(1);
-                first_kept = crate::harness::live_heap() as i64 - before.heap as i64;
+                first_kept = live_heap() as i64 - before.heap as i64;
                 if std::env::var_os("BENCH_MAPPINGS").is_some() {
                     eprintln!("{first}: {}", grown(&maps));
                 }

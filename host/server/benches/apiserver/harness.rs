@@ -1,5 +1,6 @@
 //! The harness every scenario shares: the servers under test, the HTTP client, closed-loop load,
-//! CPU accounting and the result table. Only this module names the server crate (`wasm_apiserver`).
+//! CPU accounting and the result table. Only this module names the server crate (`wasm_apiserver`),
+//! beside the crate roots' global allocators.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -35,16 +36,28 @@ pub(crate) static WEBHOOK_PID: AtomicU32 = AtomicU32::new(0);
 pub(crate) type Body = Full<Bytes>;
 pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 
-/// The server's allocator, counting the bytes it has handed out and not
-/// yet been given back: the live heap, which (unlike the RSS) the
-/// allocator's retention of freed pages does not blur.
-#[global_allocator]
-static ALLOC: cap::Cap<wasm_apiserver::Allocator> =
-    cap::Cap::new(wasm_apiserver::Allocator, usize::MAX);
+/// Bytes of heap live now (allocated and not freed), across the process:
+/// `Some` only in the `apiserver-heap` bench, whose process counts them
+/// (`heap.rs`); the throughput scenarios run in `apiserver`, on the product's
+/// allocator with no wrapper, and never read it.
+pub(crate) fn live_heap() -> Option<usize> {
+    LIVE_HEAP.get().map(|read| read())
+}
 
-/// Bytes of heap live now (allocated and not freed), across the process.
-pub(crate) fn live_heap() -> usize {
-    ALLOC.allocated()
+/// The live-heap reader of a process whose global allocator counts.
+pub(crate) static LIVE_HEAP: std::sync::OnceLock<fn() -> usize> = std::sync::OnceLock::new();
+
+/// With `BENCH_MARKS` set, prints when a window starts and ends on the
+/// monotonic clock (`perf record -k CLOCK_MONOTONIC` stamps samples on the
+/// same one), so a profile can be cut by window.
+pub(crate) fn mark(what: &str, scenario: &str, round: usize) {
+    if std::env::var_os("BENCH_MARKS").is_some() {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        eprintln!(
+            "mark {what} {}.{:09} round {round} {scenario}",
+            t.tv_sec, t.tv_nsec
+        );
+    }
 }
 
 /// A multi-threaded tokio runtime with a worker per core, its threads

@@ -15,7 +15,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::Ordering;
 use tokio::runtime::Handle;
 
-#[path = "../../tests/support/webhook.rs"]
+#[path = "../../tests/it/support/webhook.rs"]
 mod webhook_support;
 
 /// Set (to anything) in the environment of the webhook's own process.

@@ -241,19 +241,6 @@ fn rounds() -> usize {
         .unwrap_or(ROUNDS)
 }
 
-/// With `BENCH_MARKS` set, prints when a window starts and ends on the
-/// monotonic clock (`perf record -k CLOCK_MONOTONIC` stamps samples on the
-/// same one), so a profile can be cut by window.
-pub(crate) fn mark(what: &str, scenario: &str, round: usize) {
-    if std::env::var_os("BENCH_MARKS").is_some() {
-        let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-        eprintln!(
-            "mark {what} {}.{:09} round {round} {scenario}",
-            t.tv_sec, t.tv_nsec
-        );
-    }
-}
-
 async fn creates(api: &Api, scenario: &str, window: Duration, round: usize) -> Result<Row, Error> {
     let uri: Uri = format!("/api/v1/namespaces/{NS_CREATE}/configmaps").parse()?;
     let tag = scenario.len();
