@@ -18,20 +18,25 @@
 #   JavaScript controller SDK)    -> examples/target/namespace-defaults-js.wasm
 #
 # Idempotent and fast on reruns:
-# * installs componentize-py 0.25.1 (pip) only when that version is not
-#   installed, and the npm dependencies of examples/js-policy (`npm ci`) only
-#   when node_modules lacks a devDependency of package.json at its pinned
-#   version (componentize-js 0.23.0, and preview2-shim 0.25.0, which
-#   componentize-js imports at run time without declaring it);
 # * rebuilds a component only when a hash of its inputs (source, wit/,
 #   lock file, tool version, build command) differs from the one recorded
-#   beside it (examples/target/<name>.inputs).
+#   beside it (examples/target/<name>.inputs), and takes it from the build
+#   cache outside the clone (scripts/lib/cache.sh) when that hash is there,
+#   so a fresh clone builds nothing that was built before on this machine;
+# * installs componentize-py 0.25.1 (pip) only when a Python component must
+#   be built and that version is not installed, and the npm dependencies of
+#   examples/js-policy (`npm ci`) only when a JavaScript component must be
+#   built and node_modules lacks a devDependency of package.json at its
+#   pinned version (componentize-js 0.23.0, and preview2-shim 0.25.0, which
+#   componentize-js imports at run time without declaring it).
 #
 # Needs python3 (with pip), node and npm; reaches only PyPI and the npm
 # registry, and only when installing.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/cache.sh
+source "$root/scripts/lib/cache.sh"
 out="$root/examples/target"
 mkdir -p "$out"
 
@@ -68,13 +73,20 @@ build() {
         printf '%10d  %s (up to date)\n' "$(stat -c %s "$wasm")" "${wasm#"$root"/}"
         return
     fi
+    rm -f "$stamp"
+    if cache_restore "examples/$name" "$hash" "$out"; then
+        echo "$hash" >"$stamp"
+        printf '%10d  %s (from the build cache)\n' "$(stat -c %s "$wasm")" "${wasm#"$root"/}"
+        return
+    fi
     tmp="$out/.$name.wasm.tmp"
-    rm -f "$tmp" "$stamp"
+    rm -f "$tmp"
     local start
     start="$(now)"
     "$@"
     mv -f "$tmp" "$wasm"
     echo "$hash" >"$stamp"
+    cache_store "examples/$name" "$hash" "$wasm"
     printf '%10d  %s (built in %s)\n' "$(stat -c %s "$wasm")" "${wasm#"$root"/}" "$(since "$start")"
 }
 
@@ -85,14 +97,20 @@ need python3
 py_installed() {
     python3 -c 'import importlib.metadata as m; print(m.version("componentize-py"))' 2>/dev/null || true
 }
-if [[ "$(py_installed)" != "$PY_VERSION" ]]; then
-    start="$(now)"
-    PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check \
-        "componentize-py==$PY_VERSION" >&2
-    echo "installed componentize-py $PY_VERSION in $(since "$start")" >&2
-fi
+# Installs componentize-py when missing (called by the builds, so a run
+# with every component up to date installs nothing).
+py_tool() {
+    if [[ "$(py_installed)" != "$PY_VERSION" ]]; then
+        local start
+        start="$(now)"
+        PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check \
+            "componentize-py==$PY_VERSION" >&2
+        echo "installed componentize-py $PY_VERSION in $(since "$start")" >&2
+    fi
+}
 # Run the installed package directly: no reliance on PATH or pyenv shims.
 componentize_py() {
+    py_tool
     PYTHONDONTWRITEBYTECODE=1 python3 -c \
         'import sys; from componentize_py import script; sys.argv[0] = "componentize-py"; sys.exit(script())' "$@"
 }
@@ -154,12 +172,17 @@ js_deps_ok() {
             if (found !== version) process.exit(1);
         }' 2>/dev/null)
 }
-if ! js_deps_ok; then
-    start="$(now)"
-    (cd "$js_dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
-    echo "installed npm dependencies of examples/js-policy in $(since "$start")" >&2
-fi
+# Installs them when missing (called by the builds, as py_tool).
+js_tool() {
+    if ! js_deps_ok; then
+        local start
+        start="$(now)"
+        (cd "$js_dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+        echo "installed npm dependencies of examples/js-policy in $(since "$start")" >&2
+    fi
+}
 js_build() {
+    js_tool
     # -d http -d fetch-event: no wasi:http imports; the world does not need them.
     (cd "$js_dir" &&
         ./node_modules/.bin/componentize-js --wit "$root/wit" -n admission-plugin \
@@ -173,6 +196,7 @@ build js-policy "$js_hash" js_build
 # from the source's folder, so the policy and the SDK are staged together.
 js_sdk="$root/plugins/sdk-js/wasm-apiserver-sdk.js"
 labels_js_build() {
+    js_tool
     local stage="$out/.labels-policy-js"
     rm -rf "$stage" && mkdir -p "$stage"
     cp "$root/examples/labels-policy/js/app.js" "$js_sdk" "$stage/"
@@ -188,6 +212,7 @@ build labels-policy-js "$labels_js_hash" labels_js_build
 # unique-ingress-host in JavaScript: a context-aware admission policy (world
 # admission-plugin, its `cluster` import) on the JavaScript SDK, staged with it.
 uih_js_build() {
+    js_tool
     local stage="$out/.unique-ingress-host-js"
     rm -rf "$stage" && mkdir -p "$stage"
     cp "$root/examples/unique-ingress-host/js/app.js" "$root/examples/unique-ingress-host/js/logic.js" \
@@ -207,6 +232,7 @@ build unique-ingress-host-js "$uih_js_hash" uih_js_build
 # SDK's configuration parsing).
 js_ctl_sdk="$root/plugins/sdk-js/wasm-apiserver-controller-sdk.js"
 nd_js_build() {
+    js_tool
     local stage="$out/.namespace-defaults-js"
     rm -rf "$stage" && mkdir -p "$stage"
     cp "$root/examples/namespace-defaults/js/app.js" "$root/examples/namespace-defaults/js/logic.js" \
@@ -223,14 +249,24 @@ build namespace-defaults-js "$nd_js_hash" nd_js_build
 
 # --- Rust ---------------------------------------------------------------------
 # labels-policy in Rust: a standalone crate (its own workspace, lock file
-# and target dir, as a policy repository has). cargo decides what is up to
-# date.
+# and target dir, as a policy repository has). From the build cache when its
+# sources, the SDK's and the toolchain are unchanged; otherwise cargo decides
+# what is up to date.
+rust_hash="$(cd "$root" && rust_versions |
+    tree_hash examples/labels-policy/rust plugins/sdk wit rust-toolchain.toml)"
+if cache_restore examples/labels-policy-rust "$rust_hash" "$out"; then
+    printf '%10d  %s (from the build cache)\n' "$(stat -c %s "$out/labels-policy-rust.wasm")" \
+        "examples/target/labels-policy-rust.wasm"
+    exit 0
+fi
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
     rustup target add wasm32-wasip2
 fi
 start="$(now)"
 (cd "$root/examples/labels-policy/rust" &&
     cargo build --target wasm32-wasip2 --release --quiet --locked --target-dir "$out/cargo")
-cp -f "$out/cargo/wasm32-wasip2/release/labels_policy.wasm" "$out/labels-policy-rust.wasm"
+cp -f "$out/cargo/wasm32-wasip2/release/labels_policy.wasm" "$out/.labels-policy-rust.wasm.tmp"
+mv -f "$out/.labels-policy-rust.wasm.tmp" "$out/labels-policy-rust.wasm"
+cache_store examples/labels-policy-rust "$rust_hash" "$out/labels-policy-rust.wasm"
 printf '%10d  %s (cargo, %s)\n' "$(stat -c %s "$out/labels-policy-rust.wasm")" \
     "examples/target/labels-policy-rust.wasm" "$(since "$start")"

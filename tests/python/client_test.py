@@ -1,6 +1,6 @@
 """The official Kubernetes Python client against wasm-apiserver.
 
-Run by tests/tests/python_client.rs with the server's admin kubeconfig as
+Run by tests/tests/e2e/python_client.rs with the server's admin kubeconfig as
 argv[1]. Exits non-zero (an AssertionError or an ApiException) when the
 server answers anything but what kube-apiserver would.
 """

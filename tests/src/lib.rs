@@ -3,13 +3,13 @@
 //!
 //! # Locating the binary
 //!
-//! This package has a bin target, `wasm-apiserver-e2e`, that calls the same
-//! entry point as `wasm-apiserver` (`wasm_apiserver::cli::main`). `cargo
-//! test` builds it with the tests, so the server under test is always the
-//! current code, built once with the same dependency features as everything
-//! else. Tests run from `<target>/<profile>/deps/`; the binary sits in
-//! `<target>/<profile>/`. Set `WASM_APISERVER_BIN=/path/to/wasm-apiserver` to
-//! test another binary instead.
+//! The server under test is the real `wasm-apiserver` binary of
+//! `host/server`, which [`server_binary`] brings up to date with `cargo
+//! build` once per test process, in the tests' own target dir and profile
+//! (see there). This package does not link the server: a change in `host/`
+//! rebuilds and relinks the server alone, and the end-to-end test binary
+//! stays as it is. Set `WASM_APISERVER_BIN=/path/to/wasm-apiserver` to test
+//! another binary instead.
 //!
 //! # Waiting for readiness
 //!
@@ -382,26 +382,96 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
-/// Path of the server binary: `WASM_APISERVER_BIN`, or the
-/// `wasm-apiserver-e2e` bin target of this package, which `cargo test` builds
-/// next to the test executables before running them.
+/// Path of the server binary: `WASM_APISERVER_BIN`, or the real
+/// `wasm-apiserver` binary of `host/server` in the target dir and profile the
+/// tests were built in. `cargo test --workspace` (and so `scripts/test`)
+/// builds it beside the tests; when it is missing or older than a source
+/// file of `host/` or `wit/` (a run of this package alone), the first call
+/// in a test process builds it with `cargo build -p wasm-apiserver
+/// --features etcd`.
+///
+/// This package does not depend on the server's crates: the tests drive the
+/// binary from outside, so a change in `host/` rebuilds the server, never
+/// the test binary.
 pub fn server_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("WASM_APISERVER_BIN") {
         return PathBuf::from(path);
     }
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(build_server).clone()
+}
+
+/// The newest modification time of a file under `dir` (build outputs left
+/// out).
+fn newest_source(dir: &Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let name = entry.file_name();
+        let Ok(meta) = entry.metadata() else { continue };
+        let time = if meta.is_dir() {
+            if name == "target" || name == "benches" || name == "tests" {
+                continue;
+            }
+            newest_source(&entry.path())
+        } else {
+            meta.modified().ok()
+        };
+        newest = newest.max(time);
+    }
+    newest
+}
+
+/// Runs `cargo build` for the server binary and returns its path.
+fn build_server() -> PathBuf {
     // <target>/<profile>/deps/<test exe>
     let exe = std::env::current_exe().expect("current_exe");
     let profile_dir = exe
         .parent()
         .and_then(Path::parent)
         .expect("test binary is not in <target>/<profile>/deps");
-    let binary = profile_dir.join(format!(
-        "wasm-apiserver-e2e{}",
-        std::env::consts::EXE_SUFFIX
-    ));
+    let target_dir = profile_dir
+        .parent()
+        .expect("<target>/<profile> has a parent");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let binary = profile_dir.join(format!("wasm-apiserver{}", std::env::consts::EXE_SUFFIX));
+    let built = std::fs::metadata(&binary).and_then(|m| m.modified()).ok();
+    let sources = [repo.join("host"), repo.join("wit")]
+        .iter()
+        .filter_map(|dir| newest_source(dir))
+        .chain(["Cargo.lock", "Cargo.toml"].iter().filter_map(|f| {
+            std::fs::metadata(repo.join(f))
+                .and_then(|m| m.modified())
+                .ok()
+        }))
+        .max();
+    if built.is_some() && built >= sources {
+        return binary;
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .current_dir(&repo)
+        .args(["build", "--quiet", "--locked", "-p", "wasm-apiserver"])
+        .args([
+            "--bin",
+            "wasm-apiserver",
+            "--features",
+            "etcd",
+            "--target-dir",
+        ])
+        .arg(target_dir);
+    if profile_dir.file_name().is_some_and(|p| p == "release") {
+        build.arg("--release");
+    }
+    let out = build.output().expect("run cargo build");
+    assert!(
+        out.status.success(),
+        "cargo build -p wasm-apiserver failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         binary.exists(),
-        "{} missing: run the tests with `cargo test -p wasm-apiserver-e2e`",
+        "{} missing after cargo build",
         binary.display()
     );
     binary

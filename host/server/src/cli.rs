@@ -1,8 +1,6 @@
 //! The command line: `wasm-apiserver serve [flags]` and `wasm-apiserver
-//! plugin inspect|test`. Lives in the library so
-//! that the end-to-end tests can build the same entry point in their own
-//! package (and with their own feature set) as `wasm-apiserver-e2e`; the
-//! assembly's `main` runs it.
+//! plugin inspect|test`. Lives in the library; the assembly's `main` runs
+//! it.
 
 use crate::config::ServeArgs;
 use clap::{Parser, Subcommand};

@@ -3,7 +3,7 @@
 //! Every backend runs the same cases through [`storage_suite!`]: give it an
 //! expression that builds a fresh [`Harness`] and it expands to one
 //! `#[tokio::test]` per case. The embedded backend runs it in
-//! `tests/embedded.rs`; other backends add one line of their own.
+//! `tests/it/embedded.rs`; other backends add one line of their own.
 
 use crate::{EventKind, ListOptions, Storage, StorageError, WatchItem, WatchStream};
 use async_trait::async_trait;

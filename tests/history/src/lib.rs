@@ -11,7 +11,7 @@
 //! - `checks`: every check, the [`Report`] and its violations;
 //! - `minimize`: delta debugging of failing histories.
 //!
-//! The crate does no IO; the end-to-end harness (`tests/tests/consistency.rs`)
+//! The crate does no IO; the end-to-end harness (`tests/tests/e2e/consistency.rs`)
 //! records histories against the real binary.
 
 pub mod checks;

@@ -7,7 +7,7 @@
 //! rejected at load time, components of another world rejected, and the
 //! `authn`/`authz` metrics.
 
-mod common;
+use crate::common;
 
 use common::wasm;
 use wasm_apiserver_plugins::{

@@ -9,7 +9,8 @@
 //! Every test starts its own etcd ([`EtcdCluster`], Debian's `etcd-server`:
 //! run `scripts/install-etcd-deps.sh`) and its own replicas, so the server
 //! under test must be built with etcd support:
-//! `cargo test -p wasm-apiserver-e2e --features wasm-apiserver/etcd`.
+//! `scripts/e2e etcd_replicas::` (the harness builds the server with its
+//! `etcd` feature).
 
 use std::collections::BTreeSet;
 use std::process::Output;

@@ -4,7 +4,7 @@
 //! hostile reconciles fail alone with the right error, and components of
 //! other worlds are refused.
 
-mod common;
+use crate::common;
 
 use common::{access, wasm};
 use serde_json::{Value, json};

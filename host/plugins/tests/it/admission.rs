@@ -8,8 +8,8 @@
 //! package-0.3.0 component reading the cluster (granted, ungranted, out
 //! of budget, without access).
 
+use crate::common;
 use serde_json::{Value, json};
-mod common;
 
 use common::{access, wasm, wasm_dir};
 use std::path::{Path, PathBuf};
@@ -33,19 +33,19 @@ const FIXTURES: &[&str] = &[
     "global_counter",
     // The no-op floor of the admission bench.
     "allow_all",
-    // Other plugin kinds, exercised by tests/access.rs.
+    // Other plugin kinds, exercised by access.rs.
     "token_authenticator",
     "namespace_authorizer",
     // A context-aware policy of package 0.3.0 (the `cluster` import).
     "unique_ingress_host",
-    // Resource handlers and the frozen 0.1.0 and 0.2.0 packages, by tests/handlers.rs.
+    // Resource handlers and the frozen 0.1.0 and 0.2.0 packages, by handlers.rs.
     "widget_converter",
     "hostile_handler",
     "frozen_deny_names",
     "frozen_v2_deny_names",
-    // A context-aware handler of package 0.3.0, by tests/handlers.rs.
+    // A context-aware handler of package 0.3.0, by handlers.rs.
     "namespace_team_handler",
-    // Controllers (package 0.3.0), by tests/controllers.rs.
+    // Controllers (package 0.3.0), by controllers.rs.
     "namespace_defaults",
     "hostile_controller",
     "widget_status",

@@ -12,8 +12,8 @@
 //! `io.kubewarden.metadata` section, the disk cache, and modules given in
 //! the wrong format.
 
+use crate::common;
 use serde_json::{Value, json};
-mod common;
 
 use common::{access, kubewarden_wasm, wasm};
 use std::sync::OnceLock;

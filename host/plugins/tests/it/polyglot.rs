@@ -5,10 +5,10 @@
 //!
 //! These components embed a whole interpreter (12–18 MB), so compiling one
 //! takes seconds. Every test shares one [`Runtime`] whose disk cache is
-//! wiped once per test binary: each component is compiled cold exactly once
+//! wiped once per test run: each component is compiled cold exactly once
 //! (inside [`fixture`]), and every other load, whatever its configuration,
-//! is a cache hit. `cargo test -p wasm-apiserver-plugins --test polyglot --
-//! --nocapture` prints the compile, load and call times.
+//! is a cache hit. `cargo test -p wasm-apiserver-plugins --test it polyglot::
+//! -- --nocapture` prints the compile, load and call times.
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! frozen `wasm-apiserver:plugin@0.1.0` package loaded and called next to
 //! 0.2.0 and 0.3.0 ones; a 0.3.0 handler reading the cluster it is granted.
 
-mod common;
+use crate::common;
 
 use common::{access, wasm};
 use serde_json::{Value, json};

@@ -1,0 +1,36 @@
+//! The end-to-end tests, one module per area, linked into one test binary
+//! (`e2e`) so that the suite links the server once. Each test still starts
+//! its own `wasm-apiserver` process (see the harness, `wasm_apiserver_e2e`).
+//! Run one area or one test by its path: `scripts/test admission::` or
+//! `cargo test -p wasm-apiserver-e2e --test e2e admission::plugins_load`.
+
+mod access;
+mod admission;
+mod admission_policies;
+mod audit;
+mod consistency;
+mod context_aware;
+mod controllers;
+mod crds;
+mod discovery_apis;
+mod disk_full;
+mod etcd_replicas;
+mod flowcontrol;
+mod kube_rs;
+mod kube_rs_crd;
+mod kubectl;
+mod kubewarden;
+mod many_crds;
+mod node_bootstrap;
+mod oci_modules;
+mod plugin_cli;
+mod policy_audit;
+mod policy_kit;
+mod python_client;
+mod resource_handlers;
+mod server_side_apply;
+mod snapshots;
+mod storage_space;
+mod upgrade;
+mod wasm_controllers;
+mod workloads;
