@@ -96,7 +96,7 @@ target_restore() {
     local name="$1" dir="$2" entry
     cache_enabled || return 0
     [[ -e "$dir" ]] && return 0
-    entry="$(ls -1dt "$(cache_root)/targets/$name"/*/ 2>/dev/null | head -1)"
+    entry="$(ls -1dt "$(cache_root)/targets/$name"/*/ 2>/dev/null | head -1 || true)"
     [[ -n "$entry" && -f "$entry/.complete" ]] || return 0
     mkdir -p "$(dirname "$dir")"
     cp -a "$entry/tree" "$dir.restoring"
