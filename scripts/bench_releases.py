@@ -132,16 +132,18 @@ def setup(server):
         if status != 201:
             sys.exit(f"{server.name}: {status} {data[:200]!r}")
     conn.close()
+    # A component of the frozen 0.2.0 package, which every release since
+    # loads (the first-party plugins follow the newest package).
     plugin = {
         "apiVersion": "admission.wasm-apiserver.io/v1alpha1", "kind": "AdmissionPlugin",
-        "metadata": {"name": "require-team"},
+        "metadata": {"name": "deny-probe"},
         "spec": {
-            "module": {"file": "require_labels.wasm"}, "phases": ["Validating"],
+            "module": {"file": "frozen_v2_deny_names.wasm"}, "phases": ["Validating"],
             "mode": "Deny", "failurePolicy": "Fail",
             "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
                        "resources": ["configmaps"]}],
             "namespaceSelector": {"matchLabels": {"bench-admission": "yes"}},
-            "config": {"labels": ["team"]},
+            "config": {"prefix": "probe"},
         },
     }
     server.must("POST", "/apis/admission.wasm-apiserver.io/v1alpha1/admissionplugins", plugin)
@@ -154,7 +156,8 @@ def setup(server):
         if status == 201:
             server.request("DELETE", "/api/v1/namespaces/adm/configmaps/probe")
         if time.time() > deadline:
-            sys.exit(f"{server.name}: the admission plugin never became active")
+            sys.exit(f"{server.name}: the admission plugin never became active: {status} {_[:300]!r}\n"
+                     f"{server.must('GET', '/apis/admission.wasm-apiserver.io/v1alpha1/admissionplugins')[:1500]!r}")
         time.sleep(0.3)
 
 
@@ -178,7 +181,9 @@ function request()
   local name = string.format("%s-%d-%d", os.getenv("BENCH_PREFIX"), id, counter)
   local body = '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"' .. name ..
     '","labels":{"app":"bench","team":"load"}},"data":{"payload":"0123456789abcdef0123456789abcdef0123456789abcdef"}}'
-  return wrk.format("POST", os.getenv("BENCH_PATH"), {["Content-Type"] = "application/json"}, body)
+  -- wrk.format sends only the headers given here, not wrk.headers (-H).
+  local headers = {["Content-Type"] = "application/json", ["Authorization"] = wrk.headers["Authorization"]}
+  return wrk.format("POST", os.getenv("BENCH_PATH"), headers, body)
 end
 """
 
