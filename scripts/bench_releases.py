@@ -32,7 +32,7 @@ def free_port():
 class Server:
     """One release's binary on its own data dir and port."""
 
-    def __init__(self, name, binary, plugin_dir, work):
+    def __init__(self, name, binary, plugin_dir, work, flags=()):
         self.name = name
         self.port = free_port()
         self.dir = os.path.join(work, re.sub(r"[^A-Za-z0-9]+", "-", name))
@@ -44,7 +44,7 @@ class Server:
         self.proc = subprocess.Popen(
             [binary, "serve", "--data-dir", os.path.join(self.dir, "data"),
              "--secure-port", str(self.port), "--token-auth-file", tokens,
-             "--plugin-dir", plugin_dir],
+             "--plugin-dir", plugin_dir, *flags],
             stdout=self.log, stderr=subprocess.STDOUT,
             env={**os.environ, "RUST_LIB_BACKTRACE": "0"})
         self.ctx = ssl.create_default_context()
@@ -276,6 +276,8 @@ def main():
     p.add_argument("--head", required=True)
     p.add_argument("--head-name", required=True)
     p.add_argument("--plugin-dir", required=True)
+    p.add_argument("--previous-flags", default="", help="extra serve flags of the previous binary")
+    p.add_argument("--head-flags", default="", help="extra serve flags of HEAD's binary")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seconds", type=int, default=8)
     p.add_argument("--connections", type=int, default=64)
@@ -290,9 +292,10 @@ def main():
         print("load average before the run:", " ".join(f.read().split()[:3]))
     servers = {}
     try:
-        for key, name, binary in [("previous", a.previous_name, a.previous),
-                                  ("head", a.head_name, a.head)]:
-            servers[key] = Server(name, binary, a.plugin_dir, work)
+        for key, name, binary, flags in [
+                ("previous", a.previous_name, a.previous, a.previous_flags.split()),
+                ("head", a.head_name, a.head, a.head_flags.split())]:
+            servers[key] = Server(name, binary, a.plugin_dir, work, flags)
             setup(servers[key])
         # Both run throughout (every controller on); only one is loaded at a time.
         time.sleep(2)

@@ -387,8 +387,8 @@ fn dechunk(mut body: &str) -> String {
 /// tests were built in. `cargo test --workspace` (and so `scripts/test`)
 /// builds it beside the tests; when it is missing or older than a source
 /// file of `host/` or `wit/` (a run of this package alone), the first call
-/// in a test process builds it with `cargo build -p wasm-apiserver
-/// --features etcd`.
+/// in a test process builds it (`cargo test --workspace --features
+/// wasm-apiserver/etcd --no-run --test it`, which links it).
 ///
 /// This package does not depend on the server's crates: the tests drive the
 /// binary from outside, so a change in `host/` rebuilds the server, never
@@ -421,7 +421,7 @@ fn newest_source(dir: &Path) -> Option<std::time::SystemTime> {
     newest
 }
 
-/// Runs `cargo build` for the server binary and returns its path.
+/// Brings the server binary up to date when needed and returns its path.
 fn build_server() -> PathBuf {
     // <target>/<profile>/deps/<test exe>
     let exe = std::env::current_exe().expect("current_exe");
@@ -448,30 +448,29 @@ fn build_server() -> PathBuf {
         return binary;
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // The package selection and features of `scripts/test`, so that cargo
+    // resolves dependencies' features as there and reuses its build (with
+    // `-p wasm-apiserver` alone it would build other variants of many
+    // crates); selecting the `it` targets links host/server's binary.
     let mut build = Command::new(cargo);
     build
         .current_dir(&repo)
-        .args(["build", "--quiet", "--locked", "-p", "wasm-apiserver"])
-        .args([
-            "--bin",
-            "wasm-apiserver",
-            "--features",
-            "etcd",
-            "--target-dir",
-        ])
+        .args(["test", "--quiet", "--locked", "--workspace", "--no-run"])
+        .args(["--features", "wasm-apiserver/etcd", "--test", "it"])
+        .arg("--target-dir")
         .arg(target_dir);
     if profile_dir.file_name().is_some_and(|p| p == "release") {
         build.arg("--release");
     }
-    let out = build.output().expect("run cargo build");
+    let out = build.output().expect("run cargo");
     assert!(
         out.status.success(),
-        "cargo build -p wasm-apiserver failed:\n{}",
+        "building the server (cargo test --workspace --no-run --test it) failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
         binary.exists(),
-        "{} missing after cargo build",
+        "{} missing after the build",
         binary.display()
     );
     binary
