@@ -36,17 +36,6 @@ pub(crate) static WEBHOOK_PID: AtomicU32 = AtomicU32::new(0);
 pub(crate) type Body = Full<Bytes>;
 pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 
-/// Bytes of heap live now (allocated and not freed), across the process:
-/// `Some` only in the `apiserver-heap` bench, whose process counts them
-/// (`heap.rs`); the throughput scenarios run in `apiserver`, on the product's
-/// allocator with no wrapper, and never read it.
-pub(crate) fn live_heap() -> Option<usize> {
-    LIVE_HEAP.get().map(|read| read())
-}
-
-/// The live-heap reader of a process whose global allocator counts.
-pub(crate) static LIVE_HEAP: std::sync::OnceLock<fn() -> usize> = std::sync::OnceLock::new();
-
 /// With `BENCH_MARKS` set, prints when a window starts and ends on the
 /// monotonic clock (`perf record -k CLOCK_MONOTONIC` stamps samples on the
 /// same one), so a profile can be cut by window.

@@ -29,10 +29,12 @@ mod harness;
 use harness::{Error, print_table, runtime};
 use std::time::{Duration, Instant};
 
+/// Bytes of heap live now (allocated and not freed), across the process.
+pub(crate) fn live_heap() -> usize {
+    ALLOC.allocated()
+}
+
 fn main() -> Result<(), Error> {
-    harness::LIVE_HEAP
-        .set(|| ALLOC.allocated())
-        .expect("set once");
     let window = Duration::from_secs(
         std::env::var("BENCH_SECONDS")
             .ok()

@@ -17,8 +17,8 @@
 //! not decide. The ratio of the pooled rows is printed beside it.
 
 use crate::harness::{
-    Api, Error, MakeRequest, Row, Served, closed_loop, configmap, cpu_sample, cpu_since, find, met,
-    send,
+    Api, Error, MakeRequest, Row, Served, closed_loop, configmap, cpu_sample, cpu_since, find,
+    mark, met, send,
 };
 use hyper::{Method, StatusCode, Uri};
 use serde_json::{Value, json};
