@@ -90,6 +90,12 @@ _own_artifacts=(-name '*wasm_apiserver*' -o -name '*wasm-apiserver*' -o -name 'i
     -o -name 'namespace-defaults*' -o -name 'labels_policy*' -o -name 'labels-policy*'
     -o -name 'incremental')
 
+# prune_own_artifacts DIR: removes this repository's artifacts from a copy
+# of a cargo profile folder.
+prune_own_artifacts() {
+    find "$1" -mindepth 1 \( "${_own_artifacts[@]}" \) -prune -exec rm -rf {} +
+}
+
 # target_restore NAME DIR: fills DIR, when it does not exist, from the
 # newest saved copy of NAME.
 target_restore() {
@@ -113,7 +119,7 @@ target_save() {
     mkdir -p "$base"
     tmp="$(mktemp -d "$base/.new.XXXXXX")"
     cp -a "$dir" "$tmp/tree"
-    find "$tmp/tree" -mindepth 1 \( "${_own_artifacts[@]}" \) -prune -exec rm -rf {} +
+    prune_own_artifacts "$tmp/tree"
     touch "$tmp/.complete"
     if ! mv -T "$tmp" "$base/$key" 2>/dev/null; then
         rm -rf "$tmp"
