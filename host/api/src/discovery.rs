@@ -200,8 +200,80 @@ pub fn aggregated(registry: &Registry, core: bool, version: &str) -> Value {
     })
 }
 
+/// An aggregated API's version in the aggregated discovery document
+/// (`APIVersionDiscovery`), from the legacy `APIResourceList` its extension
+/// API server serves: `a/b` entries become subresources of `a`, as
+/// upstream's aggregated discovery converts them.
+pub fn version_from_resource_list(group: &str, version: &str, list: &Value) -> Value {
+    let entries = list["resources"].as_array().cloned().unwrap_or_default();
+    let kind_of = |e: &Value| {
+        gvk(
+            e["group"].as_str().unwrap_or(group),
+            e["version"].as_str().unwrap_or(version),
+            e["kind"].as_str().unwrap_or_default(),
+        )
+    };
+    let mut resources: Vec<Value> = Vec::new();
+    for e in entries.iter().filter(|e| {
+        e["name"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty() && !n.contains('/'))
+    }) {
+        let mut r = json!({
+            "resource": e["name"],
+            "responseKind": kind_of(e),
+            "scope": if e["namespaced"] == true { "Namespaced" } else { "Cluster" },
+            "singularResource": e["singularName"].as_str().unwrap_or_default(),
+            "verbs": e["verbs"].as_array().cloned().unwrap_or_default(),
+        });
+        for field in ["shortNames", "categories"] {
+            if e[field].as_array().is_some_and(|a| !a.is_empty()) {
+                r[field] = e[field].clone();
+            }
+        }
+        resources.push(r);
+    }
+    for e in &entries {
+        let Some((parent, sub)) = e["name"].as_str().and_then(|n| n.split_once('/')) else {
+            continue;
+        };
+        if let Some(r) = resources.iter_mut().find(|r| r["resource"] == parent) {
+            let subs = r["subresources"].as_array().cloned().unwrap_or_default();
+            let mut subs = subs;
+            subs.push(json!({
+                "subresource": sub,
+                "responseKind": kind_of(e),
+                "verbs": e["verbs"].as_array().cloned().unwrap_or_default(),
+            }));
+            r["subresources"] = Value::Array(subs);
+        }
+    }
+    json!({"version": version, "resources": resources, "freshness": "Current"})
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_aggregated_resource_list_becomes_a_version_entry() {
+        let list = json!({"kind": "APIResourceList", "groupVersion": "wardle.example.com/v1alpha1",
+            "resources": [
+                {"name": "flunders", "singularName": "flunder", "namespaced": true, "kind": "Flunder",
+                 "verbs": ["get", "list"], "shortNames": ["fl"]},
+                {"name": "flunders/status", "namespaced": true, "kind": "Flunder", "verbs": ["get"]},
+                {"name": "fischers", "singularName": "", "namespaced": false, "kind": "Fischer", "verbs": ["get"]},
+            ]});
+        let v = version_from_resource_list("wardle.example.com", "v1alpha1", &list);
+        assert_eq!(v["version"], "v1alpha1");
+        let r = &v["resources"][0];
+        assert_eq!(r["resource"], "flunders");
+        assert_eq!(r["scope"], "Namespaced");
+        assert_eq!(r["shortNames"], json!(["fl"]));
+        assert_eq!(r["responseKind"]["group"], "wardle.example.com");
+        assert_eq!(r["subresources"][0]["subresource"], "status");
+        assert_eq!(v["resources"][1]["scope"], "Cluster");
+        assert_eq!(v["resources"].as_array().unwrap().len(), 2);
+    }
     use super::*;
 
     #[test]

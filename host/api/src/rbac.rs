@@ -847,6 +847,12 @@ fn controller_namespace_roles() -> Vec<(&'static str, &'static str, Vec<PolicyRu
     ]
 }
 
+/// The ConfigMap in `kube-system` where the server publishes how it
+/// authenticates clients and front proxies, for extension API servers.
+pub const EXTENSION_AUTH_CONFIGMAP: &str = "extension-apiserver-authentication";
+/// The Role that reads it.
+pub const EXTENSION_AUTH_READER: &str = "extension-apiserver-authentication-reader";
+
 /// Roles and RoleBindings in the initial namespaces: the namespaced
 /// controller roles, and the anonymous read of `kube-public/cluster-info`
 /// that node bootstrap starts from (kubeadm's
@@ -874,6 +880,28 @@ pub fn bootstrap_namespace_policy() -> Vec<Value> {
             json!({"kind": "ServiceAccount", "name": controller, "namespace": "kube-system"}),
         ));
     }
+    // Extension API servers read the front-proxy and client CAs from here
+    // (their installers bind it; upstream binds it to the controller
+    // manager and the scheduler).
+    out.push(role(
+        "kube-system",
+        EXTENSION_AUTH_READER,
+        vec![
+            PolicyRule::new(&["get", "list", "watch"], &[""], &["configmaps"])
+                .names(&[EXTENSION_AUTH_CONFIGMAP]),
+        ],
+    ));
+    let mut reader = binding(
+        "kube-system",
+        "system::extension-apiserver-authentication-reader",
+        json!({"kind": "User", "apiGroup": GROUP, "name": "system:kube-controller-manager"}),
+    );
+    reader["roleRef"]["name"] = json!(EXTENSION_AUTH_READER);
+    reader["subjects"]
+        .as_array_mut()
+        .expect("subjects")
+        .push(json!({"kind": "User", "apiGroup": GROUP, "name": "system:kube-scheduler"}));
+    out.push(reader);
     let info = "kubeadm:bootstrap-signer-clusterinfo";
     out.push(role(
         "kube-public",

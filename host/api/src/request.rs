@@ -16,6 +16,10 @@ pub struct ConnectionInfo {
     pub client_cert: Option<(String, Vec<String>)>,
     /// Why a presented client certificate was refused (the request gets 401).
     pub client_cert_error: Option<String>,
+    /// The CN of a client certificate the request-header CA
+    /// (`--requestheader-client-ca-file`) signed: a front proxy, whose
+    /// `X-Remote-*` headers name the user when the CN is allowed.
+    pub front_proxy: Option<String>,
 }
 
 /// Decodes a request body of media type `media` (the Content-Type without

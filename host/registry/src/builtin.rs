@@ -404,14 +404,10 @@ impl Strategy for AdmissionPolicies {
     }
 }
 
-/// APIService objects: the name is `<version>.<group>`; the `Available`
-/// condition is the server's (local APIServices are served here; this
-/// server does not proxy to aggregated API servers, so a non-local one is
-/// not available and its group version answers 503).
+/// APIService objects: the name is `<version>.<group>`. A local one
+/// (served here) is always `Available`; a remote one's condition is the
+/// availability controller's ([`crate::controllers::availability`]).
 struct ApiServices;
-
-/// The reason of a non-local APIService's `Available=False`.
-pub const NOT_PROXIED: &str = "ProxyNotSupported";
 
 /// Whether an APIService object names a backend service (not local).
 pub fn is_remote_api_service(obj: &Value) -> bool {
@@ -420,31 +416,21 @@ pub fn is_remote_api_service(obj: &Value) -> bool {
 
 impl Strategy for ApiServices {
     fn canonicalize(&self, obj: &mut Value) {
-        let (status, reason, message) = if is_remote_api_service(obj) {
-            (
-                "False",
-                NOT_PROXIED,
-                "this server does not proxy requests to aggregated API servers".to_string(),
-            )
-        } else {
-            (
-                "True",
-                "Local",
-                "Local APIServices are always available".to_string(),
-            )
-        };
+        if is_remote_api_service(obj) {
+            return;
+        }
         let since = obj["status"]["conditions"]
             .as_array()
             .and_then(|c| c.iter().find(|c| c["type"] == "Available"))
-            .filter(|c| c["status"] == status && c["reason"] == reason)
+            .filter(|c| c["status"] == "True" && c["reason"] == "Local")
             .and_then(|c| c["lastTransitionTime"].as_str().map(String::from))
             .unwrap_or_else(|| meta::timestamp(chrono::Utc::now()));
         obj["status"] = json!({"conditions": [{
             "type": "Available",
-            "status": status,
+            "status": "True",
             "lastTransitionTime": since,
-            "reason": reason,
-            "message": message,
+            "reason": "Local",
+            "message": "Local APIServices are always available",
         }]});
     }
 

@@ -35,6 +35,7 @@
 //! is the outgoing admission webhook call ([`webhook`]).
 
 pub mod admission;
+pub mod aggregator;
 pub mod allocator;
 pub mod apply;
 pub mod autoscaling;
@@ -52,6 +53,7 @@ pub mod load;
 pub mod namespaces;
 pub mod oci;
 pub mod options;
+pub mod outbound;
 pub mod resources;
 pub mod store;
 pub mod strategy;

@@ -1,19 +1,13 @@
 //! The admission webhook client (`admissionregistration.k8s.io/v1`
 //! Validating/MutatingWebhookConfiguration): the baseline that wasm plugins
 //! replace, run through the same chain so users can migrate one policy at a
-//! time. This is the registry's one outgoing HTTP call. Only `clientConfig.url` (HTTPS) is supported: there are no Services
+//! time. Its connections are [`crate::outbound`]'s. Only `clientConfig.url` (HTTPS) is supported: there are no Services
 //! to resolve. The server trusts exactly the `caBundle` of each webhook.
 
+use crate::outbound::{self, HttpsClient, Peer, Trust};
 use base64::Engine;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
+use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::Duration;
 use wasm_apiserver_plugins::{AdmissionRequest, AdmissionResponse, DenyStatus, FieldCause};
 
@@ -25,7 +19,7 @@ pub const MUTATING: &str = "mutatingwebhookconfigurations";
 pub struct Webhook {
     url: hyper::Uri,
     timeout: Duration,
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: HttpsClient,
 }
 
 /// Why a webhook call failed (the chain applies the failure policy).
@@ -58,44 +52,17 @@ impl Webhook {
         if url.scheme_str() != Some("https") {
             return Err("clientConfig.url: must use https".into());
         }
-        let pem = base64::engine::general_purpose::STANDARD
-            .decode(ca_bundle_b64.trim())
-            .map_err(|e| format!("clientConfig.caBundle: not base64: {e}"))?;
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| format!("clientConfig.caBundle: {e}"))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("clientConfig.caBundle: {e}"))?;
-        }
-        if roots.is_empty() {
-            return Err("clientConfig.caBundle: no certificates".into());
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let bundle: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
-            .filter_map(Result::ok)
-            .collect();
-        let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
-            Arc::new(roots),
-            provider.clone(),
-        )
-        .build()
+        let trust = Trust::from_ca_bundle(ca_bundle_b64, "clientConfig.caBundle")?;
+        let client = outbound::client(&Peer {
+            trust: &trust,
+            server_name: None,
+            identity: None,
+        })
         .map_err(|e| format!("clientConfig.caBundle: {e}"))?;
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(BundleVerifier { webpki, bundle }))
-            .with_no_client_auth();
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_only()
-            .enable_http1()
-            .build();
         Ok(Webhook {
             url,
             timeout,
-            client: Client::builder(TokioExecutor::new()).build(https),
+            client,
         })
     }
 
@@ -107,7 +74,7 @@ impl Webhook {
         let http_req = hyper::Request::post(self.url.clone())
             .header("content-type", "application/json")
             .header("accept", "application/json")
-            .body(Full::new(Bytes::from(body)))
+            .body(outbound::full(body))
             .map_err(|e| CallError::Transport(e.to_string()))?;
         let work = async {
             let resp = self
@@ -246,114 +213,4 @@ mod tests {
         assert!(err("http://127.0.0.1:1/x", "AAAA").contains("https"));
         assert!(err("https://127.0.0.1:1/x", "").contains("caBundle"));
     }
-}
-
-/// Verifies a webhook's serving certificate as Go's `x509.Verify` does with
-/// the `caBundle` as its roots (what kube-apiserver does): a serving
-/// certificate that *is* one of the bundle's certificates is trusted as
-/// itself once its validity period and names are checked, even when it is
-/// marked `CA:TRUE` (kopf serves such a self-signed certificate and gives
-/// it as its own `caBundle`; webpki refuses it as `CaUsedAsEndEntity`).
-/// Every other chain is webpki's to verify.
-#[derive(Debug)]
-struct BundleVerifier {
-    webpki: Arc<rustls::client::WebPkiServerVerifier>,
-    bundle: Vec<CertificateDer<'static>>,
-}
-
-impl rustls::client::danger::ServerCertVerifier for BundleVerifier {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &rustls::pki_types::ServerName<'_>,
-        ocsp_response: &[u8],
-        now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        if self
-            .bundle
-            .iter()
-            .any(|c| c.as_ref() == end_entity.as_ref())
-        {
-            check_root_as_leaf(end_entity, server_name, now)?;
-            return Ok(rustls::client::danger::ServerCertVerified::assertion());
-        }
-        self.webpki
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.webpki.supported_verify_schemes()
-    }
-}
-
-/// Go's checks of a leaf that is itself a trusted root: within its validity
-/// period, and one of its subject alternative names matches (IP addresses
-/// exactly, DNS names case-insensitively with a `*.` wildcard for one
-/// label; no common-name fallback, as Go since 1.15).
-fn check_root_as_leaf(
-    cert: &CertificateDer<'_>,
-    server_name: &rustls::pki_types::ServerName<'_>,
-    now: rustls::pki_types::UnixTime,
-) -> Result<(), rustls::Error> {
-    use rustls::CertificateError;
-    use x509_parser::extensions::GeneralName;
-    let bad = |e: CertificateError| rustls::Error::InvalidCertificate(e);
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref())
-        .map_err(|_| bad(CertificateError::BadEncoding))?;
-    let at = x509_parser::time::ASN1Time::from_timestamp(now.as_secs() as i64)
-        .map_err(|_| bad(CertificateError::BadEncoding))?;
-    if !parsed.validity().is_valid_at(at) {
-        return Err(bad(CertificateError::Expired));
-    }
-    let names: Vec<GeneralName<'_>> = parsed
-        .subject_alternative_name()
-        .ok()
-        .flatten()
-        .map(|san| san.value.general_names.clone())
-        .unwrap_or_default();
-    let matches = names.iter().any(|n| match (n, server_name) {
-        (GeneralName::IPAddress(bytes), rustls::pki_types::ServerName::IpAddress(ip)) => {
-            let want: std::net::IpAddr = (*ip).into();
-            match want {
-                std::net::IpAddr::V4(v4) => *bytes == v4.octets().as_slice(),
-                std::net::IpAddr::V6(v6) => *bytes == v6.octets().as_slice(),
-            }
-        }
-        (GeneralName::DNSName(pattern), rustls::pki_types::ServerName::DnsName(host)) => {
-            let (p, h) = (
-                pattern.to_ascii_lowercase(),
-                host.as_ref().to_ascii_lowercase(),
-            );
-            match p.strip_prefix("*.") {
-                Some(rest) => h
-                    .split_once('.')
-                    .is_some_and(|(first, tail)| !first.is_empty() && tail == rest),
-                None => p == h,
-            }
-        }
-        _ => false,
-    });
-    if !matches {
-        return Err(bad(CertificateError::NotValidForName));
-    }
-    Ok(())
 }

@@ -26,6 +26,101 @@ pub struct Authenticator {
     pub service_accounts: Option<Arc<crate::satoken::TokenSigner>>,
     /// Wasm authenticator plugins.
     pub plugins: crate::access_plugins::AccessPlugins,
+    /// Front proxies (`--requestheader-*`).
+    pub request_header: Option<Arc<RequestHeader>>,
+}
+
+/// kube-apiserver's request-header authenticator: a request over a
+/// connection whose client certificate the request-header CA signed (a
+/// front proxy, see [`ConnectionInfo::front_proxy`]) is the user its
+/// headers name, when the certificate's CN is allowed. Anybody else's
+/// `X-Remote-*` headers mean nothing.
+#[derive(Debug, Clone, Default)]
+pub struct RequestHeader {
+    /// `--requestheader-allowed-names` (empty: any CN).
+    pub allowed_names: Vec<String>,
+    pub username_headers: Vec<String>,
+    pub uid_headers: Vec<String>,
+    pub group_headers: Vec<String>,
+    pub extra_prefixes: Vec<String>,
+}
+
+impl RequestHeader {
+    /// The user a front proxy `cn` names in `headers`: `Ok(None)` when it
+    /// names none (the other authenticators then judge the request), an
+    /// error when `cn` is not allowed.
+    pub fn user(&self, cn: &str, headers: &HeaderMap) -> Result<Option<UserInfo>, ApiError> {
+        if !self.allowed_names.is_empty() && !self.allowed_names.iter().any(|n| n == cn) {
+            tracing::debug!(%cn, "front proxy certificate CN not in --requestheader-allowed-names");
+            return Err(unauthorized());
+        }
+        let first = |names: &[String]| {
+            names.iter().find_map(|h| {
+                headers
+                    .get(h.as_str())
+                    .and_then(|v| v.to_str().ok())
+                    .filter(|v| !v.is_empty())
+                    .map(String::from)
+            })
+        };
+        let Some(username) = first(&self.username_headers) else {
+            return Ok(None);
+        };
+        let mut groups: Vec<String> = self
+            .group_headers
+            .iter()
+            .flat_map(|h| headers.get_all(h.as_str()))
+            .filter_map(|v| v.to_str().ok().map(String::from))
+            .collect();
+        if !groups.iter().any(|g| g == "system:authenticated") {
+            groups.push("system:authenticated".into());
+        }
+        let mut extra: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for (name, value) in headers {
+            let name = name.as_str();
+            let Some(key) = self.extra_prefixes.iter().find_map(|p| {
+                name.get(..p.len())
+                    .filter(|head| head.eq_ignore_ascii_case(p))
+                    .map(|_| &name[p.len()..])
+            }) else {
+                continue;
+            };
+            if let Ok(v) = value.to_str() {
+                extra
+                    .entry(percent_decode(key).to_lowercase())
+                    .or_default()
+                    .push(v.to_string());
+            }
+        }
+        Ok(Some(UserInfo {
+            username,
+            uid: first(&self.uid_headers).unwrap_or_default(),
+            groups,
+            extra,
+        }))
+    }
+}
+
+/// `%XX` escapes decoded (extra keys travel escaped in header names, as
+/// upstream writes them); an invalid escape stays as it is.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(b) = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl Default for Authenticator {
@@ -36,6 +131,7 @@ impl Default for Authenticator {
             bootstrap_tokens: false,
             service_accounts: None,
             plugins: Default::default(),
+            request_header: None,
         }
     }
 }
@@ -65,6 +161,16 @@ fn x509_user(cn: &str, orgs: &[String]) -> UserInfo {
     }
 }
 
+/// The server itself, as upstream's loopback client (`system:apiserver`
+/// in `system:masters`): what its own in-process loops act as.
+pub fn apiserver_user() -> UserInfo {
+    UserInfo {
+        username: "system:apiserver".into(),
+        groups: vec!["system:masters".into(), "system:authenticated".into()],
+        ..Default::default()
+    }
+}
+
 pub fn anonymous_user() -> UserInfo {
     UserInfo {
         username: "system:anonymous".into(),
@@ -81,6 +187,13 @@ impl Authenticator {
         conn: Option<&ConnectionInfo>,
         headers: &HeaderMap,
     ) -> Result<UserInfo, ApiError> {
+        if let (Some(rh), Some(cn)) = (
+            &self.request_header,
+            conn.and_then(|c| c.front_proxy.as_deref()),
+        ) && let Some(user) = rh.user(cn, headers)?
+        {
+            return Ok(user);
+        }
         if let Some((cn, orgs)) = conn.and_then(|c| c.client_cert.as_ref()) {
             return Ok(x509_user(cn, orgs));
         }
@@ -405,5 +518,58 @@ impl Creater for TokenRequests {
         body["spec"]["expirationSeconds"] = json!(lifetime);
         body["status"] = json!({"token": token, "expirationTimestamp": meta::timestamp(exp)});
         Ok(body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kubeadm() -> RequestHeader {
+        RequestHeader {
+            allowed_names: vec!["front-proxy-client".into()],
+            username_headers: vec!["X-Remote-User".into()],
+            uid_headers: vec![],
+            group_headers: vec!["X-Remote-Group".into()],
+            extra_prefixes: vec!["X-Remote-Extra-".into()],
+        }
+    }
+
+    #[test]
+    fn a_front_proxy_names_the_user_in_its_headers() {
+        let mut h = HeaderMap::new();
+        h.insert("x-remote-user", "alice".parse().unwrap());
+        h.append("x-remote-group", "dev".parse().unwrap());
+        h.append("x-remote-group", "ops".parse().unwrap());
+        h.append("x-remote-extra-scopes", "a".parse().unwrap());
+        h.append("x-remote-extra-scopes", "b".parse().unwrap());
+        h.append("x-remote-extra-example.org%2Fteam", "x".parse().unwrap());
+        let user = kubeadm()
+            .user("front-proxy-client", &h)
+            .unwrap()
+            .expect("a user");
+        assert_eq!(user.username, "alice");
+        assert_eq!(user.groups, ["dev", "ops", "system:authenticated"]);
+        assert_eq!(user.extra["scopes"], ["a", "b"]);
+        assert_eq!(user.extra["example.org/team"], ["x"]);
+    }
+
+    #[test]
+    fn a_proxy_with_another_cn_is_refused_and_no_header_is_no_opinion() {
+        let mut h = HeaderMap::new();
+        h.insert("x-remote-user", "admin".parse().unwrap());
+        assert!(kubeadm().user("someone-else", &h).is_err());
+        assert!(
+            kubeadm()
+                .user("front-proxy-client", &HeaderMap::new())
+                .unwrap()
+                .is_none()
+        );
+        // Any CN when no names are listed.
+        let any = RequestHeader {
+            allowed_names: vec![],
+            ..kubeadm()
+        };
+        assert_eq!(any.user("x", &h).unwrap().unwrap().username, "admin");
     }
 }

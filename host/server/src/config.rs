@@ -174,6 +174,53 @@ pub struct ServeArgs {
     #[arg(long)]
     pub client_ca_file: Option<PathBuf>,
 
+    /// Client certificate (PEM) this server presents to aggregated API
+    /// servers, as their front proxy; default: `front-proxy-client`, issued
+    /// by the front-proxy CA in `<data-dir>/pki` (both created on first
+    /// start, as kubeadm does).
+    #[arg(long)]
+    pub proxy_client_cert_file: Option<PathBuf>,
+
+    /// Private key of `--proxy-client-cert-file` (PEM).
+    #[arg(long)]
+    pub proxy_client_key_file: Option<PathBuf>,
+
+    /// CA bundle (PEM) whose client certificates are front proxies: their
+    /// requests' `--requestheader-username-headers` name the user. Default
+    /// (when `--proxy-client-cert-file` is not given): the generated
+    /// front-proxy CA.
+    #[arg(long)]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+
+    /// Common names a front proxy's certificate may carry (comma-separated;
+    /// empty: any the CA signed). Default with the generated front-proxy CA:
+    /// `front-proxy-client`.
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_allowed_names: Vec<String>,
+
+    /// Headers naming the user behind a front proxy; the first present wins.
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-User")]
+    pub requestheader_username_headers: Vec<String>,
+
+    /// Headers naming the user's groups behind a front proxy (each repeated
+    /// per group).
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Group")]
+    pub requestheader_group_headers: Vec<String>,
+
+    /// Header prefixes of the user's extra attributes behind a front proxy.
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Extra-")]
+    pub requestheader_extra_headers_prefix: Vec<String>,
+
+    /// Headers naming the user's UID behind a front proxy (none by
+    /// default, as upstream).
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_uid_headers: Vec<String>,
+
+    /// How long a request proxied to an aggregated API server may take to
+    /// answer (watches are not limited); then 504.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
     /// Authorizers, in order (comma-separated): RBAC, AlwaysAllow, AlwaysDeny.
     #[arg(long, default_value = "RBAC")]
     pub authorization_mode: String,
@@ -281,6 +328,15 @@ impl ServeArgs {
             tls_cert_file: None,
             tls_private_key_file: None,
             client_ca_file: None,
+            proxy_client_cert_file: None,
+            proxy_client_key_file: None,
+            requestheader_client_ca_file: None,
+            requestheader_allowed_names: Vec::new(),
+            requestheader_username_headers: vec!["X-Remote-User".into()],
+            requestheader_group_headers: vec!["X-Remote-Group".into()],
+            requestheader_extra_headers_prefix: vec!["X-Remote-Extra-".into()],
+            requestheader_uid_headers: Vec::new(),
+            request_timeout: Duration::from_secs(60),
             anonymous_auth: true,
             authorization_mode: "RBAC".into(),
             token_auth_file: None,

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use wasm_apiserver_api::discovery::{self, Format};
 use wasm_apiserver_api::{ApiError, KUBERNETES_VERSION, Registry};
+use wasm_apiserver_registry::aggregator::Aggregator;
 
 /// A JSON response with the given status.
 pub fn json_response(status: StatusCode, body: &Value) -> Response {
@@ -45,10 +46,34 @@ fn discovery(
     let Format::Aggregated(version) = format else {
         return json_response(StatusCode::OK, &legacy());
     };
-    let (body, etag) = state
+    let (mut body, mut etag) = state
         .resources
         .snapshot()
         .aggregated_discovery(core, version);
+    let remote = if core {
+        Vec::new()
+    } else {
+        remote_groups(&state.aggregator)
+    };
+    if !remote.is_empty()
+        && let Ok(mut doc) = serde_json::from_slice::<Value>(&body)
+        && let Some(items) = doc["items"].as_array_mut()
+    {
+        for (group, routes) in &remote {
+            let versions: Vec<Value> = routes
+                .iter()
+                .filter_map(|r| {
+                    let list = r.discovery.as_ref()?;
+                    Some(discovery::version_from_resource_list(group, &r.version, list))
+                })
+                .collect();
+            items.push(json!({"metadata": {"name": group, "creationTimestamp": null},
+                "versions": versions}));
+        }
+        let bytes = serde_json::to_vec(&doc).unwrap_or_default();
+        etag = format!("\"{}\"", content_hash(&bytes));
+        body = bytes.into();
+    }
     let vary = [(header::VARY, "Accept")];
     let matched = headers
         .get(header::IF_NONE_MATCH)
@@ -98,6 +123,11 @@ pub async fn api_groups(State(state): State<Arc<AppState>>, headers: HeaderMap) 
             .groups()
             .iter()
             .map(|(g, vs)| group_json(g, vs))
+            .chain(
+                remote_groups(&state.aggregator)
+                    .into_iter()
+                    .map(|(g, routes)| group_json(&g, &versions_of(&routes))),
+            )
             .collect();
         json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
     })
@@ -111,6 +141,53 @@ pub fn api_group(registry: &Registry, group: &str) -> Result<Value, ApiError> {
     g["kind"] = json!("APIGroup");
     g["apiVersion"] = json!("v1");
     Ok(g)
+}
+
+type Routes = Vec<Arc<wasm_apiserver_registry::aggregator::Route>>;
+
+/// The groups of available remote APIServices, each with its routes by
+/// descending `versionPriority` (the first is the preferred version), in
+/// descending `groupPriorityMinimum` order, as upstream orders `/apis`.
+fn remote_groups(agg: &Aggregator) -> Vec<(String, Routes)> {
+    let routes = agg.routes();
+    let mut groups: std::collections::BTreeMap<String, Routes> = Default::default();
+    for r in routes.values().filter(|r| r.available) {
+        groups.entry(r.group.clone()).or_default().push(r.clone());
+    }
+    let mut out: Vec<(String, Routes)> = groups.into_iter().collect();
+    for (_, rs) in &mut out {
+        rs.sort_by(|a, b| {
+            b.version_priority
+                .cmp(&a.version_priority)
+                .then_with(|| a.version.cmp(&b.version))
+        });
+    }
+    let top = |rs: &Routes| rs.iter().map(|r| r.group_priority_minimum).max();
+    out.sort_by(|a, b| top(&b.1).cmp(&top(&a.1)).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
+fn versions_of(routes: &Routes) -> Vec<String> {
+    routes.iter().map(|r| r.version.clone()).collect()
+}
+
+/// `GET /apis/<group>` of a group that only remote APIServices serve.
+pub fn aggregated_api_group(agg: &Aggregator, group: &str) -> Result<Value, ApiError> {
+    let (_, routes) = remote_groups(agg)
+        .into_iter()
+        .find(|(g, _)| g == group)
+        .ok_or_else(not_found)?;
+    let mut g = group_json(group, &versions_of(&routes));
+    g["kind"] = json!("APIGroup");
+    g["apiVersion"] = json!("v1");
+    Ok(g)
+}
+
+fn content_hash(bytes: &[u8]) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    format!("{:016X}", h.finish())
 }
 
 /// `GET /api/v1` or `/apis/<group>/<version>`.

@@ -347,6 +347,10 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
     let info: RequestInfo = ext.get::<RequestInfo>().cloned().unwrap_or_default();
     let user: UserInfo = ext.get::<UserInfo>().cloned().unwrap_or_default();
     let audit = ext.get::<Annotations>().cloned();
+    if let Some(route) = aggregated_route(state, &info) {
+        let watch = info.verb == "watch";
+        return Ok(crate::proxy::forward(state, route, req, &user, watch).await);
+    }
     let (parts, body) = req.into_parts();
     let q = Query::parse(parts.uri.query())?;
     // One registry snapshot for the whole request.
@@ -357,7 +361,12 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
         let segs: Vec<&str> = info.path.trim_matches('/').split('/').collect();
         let doc = match segs.as_slice() {
             ["api", v] => resource_list(snapshot.infos(), "", v),
-            ["apis", g] => api_group(snapshot.infos(), g),
+            ["apis", g] => match api_group(snapshot.infos(), g) {
+                Err(ApiError::NotFound(_)) => {
+                    crate::discovery::aggregated_api_group(&state.aggregator, g)
+                }
+                other => other,
+            },
             ["apis", g, v] => match resource_list(snapshot.infos(), g, v) {
                 Err(ApiError::NotFound(_)) => Err(aggregated_or_not_found(state, g, v).await),
                 other => other,
@@ -427,6 +436,23 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
         Some(w) => with_warning(resp, w),
         None => resp,
     })
+}
+
+/// The route of a request for a group version that a remote APIService
+/// claims (`/apis/<group>/<version>` and everything under it).
+fn aggregated_route(
+    state: &AppState,
+    info: &RequestInfo,
+) -> Option<Arc<wasm_apiserver_registry::aggregator::Route>> {
+    if info.is_resource_request {
+        return state
+            .aggregator
+            .route(&info.api_group, &info.api_version);
+    }
+    let rest = info.path.strip_prefix("/apis/")?;
+    let mut segs = rest.trim_end_matches('/').split('/');
+    let (group, version) = (segs.next()?, segs.next()?);
+    state.aggregator.route(group, version)
 }
 
 /// A group version this server does not serve: 503 when a non-local

@@ -35,6 +35,7 @@ pub mod flowcontrol;
 pub mod handlers;
 mod parse_errors;
 pub mod plugin_cli;
+pub mod proxy;
 pub mod satoken;
 pub mod server;
 pub mod snapshot;

@@ -68,6 +68,11 @@ impl AppState {
             embedded: None,
             data_dir: Default::default(),
             flowcontrol: Arc::new(crate::flowcontrol::FlowControl::new(true, 400, 200)),
+            aggregator: wasm_apiserver_registry::aggregator::Aggregator::new(
+                None,
+                Default::default(),
+            ),
+            request_timeout: std::time::Duration::from_secs(60),
         }
     }
 }
@@ -145,6 +150,7 @@ async fn serve_tls(
     listener: tokio::net::TcpListener,
     tls: rustls::ServerConfig,
     client_cas: Arc<crate::tls::ClientCas>,
+    requestheader_cas: Option<Arc<crate::tls::ClientCas>>,
     app: Router,
 ) -> anyhow::Result<()> {
     use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -166,6 +172,7 @@ async fn serve_tls(
         let acceptor = acceptor.clone();
         let app = app.clone();
         let client_cas = client_cas.clone();
+        let requestheader_cas = requestheader_cas.clone();
         tokio::spawn(async move {
             let _ = tcp.set_nodelay(true);
             let tls = match tokio::time::timeout(
@@ -183,15 +190,21 @@ async fn serve_tls(
             };
             // The x509 authenticator: a presented certificate is verified
             // against the client CAs here, once per connection.
-            let verified = tls
+            let leaf = tls
                 .get_ref()
                 .1
                 .peer_certificates()
-                .and_then(|chain| chain.first())
-                .map(|cert| client_cas.verify(cert));
-            let (client_cert, client_cert_error) = match verified {
+                .and_then(|chain| chain.first());
+            // A front proxy's certificate is the request-header CA's; any
+            // other is the client CAs' (the x509 authenticator's).
+            let front_proxy = leaf
+                .zip(requestheader_cas.as_deref())
+                .and_then(|(cert, cas)| cas.verify(cert).ok())
+                .map(|(cn, _)| cn);
+            let (client_cert, client_cert_error) = match leaf.map(|c| client_cas.verify(c)) {
                 None => (None, None),
                 Some(Ok(subject)) => (Some(subject), None),
+                Some(Err(_)) if front_proxy.is_some() => (None, None),
                 Some(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "client certificate refused");
                     (None, Some(e))
@@ -201,6 +214,7 @@ async fn serve_tls(
                 peer,
                 client_cert,
                 client_cert_error,
+                front_proxy,
             };
             let svc = hyper::service::service_fn(
                 move |mut req: hyper::Request<hyper::body::Incoming>| {
@@ -344,6 +358,16 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
             args.snapshot_retention,
         );
     }
+    let mut hosts = vec![
+        "127.0.0.1".to_string(),
+        "localhost".to_string(),
+        "::1".to_string(),
+    ];
+    if !args.bind_address.is_unspecified() && !args.bind_address.is_loopback() {
+        hosts.push(args.bind_address.to_string());
+    }
+    let pki = crate::tls::ensure(&args.data_dir, &hosts)?;
+    let front_proxy = front_proxy(&args, &pki)?;
     let token_file = match &args.token_auth_file {
         Some(path) => Some(Arc::new(
             wasm_apiserver_api::authn::TokenFile::parse(&std::fs::read_to_string(path)?)
@@ -364,7 +388,13 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
             },
         )?)),
         plugins: Default::default(),
+        request_header: front_proxy.request_header.clone(),
     };
+    state.aggregator = wasm_apiserver_registry::aggregator::Aggregator::new(
+        Some(front_proxy.identity.clone()),
+        front_proxy.proxy_headers.clone(),
+    );
+    state.request_timeout = args.request_timeout;
     if let Some(path) = &args.access_plugin_config_file {
         let plugins =
             crate::access_plugins::load(&access_runtime, args.plugin_dir.as_deref(), path).await?;
@@ -437,15 +467,6 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         wasm_apiserver_storage::spawn_compactor(storage.clone(), args.etcd_compaction_interval);
     }
 
-    let mut hosts = vec![
-        "127.0.0.1".to_string(),
-        "localhost".to_string(),
-        "::1".to_string(),
-    ];
-    if !args.bind_address.is_unspecified() && !args.bind_address.is_loopback() {
-        hosts.push(args.bind_address.to_string());
-    }
-    let pki = crate::tls::ensure(&args.data_dir, &hosts)?;
     let (cert_pem, key_pem) = match (&args.tls_cert_file, &args.tls_private_key_file) {
         (Some(c), Some(k)) => (std::fs::read_to_string(c)?, std::fs::read_to_string(k)?),
         (None, None) => (pki.serving_cert_pem.clone(), pki.serving_key_pem.clone()),
@@ -459,10 +480,140 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     let tls = crate::tls::server_config(&cert_pem, &key_pem, &client_cas)?;
 
     start_controllers(&state, &args, &ranges, address, &pki)?;
+    {
+        use wasm_apiserver_registry::controllers::{availability, extension_auth};
+        let apiserver = |name: &str| {
+            wasm_apiserver_registry::controllers::Client::with_user(
+                state.objects.clone(),
+                name,
+                crate::authn::apiserver_user(),
+                Some(state.authz.clone()),
+            )
+        };
+        availability::spawn(
+            apiserver(availability::NAME),
+            state.aggregator.clone(),
+            &state.controllers,
+        );
+        extension_auth::spawn(
+            apiserver(extension_auth::NAME),
+            extension_auth::Published {
+                client_ca: ca_pems.concat(),
+                request_header: front_proxy.published.clone(),
+            },
+        );
+    }
 
     write_kubeconfig(&args.data_dir, address, &pki)?;
     tracing::info!(%address, kubeconfig = %args.data_dir.join("admin.kubeconfig").display(), "serving HTTPS");
-    serve_tls(listener, tls, client_cas, router(state)).await
+    serve_tls(
+        listener,
+        tls,
+        client_cas,
+        front_proxy.requestheader_cas,
+        router(state),
+    )
+    .await
+}
+
+/// The front proxy: the identity this server presents to aggregated API
+/// servers, and the request-header authenticator for front proxies in
+/// front of this one (what it trusts, and what it publishes of that).
+struct FrontProxy {
+    identity: Arc<wasm_apiserver_registry::outbound::Identity>,
+    proxy_headers: wasm_apiserver_registry::aggregator::ProxyHeaders,
+    request_header: Option<Arc<authn::RequestHeader>>,
+    requestheader_cas: Option<Arc<crate::tls::ClientCas>>,
+    published: Option<wasm_apiserver_registry::controllers::extension_auth::RequestHeader>,
+}
+
+/// As kube-apiserver with kubeadm's certificates: the proxy client
+/// certificate is `--proxy-client-cert-file` or the generated
+/// `front-proxy-client`; front proxies are the ones
+/// `--requestheader-client-ca-file` signs, or (without a proxy client
+/// certificate given) the generated front-proxy CA's `front-proxy-client`.
+fn front_proxy(args: &ServeArgs, pki: &crate::tls::Pki) -> anyhow::Result<FrontProxy> {
+    let given = match (&args.proxy_client_cert_file, &args.proxy_client_key_file) {
+        (Some(c), Some(k)) => Some((std::fs::read_to_string(c)?, std::fs::read_to_string(k)?)),
+        (None, None) => None,
+        _ => anyhow::bail!("--proxy-client-cert-file and --proxy-client-key-file go together"),
+    };
+    let generated = given.is_none();
+    let (cert, key) = given.unwrap_or_else(|| {
+        (
+            pki.front_proxy_client_cert_pem.clone(),
+            pki.front_proxy_client_key_pem.clone(),
+        )
+    });
+    let identity = Arc::new(
+        wasm_apiserver_registry::outbound::Identity::from_pem(&cert, &key)
+            .map_err(anyhow::Error::msg)?,
+    );
+    let ca = match &args.requestheader_client_ca_file {
+        Some(path) => Some(std::fs::read_to_string(path)?),
+        None if generated => Some(pki.front_proxy_ca_pem.clone()),
+        None => None,
+    };
+    let allowed_names = if args.requestheader_allowed_names.is_empty()
+        && args.requestheader_client_ca_file.is_none()
+    {
+        vec![crate::tls::FRONT_PROXY_CLIENT.to_string()]
+    } else {
+        args.requestheader_allowed_names.clone()
+    };
+    let first = |v: &[String], default: &str| {
+        v.first()
+            .cloned()
+            .unwrap_or_else(|| default.to_string())
+    };
+    let defaults = wasm_apiserver_registry::aggregator::ProxyHeaders::default();
+    let proxy_headers = wasm_apiserver_registry::aggregator::ProxyHeaders {
+        user: first(&args.requestheader_username_headers, &defaults.user),
+        uid: args
+            .requestheader_uid_headers
+            .first()
+            .cloned()
+            .unwrap_or_default(),
+        group: first(&args.requestheader_group_headers, &defaults.group),
+        extra_prefix: first(
+            &args.requestheader_extra_headers_prefix,
+            &defaults.extra_prefix,
+        ),
+    };
+    let Some(ca) = ca else {
+        return Ok(FrontProxy {
+            identity,
+            proxy_headers,
+            request_header: None,
+            requestheader_cas: None,
+            published: None,
+        });
+    };
+    let request_header = authn::RequestHeader {
+        allowed_names: allowed_names.clone(),
+        username_headers: args.requestheader_username_headers.clone(),
+        uid_headers: args.requestheader_uid_headers.clone(),
+        group_headers: args.requestheader_group_headers.clone(),
+        extra_prefixes: args.requestheader_extra_headers_prefix.clone(),
+    };
+    Ok(FrontProxy {
+        identity,
+        proxy_headers,
+        requestheader_cas: Some(Arc::new(crate::tls::ClientCas::from_pems(
+            std::slice::from_ref(&ca),
+        )?)),
+        published: Some(
+            wasm_apiserver_registry::controllers::extension_auth::RequestHeader {
+                client_ca: ca,
+                allowed_names,
+                username_headers: request_header.username_headers.clone(),
+                uid_headers: request_header.uid_headers.clone(),
+                group_headers: request_header.group_headers.clone(),
+                extra_headers_prefix: request_header.extra_prefixes.clone(),
+            },
+        ),
+        request_header: Some(Arc::new(request_header)),
+    })
 }
 
 /// Starts the controllers `--controllers` enables (singletons under leader

@@ -34,4 +34,8 @@ pub struct AppState {
     pub data_dir: std::path::PathBuf,
     /// API Priority and Fairness (and the in-flight limits).
     pub flowcontrol: Arc<crate::flowcontrol::FlowControl>,
+    /// The aggregation layer's routes to extension API servers.
+    pub aggregator: Arc<wasm_apiserver_registry::aggregator::Aggregator>,
+    /// `--request-timeout` (proxied requests).
+    pub request_timeout: std::time::Duration,
 }

@@ -6,7 +6,7 @@
 use anyhow::Context;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Subject of the admin client certificate: `kubernetes-admin` in group
@@ -22,6 +22,11 @@ pub struct Pki {
     pub serving_key_pem: String,
     pub admin_cert_pem: String,
     pub admin_key_pem: String,
+    /// The front proxy's CA (kubeadm's `front-proxy-ca`): it signs the
+    /// client certificate this server presents to aggregated API servers.
+    pub front_proxy_ca_pem: String,
+    pub front_proxy_client_cert_pem: String,
+    pub front_proxy_client_key_pem: String,
 }
 
 pub(crate) fn write_secret(path: &Path, text: &str) -> std::io::Result<()> {
@@ -39,78 +44,112 @@ fn validity(params: &mut rcgen::CertificateParams, days: i64) {
     params.not_after = now + time::Duration::days(days);
 }
 
-/// Loads `<dir>/pki`, creating what is missing. `hosts` become the serving
-/// certificate's SANs (IP addresses or DNS names).
+/// A CA in `<pki>/<name>.crt` and `.key`, created when missing.
+fn ensure_ca(pki: &Path, name: &str, cn: &str) -> anyhow::Result<(String, String)> {
+    let read = |ext: &str| std::fs::read_to_string(pki.join(format!("{name}.{ext}"))).ok();
+    if let (Some(c), Some(k)) = (read("crt"), read("key")) {
+        return Ok((c, k));
+    }
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+    ];
+    validity(&mut params, 3650);
+    let cert = params.self_signed(&key)?;
+    write_secret(&pki.join(format!("{name}.key")), &key.serialize_pem())?;
+    std::fs::write(pki.join(format!("{name}.crt")), cert.pem())?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// A certificate `<pki>/<name>.crt` (and `.key`) that the CA `ca` issued,
+/// created when missing.
+fn ensure_issued(
+    pki: &Path,
+    ca: &(String, String),
+    name: &str,
+    mut params: rcgen::CertificateParams,
+) -> anyhow::Result<(String, String)> {
+    let read = |ext: &str| std::fs::read_to_string(pki.join(format!("{name}.{ext}"))).ok();
+    if let (Some(c), Some(k)) = (read("crt"), read("key")) {
+        return Ok((c, k));
+    }
+    let ca_key = rcgen::KeyPair::from_pem(&ca.1).context("CA key")?;
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca.0, ca_key).context("CA certificate")?;
+    let key = rcgen::KeyPair::generate()?;
+    validity(&mut params, 365);
+    let cert = params.signed_by(&key, &issuer)?;
+    write_secret(&pki.join(format!("{name}.key")), &key.serialize_pem())?;
+    std::fs::write(pki.join(format!("{name}.crt")), cert.pem())?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// A client certificate's parameters: CN `user`, O `groups`.
+fn client_params(user: &str, groups: &[&str]) -> anyhow::Result<rcgen::CertificateParams> {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, user);
+    for g in groups {
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, *g);
+    }
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    Ok(params)
+}
+
+/// Loads `<dir>/pki`, creating what is missing, with kubeadm's file names
+/// for the front proxy. `hosts` become the serving certificate's SANs (IP
+/// addresses or DNS names).
 pub fn ensure(dir: &Path, hosts: &[String]) -> anyhow::Result<Pki> {
     let pki = dir.join("pki");
     std::fs::create_dir_all(&pki)?;
-    let file = |n: &str| -> PathBuf { pki.join(n) };
-    let read = |n: &str| std::fs::read_to_string(file(n)).ok();
-
-    let (ca_pem, ca_key_pem) = match (read("ca.crt"), read("ca.key")) {
-        (Some(c), Some(k)) => (c, k),
-        _ => {
-            let key = rcgen::KeyPair::generate()?;
-            let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-            params
-                .distinguished_name
-                .push(rcgen::DnType::CommonName, "wasm-apiserver-ca");
-            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-            params.key_usages = vec![
-                rcgen::KeyUsagePurpose::KeyCertSign,
-                rcgen::KeyUsagePurpose::CrlSign,
-            ];
-            validity(&mut params, 3650);
-            let cert = params.self_signed(&key)?;
-            write_secret(&file("ca.key"), &key.serialize_pem())?;
-            std::fs::write(file("ca.crt"), cert.pem())?;
-            (cert.pem(), key.serialize_pem())
-        }
-    };
-    let ca_key = rcgen::KeyPair::from_pem(&ca_key_pem).context("pki/ca.key")?;
-    let ca_key_pem = ca_key.serialize_pem();
-    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).context("pki/ca.crt")?;
-
-    let issue = |name: &str,
-                 mut params: rcgen::CertificateParams|
-     -> anyhow::Result<(String, String)> {
-        if let (Some(c), Some(k)) = (read(&format!("{name}.crt")), read(&format!("{name}.key"))) {
-            return Ok((c, k));
-        }
-        let key = rcgen::KeyPair::generate()?;
-        validity(&mut params, 365);
-        let cert = params.signed_by(&key, &issuer)?;
-        write_secret(&file(&format!("{name}.key")), &key.serialize_pem())?;
-        std::fs::write(file(&format!("{name}.crt")), cert.pem())?;
-        Ok((cert.pem(), key.serialize_pem()))
-    };
+    let ca = ensure_ca(&pki, "ca", "wasm-apiserver-ca")?;
+    // Normalized (a key written by another tool reads back the same).
+    let ca_key_pem = rcgen::KeyPair::from_pem(&ca.1)
+        .context("pki/ca.key")?
+        .serialize_pem();
 
     let mut serving = rcgen::CertificateParams::new(hosts.to_vec())?;
     serving
         .distinguished_name
         .push(rcgen::DnType::CommonName, "wasm-apiserver");
     serving.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-    let (serving_cert_pem, serving_key_pem) = issue("apiserver", serving)?;
+    let (serving_cert_pem, serving_key_pem) = ensure_issued(&pki, &ca, "apiserver", serving)?;
+    let (admin_cert_pem, admin_key_pem) = ensure_issued(
+        &pki,
+        &ca,
+        "admin",
+        client_params(ADMIN_USER, &[ADMIN_GROUP])?,
+    )?;
 
-    let mut admin = rcgen::CertificateParams::new(Vec::<String>::new())?;
-    admin
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, ADMIN_USER);
-    admin
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, ADMIN_GROUP);
-    admin.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-    let (admin_cert_pem, admin_key_pem) = issue("admin", admin)?;
+    let front_proxy_ca = ensure_ca(&pki, "front-proxy-ca", "front-proxy-ca")?;
+    let (front_proxy_client_cert_pem, front_proxy_client_key_pem) = ensure_issued(
+        &pki,
+        &front_proxy_ca,
+        "front-proxy-client",
+        client_params(FRONT_PROXY_CLIENT, &[])?,
+    )?;
 
     Ok(Pki {
-        ca_pem,
+        ca_pem: ca.0,
         ca_key_pem,
         serving_cert_pem,
         serving_key_pem,
         admin_cert_pem,
         admin_key_pem,
+        front_proxy_ca_pem: front_proxy_ca.0,
+        front_proxy_client_cert_pem,
+        front_proxy_client_key_pem,
     })
 }
+
+/// The front proxy's client certificate's CN (kubeadm's).
+pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
 
 fn certs(pem: &str, what: &str) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let out: Vec<_> = CertificateDer::pem_slice_iter(pem.as_bytes())

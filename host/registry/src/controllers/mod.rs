@@ -23,9 +23,11 @@
 //! which runs on the lowest-priority thread of [`background`].
 
 pub mod apiservice;
+pub mod availability;
 pub mod background;
 pub mod bootstrap;
 pub mod certificates;
+pub mod extension_auth;
 pub mod gc;
 pub mod leader;
 pub mod policy_audit;

@@ -1,0 +1,401 @@
+//! The aggregation layer's routing table (kube-aggregator's
+//! `proxyHandler`s and `availableConditionController` state): for every
+//! APIService that names a `spec.service`, where its extension API server
+//! is (an endpoint of the Service, or an `ExternalName`'s host), how to
+//! reach it (a connection pool trusting the APIService's `caBundle`,
+//! verifying `<service>.<namespace>.svc` and presenting the front-proxy
+//! client certificate), whether it is available, and its discovery
+//! document. The availability controller
+//! ([`crate::controllers::availability`]) fills it; the server's proxy and
+//! discovery read it, one snapshot per request.
+//!
+//! Without kube-proxy here, a ClusterIP Service is always reached through
+//! its endpoints, as upstream with `--enable-aggregator-routing=true`.
+
+use crate::controllers::Client;
+use crate::options::ListParams;
+use crate::outbound::{self, HttpsClient, Identity, Peer, Trust};
+use arc_swap::ArcSwap;
+use http_body_util::BodyExt;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use wasm_apiserver_api::selector::LabelSelector;
+use wasm_apiserver_api::{ApiError, meta};
+
+/// How long the discovery probe of an extension may take (upstream's
+/// availability check gives it 5 s).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The user the discovery probe is made as (upstream's).
+pub const PROBE_USER: &str = "system:kube-aggregator";
+
+/// Upstream's reasons of an APIService's `Available` condition.
+pub mod reason {
+    pub const PASSED: &str = "Passed";
+    pub const LOCAL: &str = "Local";
+    pub const SERVICE_NOT_FOUND: &str = "ServiceNotFound";
+    pub const SERVICE_PORT_ERROR: &str = "ServicePortError";
+    pub const ENDPOINTS_NOT_FOUND: &str = "EndpointsNotFound";
+    pub const MISSING_ENDPOINTS: &str = "MissingEndpoints";
+    pub const FAILED_DISCOVERY_CHECK: &str = "FailedDiscoveryCheck";
+}
+
+/// Where and how an APIService's requests go.
+#[derive(Clone)]
+pub struct Backend {
+    /// `https://<endpoint>:<port>`.
+    pub base: String,
+    pub client: HttpsClient,
+    /// What the connection pool was built from (reused while unchanged).
+    key: String,
+}
+
+/// One remote APIService as the proxy sees it.
+pub struct Route {
+    pub name: String,
+    pub group: String,
+    pub version: String,
+    pub group_priority_minimum: i64,
+    pub version_priority: i64,
+    /// Resolved, when the Service and its endpoints are there.
+    pub backend: Option<Backend>,
+    /// `Available=True`: requests are proxied; else they get 503.
+    pub available: bool,
+    /// The extension's `APIResourceList` for this group version (from the
+    /// last passed discovery check).
+    pub discovery: Option<Value>,
+}
+
+/// The routing table, swapped whole on every change.
+pub struct Aggregator {
+    routes: ArcSwap<HashMap<String, Arc<Route>>>,
+    /// The front-proxy client certificate (`--proxy-client-cert-file`).
+    pub identity: Option<Arc<Identity>>,
+    /// `--requestheader-username-headers` and friends, as the proxy sets
+    /// them: the first of each list.
+    pub headers: ProxyHeaders,
+    /// The availability controller's queue, once it runs: the proxy asks
+    /// it to look again at an APIService whose backend failed.
+    recheck: OnceLock<Arc<crate::controllers::queue::Queue<String>>>,
+}
+
+/// The header names the front proxy writes the caller's identity in.
+#[derive(Debug, Clone)]
+pub struct ProxyHeaders {
+    pub user: String,
+    /// Empty: no uid is sent (upstream's default).
+    pub uid: String,
+    pub group: String,
+    pub extra_prefix: String,
+}
+
+impl Default for ProxyHeaders {
+    fn default() -> Self {
+        ProxyHeaders {
+            user: "X-Remote-User".into(),
+            uid: String::new(),
+            group: "X-Remote-Group".into(),
+            extra_prefix: "X-Remote-Extra-".into(),
+        }
+    }
+}
+
+impl Aggregator {
+    pub fn new(identity: Option<Arc<Identity>>, headers: ProxyHeaders) -> Arc<Self> {
+        Arc::new(Aggregator {
+            routes: Default::default(),
+            identity,
+            headers,
+            recheck: OnceLock::new(),
+        })
+    }
+
+    /// The route of a group version that a remote APIService claims.
+    pub fn route(&self, group: &str, version: &str) -> Option<Arc<Route>> {
+        let routes = self.routes.load();
+        if routes.is_empty() {
+            return None;
+        }
+        routes.get(&format!("{version}.{group}")).cloned()
+    }
+
+    /// Every remote APIService's route.
+    pub fn routes(&self) -> Arc<HashMap<String, Arc<Route>>> {
+        self.routes.load_full()
+    }
+
+    pub(crate) fn set(&self, route: Route) {
+        let route = Arc::new(route);
+        self.routes.rcu(|cur| {
+            let mut next = HashMap::clone(cur);
+            next.insert(route.name.clone(), route.clone());
+            next
+        });
+    }
+
+    pub(crate) fn remove(&self, name: &str) {
+        if self.routes.load().contains_key(name) {
+            self.routes.rcu(|cur| {
+                let mut next = HashMap::clone(cur);
+                next.remove(name);
+                next
+            });
+        }
+    }
+
+    pub(crate) fn set_recheck(&self, queue: Arc<crate::controllers::queue::Queue<String>>) {
+        let _ = self.recheck.set(queue);
+    }
+
+    /// Asks the availability controller to check `name` again now (its
+    /// backend refused or dropped a proxied request).
+    pub fn suspect(&self, name: &str) {
+        if let Some(q) = self.recheck.get() {
+            q.add(name.to_string());
+        }
+    }
+}
+
+/// Why an APIService is not available: upstream's reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+fn unavailable(reason: &'static str, message: String) -> Unavailable {
+    Unavailable { reason, message }
+}
+
+/// Where an APIService's service is: `(host, port, server name)`.
+pub(crate) async fn resolve(
+    client: &Client,
+    api_service: &Value,
+) -> Result<Result<(String, u16, String), Unavailable>, ApiError> {
+    let svc = &api_service["spec"]["service"];
+    let ns = svc["namespace"].as_str().unwrap_or_default();
+    let name = svc["name"].as_str().unwrap_or_default();
+    let port = svc["port"].as_u64().unwrap_or(443);
+    let server_name = format!("{name}.{ns}.svc");
+    let services = client.objects.resources.builtin("", "v1", "services");
+    let service = match client.get(&services, Some(ns), name).await {
+        Ok(s) => s,
+        Err(ApiError::NotFound(_)) => {
+            return Ok(Err(unavailable(
+                reason::SERVICE_NOT_FOUND,
+                format!("service/{name} in {ns:?} is not present"),
+            )));
+        }
+        Err(e) => return Err(e),
+    };
+    if service["spec"]["type"] == "ExternalName" {
+        let host = service["spec"]["externalName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        return Ok(Ok((host, port as u16, server_name)));
+    }
+    let Some(svc_port) = service["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["port"].as_u64() == Some(port))
+    else {
+        return Ok(Err(unavailable(
+            reason::SERVICE_PORT_ERROR,
+            format!("service/{name} in {ns:?} is not listening on port {port}"),
+        )));
+    };
+    let port_name = svc_port["name"].as_str().unwrap_or_default();
+    let slices = client
+        .objects
+        .resources
+        .builtin("discovery.k8s.io", "v1", "endpointslices");
+    let params = ListParams {
+        labels: LabelSelector::parse(&format!("kubernetes.io/service-name={name}"))
+            .map_err(ApiError::BadRequest)?,
+        ..Default::default()
+    };
+    let listed = client.list(&slices, Some(ns), &params).await?;
+    if listed.items.is_empty() {
+        return Ok(Err(unavailable(
+            reason::ENDPOINTS_NOT_FOUND,
+            format!("cannot find endpoints for service/{name} in {ns:?}"),
+        )));
+    }
+    for slice in &listed.items {
+        let Some(target) = slice["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"].as_str().unwrap_or_default() == port_name)
+            .and_then(|p| p["port"].as_u64())
+        else {
+            continue;
+        };
+        let ready = slice["endpoints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["conditions"]["ready"].as_bool() != Some(false))
+            .find_map(|e| e["addresses"].as_array()?.first()?.as_str());
+        if let Some(addr) = ready {
+            let host = if addr.contains(':') {
+                format!("[{addr}]")
+            } else {
+                addr.to_string()
+            };
+            return Ok(Ok((host, target as u16, server_name)));
+        }
+    }
+    Ok(Err(unavailable(
+        reason::MISSING_ENDPOINTS,
+        format!("endpoints for service/{name} in {ns:?} have no addresses with port name {port_name:?}"),
+    )))
+}
+
+/// The backend of `api_service` at `host:port`, reusing `old`'s
+/// connection pool when nothing it was built from changed.
+pub(crate) fn backend(
+    agg: &Aggregator,
+    api_service: &Value,
+    (host, port, server_name): (String, u16, String),
+    old: Option<&Backend>,
+) -> Result<Backend, Unavailable> {
+    let insecure = api_service["spec"]["insecureSkipTLSVerify"] == true;
+    let ca = api_service["spec"]["caBundle"].as_str().unwrap_or_default();
+    let key = format!("{insecure}/{server_name}/{ca}");
+    let base = format!("https://{host}:{port}");
+    if let Some(old) = old.filter(|o| o.key == key) {
+        return Ok(Backend {
+            base,
+            client: old.client.clone(),
+            key,
+        });
+    }
+    let failed = |e: String| {
+        unavailable(
+            reason::FAILED_DISCOVERY_CHECK,
+            format!("failing or missing response from {base}/apis: {e}"),
+        )
+    };
+    let trust = if insecure {
+        Trust::Insecure
+    } else {
+        Trust::from_ca_bundle(ca, "spec.caBundle").map_err(failed)?
+    };
+    let client = outbound::client(&Peer {
+        trust: &trust,
+        server_name: Some(&server_name),
+        identity: agg.identity.as_deref(),
+    })
+    .map_err(failed)?;
+    Ok(Backend { base, client, key })
+}
+
+/// Upstream's discovery check: `GET /apis/<group>/<version>` as
+/// [`PROBE_USER`] within [`PROBE_TIMEOUT`]; a 2xx with an
+/// `APIResourceList` passes and gives the extension's resources.
+pub(crate) async fn probe(
+    agg: &Aggregator,
+    backend: &Backend,
+    group: &str,
+    version: &str,
+) -> Result<Value, Unavailable> {
+    let url = format!("{}/apis/{group}/{version}", backend.base);
+    let failed = |e: String| {
+        unavailable(
+            reason::FAILED_DISCOVERY_CHECK,
+            format!("failing or missing response from {url}: {e}"),
+        )
+    };
+    let req = hyper::Request::get(&url)
+        .header("accept", "application/json")
+        .header(agg.headers.user.as_str(), PROBE_USER)
+        .header(agg.headers.group.as_str(), "system:masters")
+        .body(outbound::full(bytes::Bytes::new()))
+        .map_err(|e| failed(e.to_string()))?;
+    let work = async {
+        let resp = backend
+            .client
+            .request(req)
+            .await
+            .map_err(|e| failed(error_chain(&e)))?;
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| failed(e.to_string()))?
+            .to_bytes();
+        if !status.is_success() {
+            return Err(failed(format!(
+                "bad status from {url}: {}",
+                status.as_u16()
+            )));
+        }
+        let list: Value = serde_json::from_slice(&body)
+            .map_err(|e| failed(format!("invalid discovery document: {e}")))?;
+        if !list["resources"].is_array() {
+            return Err(failed(
+                "invalid discovery document: not an APIResourceList".into(),
+            ));
+        }
+        Ok(list)
+    };
+    tokio::time::timeout(PROBE_TIMEOUT, work)
+        .await
+        .map_err(|_| failed(format!("Get {url:?}: context deadline exceeded")))?
+}
+
+/// An error with its sources (hyper's top-level errors say little).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cur = s.source();
+    }
+    out
+}
+
+/// The `Available` condition an APIService should carry now.
+pub(crate) fn condition(outcome: &Result<(), Unavailable>) -> (&'static str, &'static str, String) {
+    match outcome {
+        Ok(()) => ("True", reason::PASSED, "all checks passed".to_string()),
+        Err(u) => ("False", u.reason, u.message.clone()),
+    }
+}
+
+/// The APIService's `(groupPriorityMinimum, versionPriority)`.
+pub(crate) fn priorities(api_service: &Value) -> (i64, i64) {
+    (
+        api_service["spec"]["groupPriorityMinimum"]
+            .as_i64()
+            .unwrap_or(0),
+        api_service["spec"]["versionPriority"].as_i64().unwrap_or(0),
+    )
+}
+
+/// The `(namespace, name)` of the Service an APIService names.
+pub(crate) fn service_of(api_service: &Value) -> Option<(String, String)> {
+    let svc = api_service["spec"]["service"].as_object()?;
+    Some((
+        svc.get("namespace")?.as_str()?.to_string(),
+        svc.get("name")?.as_str()?.to_string(),
+    ))
+}
+
+/// The Service an EndpointSlice belongs to.
+pub(crate) fn service_of_slice(slice: &Value) -> Option<(String, String)> {
+    Some((
+        meta::namespace(slice)?.to_string(),
+        meta::labels(slice).get("kubernetes.io/service-name")?.clone(),
+    ))
+}
