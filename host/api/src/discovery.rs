@@ -257,12 +257,12 @@ mod tests {
     #[test]
     fn an_aggregated_resource_list_becomes_a_version_entry() {
         let list = json!({"kind": "APIResourceList", "groupVersion": "wardle.example.com/v1alpha1",
-            "resources": [
-                {"name": "flunders", "singularName": "flunder", "namespaced": true, "kind": "Flunder",
-                 "verbs": ["get", "list"], "shortNames": ["fl"]},
-                {"name": "flunders/status", "namespaced": true, "kind": "Flunder", "verbs": ["get"]},
-                {"name": "fischers", "singularName": "", "namespaced": false, "kind": "Fischer", "verbs": ["get"]},
-            ]});
+        "resources": [
+            {"name": "flunders", "singularName": "flunder", "namespaced": true, "kind": "Flunder",
+             "verbs": ["get", "list"], "shortNames": ["fl"]},
+            {"name": "flunders/status", "namespaced": true, "kind": "Flunder", "verbs": ["get"]},
+            {"name": "fischers", "singularName": "", "namespaced": false, "kind": "Fischer", "verbs": ["get"]},
+        ]});
         let v = version_from_resource_list("wardle.example.com", "v1alpha1", &list);
         assert_eq!(v["version"], "v1alpha1");
         let r = &v["resources"][0];

@@ -66,6 +66,9 @@ pub struct Route {
     /// The extension's `APIResourceList` for this group version (from the
     /// last passed discovery check).
     pub discovery: Option<Value>,
+    /// The `hash` of the extension's OpenAPI v3 document of this group
+    /// version, from its `/openapi/v3` index (clients cache by it).
+    pub openapi_v3_hash: Option<String>,
 }
 
 /// The routing table, swapped whole on every change.
@@ -252,7 +255,9 @@ pub(crate) async fn resolve(
     }
     Ok(Err(unavailable(
         reason::MISSING_ENDPOINTS,
-        format!("endpoints for service/{name} in {ns:?} have no addresses with port name {port_name:?}"),
+        format!(
+            "endpoints for service/{name} in {ns:?} have no addresses with port name {port_name:?}"
+        ),
     )))
 }
 
@@ -350,6 +355,38 @@ pub(crate) async fn probe(
         .map_err(|_| failed(format!("Get {url:?}: context deadline exceeded")))?
 }
 
+/// The `hash` the extension's `/openapi/v3` index gives its document of
+/// `group/version`, if it serves one.
+pub(crate) async fn openapi_v3_hash(
+    agg: &Aggregator,
+    backend: &Backend,
+    group: &str,
+    version: &str,
+) -> Option<String> {
+    let req = hyper::Request::get(format!("{}/openapi/v3", backend.base))
+        .header("accept", "application/json")
+        .header(agg.headers.user.as_str(), PROBE_USER)
+        .header(agg.headers.group.as_str(), "system:masters")
+        .body(outbound::full(bytes::Bytes::new()))
+        .ok()?;
+    let work = async {
+        let resp = backend.client.request(req).await.ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        let body = resp.into_body().collect().await.ok()?.to_bytes();
+        let index: Value = serde_json::from_slice(&body).ok()?;
+        let url =
+            index["paths"][format!("apis/{group}/{version}")]["serverRelativeURL"].as_str()?;
+        url.split_once("hash=")
+            .map(|(_, h)| h.split('&').next().unwrap_or_default().to_string())
+    };
+    tokio::time::timeout(PROBE_TIMEOUT, work)
+        .await
+        .ok()
+        .flatten()
+}
+
 /// An error with its sources (hyper's top-level errors say little).
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
@@ -396,6 +433,8 @@ pub(crate) fn service_of(api_service: &Value) -> Option<(String, String)> {
 pub(crate) fn service_of_slice(slice: &Value) -> Option<(String, String)> {
     Some((
         meta::namespace(slice)?.to_string(),
-        meta::labels(slice).get("kubernetes.io/service-name")?.clone(),
+        meta::labels(slice)
+            .get("kubernetes.io/service-name")?
+            .clone(),
     ))
 }

@@ -14,9 +14,11 @@ use wasm_apiserver_api::discovery::{self, Format};
 use wasm_apiserver_api::{ApiError, KUBERNETES_VERSION, Registry};
 use wasm_apiserver_registry::aggregator::Aggregator;
 
-/// A JSON response with the given status.
+/// A JSON response with the given status. The body ends with a newline,
+/// as Go's JSON encoder writes it (clients compare bodies byte for byte).
 pub fn json_response(status: StatusCode, body: &Value) -> Response {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut bytes = serde_json::to_vec(body).unwrap_or_default();
+    bytes.push(b'\n');
     (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 
@@ -64,11 +66,15 @@ fn discovery(
                 .iter()
                 .filter_map(|r| {
                     let list = r.discovery.as_ref()?;
-                    Some(discovery::version_from_resource_list(group, &r.version, list))
+                    Some(discovery::version_from_resource_list(
+                        group, &r.version, list,
+                    ))
                 })
                 .collect();
-            items.push(json!({"metadata": {"name": group, "creationTimestamp": null},
-                "versions": versions}));
+            items.push(
+                json!({"metadata": {"name": group, "creationTimestamp": null},
+                "versions": versions}),
+            );
         }
         let bytes = serde_json::to_vec(&doc).unwrap_or_default();
         etag = format!("\"{}\"", content_hash(&bytes));
@@ -263,14 +269,39 @@ pub async fn openapi_v3_root(State(state): State<Arc<AppState>>) -> Response {
         let url = format!("/openapi/v3/{path}?hash={hash}");
         paths.insert(path, json!({"serverRelativeURL": url}));
     }
+    // Aggregated group versions: the extension serves the document.
+    for (group, routes) in remote_groups(&state.aggregator) {
+        for r in routes {
+            let hash = r.openapi_v3_hash.clone().unwrap_or_else(|| {
+                content_hash(&serde_json::to_vec(&r.discovery).unwrap_or_default())
+            });
+            let path = format!("apis/{group}/{}", r.version);
+            let url = format!("/openapi/v3/{path}?hash={hash}");
+            paths.insert(path, json!({"serverRelativeURL": url}));
+        }
+    }
     json_response(StatusCode::OK, &json!({"paths": paths}))
 }
 
 /// `GET /openapi/v3/<api|apis/group>/<version>`.
+/// An aggregated group version's document is its extension's, proxied.
 pub async fn openapi_v3_doc(
     State(state): State<Arc<AppState>>,
     axum::extract::Path(rest): axum::extract::Path<String>,
+    req: axum::extract::Request,
 ) -> Response {
+    let mut segs = rest.trim_end_matches('/').split('/');
+    if let (Some("apis"), Some(group), Some(version), None) =
+        (segs.next(), segs.next(), segs.next(), segs.next())
+        && let Some(route) = state.aggregator.route(group, version)
+    {
+        let user = req
+            .extensions()
+            .get::<wasm_apiserver_plugins::UserInfo>()
+            .cloned()
+            .unwrap_or_default();
+        return crate::proxy::forward(&state, route, req, &user, false).await;
+    }
     match state.resources.snapshot().openapi_v3(&rest) {
         Some(doc) => (
             StatusCode::OK,

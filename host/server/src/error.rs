@@ -21,7 +21,9 @@ impl IntoResponse for ErrorResponse {
             tracing::error!(error = %msg, "internal error");
         }
         let code = StatusCode::from_u16(self.0.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = self.0.status_body();
+        // Ends with a newline, as Go's JSON encoder writes it.
+        let mut body = self.0.status_body();
+        body.push(b'\n');
         let mut resp = (code, body).into_response();
         resp.headers_mut().insert(
             header::CONTENT_TYPE,

@@ -458,7 +458,7 @@ fn too_many_requests() -> Response {
             (header::CONTENT_TYPE, "application/json"),
             (header::RETRY_AFTER, "1"),
         ],
-        body.to_string(),
+        format!("{body}\n"),
     )
         .into_response()
 }

@@ -445,9 +445,7 @@ fn aggregated_route(
     info: &RequestInfo,
 ) -> Option<Arc<wasm_apiserver_registry::aggregator::Route>> {
     if info.is_resource_request {
-        return state
-            .aggregator
-            .route(&info.api_group, &info.api_version);
+        return state.aggregator.route(&info.api_group, &info.api_version);
     }
     let rest = info.path.strip_prefix("/apis/")?;
     let mut segs = rest.trim_end_matches('/').split('/');

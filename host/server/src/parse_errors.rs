@@ -59,7 +59,8 @@ fn replacement(head: &[u8]) -> Option<Vec<u8>> {
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": message, "reason": reason, "code": code,
     })
-    .to_string();
+    .to_string()
+        + "\n";
     let phrase = rest[3..].split("\r\n").next().unwrap_or_default();
     Some(
         format!(

@@ -188,9 +188,12 @@ mod tests {
             username: "alice".into(),
             uid: "u-1".into(),
             groups: vec!["dev".into(), "system:authenticated".into()],
-            extra: [("example.org/Team a".to_string(), vec!["x".to_string(), "y".to_string()])]
-                .into_iter()
-                .collect(),
+            extra: [(
+                "example.org/Team a".to_string(),
+                vec!["x".to_string(), "y".to_string()],
+            )]
+            .into_iter()
+            .collect(),
         };
         let out = outgoing_headers(&ProxyHeaders::default(), &incoming, &user);
         assert_eq!(out.get("accept").unwrap(), "application/json");
@@ -198,9 +201,8 @@ mod tests {
         assert!(out.get("impersonate-user").is_none());
         assert!(out.get("connection").is_none());
         assert!(out.get("x-remote-extra-scopes").is_none());
-        let all = |n: &str| -> Vec<&str> {
-            out.get_all(n).iter().map(|v| v.to_str().unwrap()).collect()
-        };
+        let all =
+            |n: &str| -> Vec<&str> { out.get_all(n).iter().map(|v| v.to_str().unwrap()).collect() };
         assert_eq!(all("x-remote-user"), ["alice"]);
         assert_eq!(all("x-remote-group"), ["dev", "system:authenticated"]);
         assert_eq!(all("x-remote-extra-example.org%2FTeam%20a"), ["x", "y"]);

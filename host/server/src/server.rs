@@ -561,11 +561,8 @@ fn front_proxy(args: &ServeArgs, pki: &crate::tls::Pki) -> anyhow::Result<FrontP
     } else {
         args.requestheader_allowed_names.clone()
     };
-    let first = |v: &[String], default: &str| {
-        v.first()
-            .cloned()
-            .unwrap_or_else(|| default.to_string())
-    };
+    let first =
+        |v: &[String], default: &str| v.first().cloned().unwrap_or_else(|| default.to_string());
     let defaults = wasm_apiserver_registry::aggregator::ProxyHeaders::default();
     let proxy_headers = wasm_apiserver_registry::aggregator::ProxyHeaders {
         user: first(&args.requestheader_username_headers, &defaults.user),

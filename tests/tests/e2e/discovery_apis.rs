@@ -285,15 +285,19 @@ fn api_services_list_the_local_groups() {
         &args,
     );
     // The availability controller finds no Service behind it.
-    poll_until(Duration::from_secs(30), "Available=False (ServiceNotFound)", || {
-        let got = kubectl_ok(
-            &server,
-            None,
-            &["get", "apiservice", "v1beta1.metrics.k8s.io"],
-        );
-        (got.contains("kube-system/metrics-server") && got.contains("False (ServiceNotFound)"))
-            .then_some(())
-    });
+    poll_until(
+        Duration::from_secs(30),
+        "Available=False (ServiceNotFound)",
+        || {
+            let got = kubectl_ok(
+                &server,
+                None,
+                &["get", "apiservice", "v1beta1.metrics.k8s.io"],
+            );
+            (got.contains("kube-system/metrics-server") && got.contains("False (ServiceNotFound)"))
+                .then_some(())
+        },
+    );
     let (status, body) = server.get("/apis/metrics.k8s.io/v1beta1/pods").unwrap();
     assert_eq!(status, 503, "{body}");
     let (status, _) = server.get("/apis/example.org/v1/things").unwrap();

@@ -7,6 +7,7 @@
 mod access;
 mod admission;
 mod admission_policies;
+mod aggregation;
 mod audit;
 mod consistency;
 mod context_aware;

@@ -73,12 +73,16 @@ impl Reconcile for Availability {
             ),
             Err(u) => Err(u),
         };
-        let (backend, outcome) = match backend {
+        let (backend, outcome, openapi_v3_hash) = match backend {
             Ok(b) => {
                 let probed = aggregator::probe(&self.agg, &b, &group, &version).await;
-                (Some(b), probed)
+                let hash = match probed {
+                    Ok(_) => aggregator::openapi_v3_hash(&self.agg, &b, &group, &version).await,
+                    Err(_) => None,
+                };
+                (Some(b), probed, hash)
             }
-            Err(u) => (None, Err(u)),
+            Err(u) => (None, Err(u), None),
         };
         let (priority, version_priority) = aggregator::priorities(&api_service);
         let available = outcome.is_ok();
@@ -91,6 +95,7 @@ impl Reconcile for Availability {
             backend,
             available,
             discovery: outcome.as_ref().ok().cloned(),
+            openapi_v3_hash,
         });
         let (status, reason, message) = aggregator::condition(&outcome.map(drop));
         let current = api_service["status"]["conditions"]
@@ -113,7 +118,11 @@ impl Reconcile for Availability {
                 Err(e) => return Err(e),
             }
         }
-        Ok(Action::RequeueAfter(if available { RECHECK } else { RETRY }))
+        Ok(Action::RequeueAfter(if available {
+            RECHECK
+        } else {
+            RETRY
+        }))
     }
 }
 
