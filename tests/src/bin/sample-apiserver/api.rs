@@ -201,9 +201,9 @@ struct Event {
 }
 
 #[derive(Serialize)]
-struct WatchEvent<'a> {
+struct WatchEvent<'a, T> {
     r#type: &'a str,
-    object: &'a Value,
+    object: &'a T,
 }
 
 #[derive(Default)]
@@ -587,7 +587,7 @@ fn render(e: &Event, include: Option<&str>) -> Bytes {
 /// A chunked stream of watch events, one JSON object per line. Without a
 /// resourceVersion (or with "0") it starts with ADDED for what exists; with
 /// one it replays the history after it (410 Expired as an ERROR event when
-/// that is gone). It ends after `timeoutSeconds`.
+/// that is gone). It ends after `timeoutSeconds`; no periodic bookmarks.
 fn watch(
     store: &Store,
     info: &RequestInfo,
@@ -613,8 +613,7 @@ fn watch(
                 "too old resource version: {since} ({})",
                 inner.compacted + 1
             );
-            let status = serde_json::to_value(Status::failure(410, "Expired", message))
-                .expect("a Status serializes");
+            let status = Status::failure(410, "Expired", message);
             return json(
                 200,
                 &WatchEvent {
@@ -623,20 +622,17 @@ fn watch(
                 },
             );
         }
-        let initial: VecDeque<Bytes> = if since == 0 {
-            let added = inner.objects.values().filter(|o| filter.matches(o));
-            added
-                .map(|o| {
-                    render(
-                        &Event {
-                            kind: "ADDED",
-                            rv: inner.rv,
-                            object: o.clone(),
-                        },
-                        include.as_deref(),
-                    )
-                })
-                .collect()
+        // A streaming list (`sendInitialEvents=true`) starts from the current
+        // state and marks the end of it with a bookmark.
+        let streaming_list = info.param("sendInitialEvents") == Some("true");
+        let mut initial: VecDeque<Bytes> = if since == 0 || streaming_list {
+            let current = inner.objects.values().filter(|o| filter.matches(o));
+            let added = current.map(|o| Event {
+                kind: "ADDED",
+                rv: inner.rv,
+                object: o.clone(),
+            });
+            added.map(|e| render(&e, include.as_deref())).collect()
         } else {
             let replay = inner
                 .history
@@ -644,6 +640,16 @@ fn watch(
                 .filter(|e| e.rv > since && filter.matches(&e.object));
             replay.map(|e| render(e, include.as_deref())).collect()
         };
+        if streaming_list {
+            let end = json!({"kind": "Flunder", "apiVersion": API_VERSION, "metadata": {
+                "resourceVersion": inner.rv.to_string(),
+                "annotations": {"k8s.io/initial-events-end": "true"},
+            }});
+            initial.push_back(Bytes::from(to_json_line(&WatchEvent {
+                r#type: "BOOKMARK",
+                object: &end,
+            })));
+        }
         (initial, store.events.subscribe())
     };
     let state = (initial, rx, filter, include);

@@ -47,7 +47,7 @@ impl Serving {
                             .push(rcgen::DnType::CommonName, "sample-apiserver-ca");
                         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
                         let pem = params.self_signed(&key)?.pem();
-                        std::fs::write(dir.join("ca.key"), key.serialize_pem())?;
+                        write_private(&dir.join("ca.key"), &key.serialize_pem())?;
                         std::fs::write(dir.join("ca.crt"), &pem)?;
                         (pem, key)
                     }
@@ -62,7 +62,7 @@ impl Serving {
                 params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
                 let key = rcgen::KeyPair::generate()?;
                 let cert = params.signed_by(&key, &issuer)?;
-                std::fs::write(dir.join("tls.key"), key.serialize_pem())?;
+                write_private(&dir.join("tls.key"), &key.serialize_pem())?;
                 std::fs::write(dir.join("tls.crt"), cert.pem())?;
                 (cert.pem(), key.serialize_pem())
             }
@@ -91,6 +91,16 @@ impl Serving {
                 .with_single_cert(self.chain.clone(), self.key.clone_key())?,
         )
     }
+}
+
+/// Writes a private key (readable by its owner only on Unix).
+fn write_private(path: &Path, pem: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)?.write_all(pem.as_bytes())
 }
 
 /// Accepts any client certificate whose holder proves it has the key; the
