@@ -148,6 +148,30 @@ impl Aggregator {
         }
     }
 
+    /// kube-aggregator's `aggregator_unavailable_apiservice` gauge (1 while
+    /// an APIService is unavailable), for every remote APIService, in
+    /// Prometheus' text format.
+    pub fn metrics_text(&self) -> String {
+        let routes = self.routes.load();
+        if routes.is_empty() {
+            return String::new();
+        }
+        let mut names: Vec<(&String, bool)> =
+            routes.iter().map(|(n, r)| (n, r.available)).collect();
+        names.sort();
+        let mut out = String::from(
+            "# HELP aggregator_unavailable_apiservice Gauge of APIServices which are marked as unavailable broken down by APIService name.\n\
+             # TYPE aggregator_unavailable_apiservice gauge\n",
+        );
+        for (name, available) in names {
+            out.push_str(&format!(
+                "aggregator_unavailable_apiservice{{name=\"{name}\"}} {}\n",
+                u8::from(!available)
+            ));
+        }
+        out
+    }
+
     pub(crate) fn set_recheck(&self, queue: Arc<crate::controllers::queue::Queue<String>>) {
         let _ = self.recheck.set(queue);
     }

@@ -323,6 +323,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         .unwrap_or_default();
     text.push_str(&state.controllers.text());
     text.push_str(&state.flowcontrol.metrics_text());
+    text.push_str(&state.aggregator.metrics_text());
     if let Ok(s) = state.objects.storage.status().await {
         text.push_str(&format!(
             "# HELP wasm_apiserver_storage_revision The store's current revision.\n\

@@ -265,6 +265,13 @@ fn an_extension_api_server_is_served_through_the_aggregator() {
     register(&server, sample.port, &sample.ca_bundle());
     let message = wait_available(&server, "True", "Passed");
     assert_eq!(message, "all checks passed");
+    let (_, metrics) = server.get("/metrics").unwrap();
+    assert!(
+        metrics.contains(&format!(
+            "aggregator_unavailable_apiservice{{name=\"{APISERVICE}\"}} 0"
+        )),
+        "{metrics}"
+    );
 
     // Discovery: legacy, aggregated (kubectl api-resources) and OpenAPI v3
     // (kubectl explain).
@@ -314,6 +321,79 @@ fn an_extension_api_server_is_served_through_the_aggregator() {
     watch.wait_for_json(Duration::from_secs(30), "the watched flunder", |d| {
         d["metadata"]["name"] == "one"
     });
+
+    // kube-rs: discovery, list, get and a watch event, through the proxy.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        use futures::{StreamExt, TryStreamExt};
+        use kube::api::{Api, DynamicObject, ListParams, WatchEvent, WatchParams};
+        let client = wasm_apiserver_e2e::kube_client(&server);
+        let discovery = kube::Discovery::new(client.clone())
+            .filter(&["wardle.example.com"])
+            .run()
+            .await
+            .expect("kube-rs discovery");
+        let (ar, _) = discovery
+            .resolve_gvk(&kube::core::GroupVersionKind::gvk(
+                "wardle.example.com",
+                "v1alpha1",
+                "Flunder",
+            ))
+            .expect("Flunder discovered");
+        let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &ar);
+        let listed = api.list(&ListParams::default()).await.expect("kube-rs list");
+        assert!(listed.items.iter().any(|o| o.metadata.name.as_deref() == Some("one")));
+        let one = api.get("one").await.expect("kube-rs get");
+        assert_eq!(one.data["spec"]["reference"], "x");
+        let rv = listed.metadata.resource_version.unwrap_or_default();
+        let mut events = api
+            .watch(&WatchParams::default().timeout(20), &rv)
+            .await
+            .expect("kube-rs watch")
+            .boxed();
+        apply(&server, &json!({"apiVersion": "wardle.example.com/v1alpha1", "kind": "Flunder",
+            "metadata": {"name": "from-kube-rs", "namespace": "default"}, "spec": {"reference": "k"}}));
+        let seen = loop {
+            match events.try_next().await.expect("watch stream") {
+                Some(WatchEvent::Added(o)) if o.metadata.name.as_deref() == Some("from-kube-rs") => {
+                    break o;
+                }
+                Some(_) => continue,
+                None => panic!("watch ended before the event"),
+            }
+        };
+        assert_eq!(seen.data["spec"]["reference"], "k");
+        let _ = events.next();
+    });
+
+    // The official Python client: list, get and a 404 as ApiException.
+    let script = r#"
+import sys
+from kubernetes import client, config
+config.load_kube_config(sys.argv[1])
+api = client.CustomObjectsApi()
+items = api.list_namespaced_custom_object("wardle.example.com", "v1alpha1", "default", "flunders")["items"]
+assert any(i["metadata"]["name"] == "one" for i in items), items
+one = api.get_namespaced_custom_object("wardle.example.com", "v1alpha1", "default", "flunders", "one")
+assert one["spec"]["reference"] == "x", one
+try:
+    api.get_namespaced_custom_object("wardle.example.com", "v1alpha1", "default", "flunders", "nope")
+    raise SystemExit("no 404")
+except client.exceptions.ApiException as e:
+    assert e.status == 404 and '"reason":"NotFound"' in e.body, e.body
+print("python ok")
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(server.kubeconfig_path())
+        .output()
+        .expect("python3");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("python ok"),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // A 404 `Status` from the extension passes through.
     let out = kubectl(&server, None, &["get", "flunder", "nope", "-n", "default"]);
@@ -440,6 +520,13 @@ fn an_extension_api_server_is_served_through_the_aggregator() {
     let (status, groups) = server.get("/apis").unwrap();
     assert_eq!(status, 200);
     assert!(!groups.contains("wardle.example.com"), "{groups}");
+    let (_, metrics) = server.get("/metrics").unwrap();
+    assert!(
+        metrics.contains(&format!(
+            "aggregator_unavailable_apiservice{{name=\"{APISERVICE}\"}} 1"
+        )),
+        "{metrics}"
+    );
     let _sample = Sample::start(&server, dir.path(), port, "normal");
     wait_available(&server, "True", "Passed");
     // Its store was its memory: write again and read back.
