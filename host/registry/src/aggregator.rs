@@ -6,14 +6,12 @@
 //! verifying `<service>.<namespace>.svc` and presenting the front-proxy
 //! client certificate), whether it is available, and its discovery
 //! document. The availability controller
-//! ([`crate::controllers::availability`]) fills it; the server's proxy and
+//! (`controllers/availability.rs`) fills it; the server's proxy and
 //! discovery read it, one snapshot per request.
 //!
 //! Without kube-proxy here, a ClusterIP Service is always reached through
 //! its endpoints, as upstream with `--enable-aggregator-routing=true`.
 
-use crate::controllers::Client;
-use crate::options::ListParams;
 use crate::outbound::{self, HttpsClient, Identity, Peer, Trust};
 use arc_swap::ArcSwap;
 use http_body_util::BodyExt;
@@ -21,8 +19,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use wasm_apiserver_api::selector::LabelSelector;
-use wasm_apiserver_api::{ApiError, meta};
+use wasm_apiserver_api::meta;
 
 /// How long the discovery probe of an extension may take (upstream's
 /// availability check gives it 5 s).
@@ -81,8 +78,11 @@ pub struct Aggregator {
     pub headers: ProxyHeaders,
     /// The availability controller's queue, once it runs: the proxy asks
     /// it to look again at an APIService whose backend failed.
-    recheck: OnceLock<Arc<crate::controllers::queue::Queue<String>>>,
+    recheck: OnceLock<Recheck>,
 }
+
+/// Asks for an APIService to be checked again.
+type Recheck = Box<dyn Fn(&str) + Send + Sync>;
 
 /// The header names the front proxy writes the caller's identity in.
 #[derive(Debug, Clone)]
@@ -172,15 +172,15 @@ impl Aggregator {
         out
     }
 
-    pub(crate) fn set_recheck(&self, queue: Arc<crate::controllers::queue::Queue<String>>) {
-        let _ = self.recheck.set(queue);
+    pub(crate) fn set_recheck(&self, recheck: impl Fn(&str) + Send + Sync + 'static) {
+        let _ = self.recheck.set(Box::new(recheck));
     }
 
     /// Asks the availability controller to check `name` again now (its
     /// backend refused or dropped a proxied request).
     pub fn suspect(&self, name: &str) {
-        if let Some(q) = self.recheck.get() {
-            q.add(name.to_string());
+        if let Some(recheck) = self.recheck.get() {
+            recheck(name);
         }
     }
 }
@@ -192,97 +192,8 @@ pub struct Unavailable {
     pub message: String,
 }
 
-fn unavailable(reason: &'static str, message: String) -> Unavailable {
+pub(crate) fn unavailable(reason: &'static str, message: String) -> Unavailable {
     Unavailable { reason, message }
-}
-
-/// Where an APIService's service is: `(host, port, server name)`.
-pub(crate) async fn resolve(
-    client: &Client,
-    api_service: &Value,
-) -> Result<Result<(String, u16, String), Unavailable>, ApiError> {
-    let svc = &api_service["spec"]["service"];
-    let ns = svc["namespace"].as_str().unwrap_or_default();
-    let name = svc["name"].as_str().unwrap_or_default();
-    let port = svc["port"].as_u64().unwrap_or(443);
-    let server_name = format!("{name}.{ns}.svc");
-    let services = client.objects.resources.builtin("", "v1", "services");
-    let service = match client.get(&services, Some(ns), name).await {
-        Ok(s) => s,
-        Err(ApiError::NotFound(_)) => {
-            return Ok(Err(unavailable(
-                reason::SERVICE_NOT_FOUND,
-                format!("service/{name} in {ns:?} is not present"),
-            )));
-        }
-        Err(e) => return Err(e),
-    };
-    if service["spec"]["type"] == "ExternalName" {
-        let host = service["spec"]["externalName"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        return Ok(Ok((host, port as u16, server_name)));
-    }
-    let Some(svc_port) = service["spec"]["ports"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|p| p["port"].as_u64() == Some(port))
-    else {
-        return Ok(Err(unavailable(
-            reason::SERVICE_PORT_ERROR,
-            format!("service/{name} in {ns:?} is not listening on port {port}"),
-        )));
-    };
-    let port_name = svc_port["name"].as_str().unwrap_or_default();
-    let slices = client
-        .objects
-        .resources
-        .builtin("discovery.k8s.io", "v1", "endpointslices");
-    let params = ListParams {
-        labels: LabelSelector::parse(&format!("kubernetes.io/service-name={name}"))
-            .map_err(ApiError::BadRequest)?,
-        ..Default::default()
-    };
-    let listed = client.list(&slices, Some(ns), &params).await?;
-    if listed.items.is_empty() {
-        return Ok(Err(unavailable(
-            reason::ENDPOINTS_NOT_FOUND,
-            format!("cannot find endpoints for service/{name} in {ns:?}"),
-        )));
-    }
-    for slice in &listed.items {
-        let Some(target) = slice["ports"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["name"].as_str().unwrap_or_default() == port_name)
-            .and_then(|p| p["port"].as_u64())
-        else {
-            continue;
-        };
-        let ready = slice["endpoints"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|e| e["conditions"]["ready"].as_bool() != Some(false))
-            .find_map(|e| e["addresses"].as_array()?.first()?.as_str());
-        if let Some(addr) = ready {
-            let host = if addr.contains(':') {
-                format!("[{addr}]")
-            } else {
-                addr.to_string()
-            };
-            return Ok(Ok((host, target as u16, server_name)));
-        }
-    }
-    Ok(Err(unavailable(
-        reason::MISSING_ENDPOINTS,
-        format!(
-            "endpoints for service/{name} in {ns:?} have no addresses with port name {port_name:?}"
-        ),
-    )))
 }
 
 /// The backend of `api_service` at `host:port`, reusing `old`'s

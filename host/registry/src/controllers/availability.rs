@@ -16,11 +16,13 @@
 
 use super::queue::Queue;
 use super::{Action, Client, Metrics, Reconcile};
-use crate::aggregator::{self, Aggregator, Route};
+use crate::aggregator::{self, Aggregator, Route, Unavailable};
+use crate::options::ListParams;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use wasm_apiserver_api::selector::LabelSelector;
 use wasm_apiserver_api::{ApiError, builtin::APIREGISTRATION, meta};
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
@@ -31,6 +33,9 @@ pub const NAME: &str = "apiservice-availability-controller";
 pub const RECHECK: Duration = Duration::from_secs(30);
 /// How often an unavailable one is.
 pub const RETRY: Duration = Duration::from_secs(5);
+
+/// Which APIServices name each Service `(namespace, name)`.
+type ByService = Arc<Mutex<HashMap<(String, String), HashSet<String>>>>;
 
 struct Availability {
     client: Client,
@@ -64,7 +69,7 @@ impl Reconcile for Availability {
             .unwrap_or_default()
             .to_string();
         let old = self.agg.routes().get(name).cloned();
-        let backend = match aggregator::resolve(&self.client, &api_service).await? {
+        let backend = match resolve(&self.client, &api_service).await? {
             Ok(at) => aggregator::backend(
                 &self.agg,
                 &api_service,
@@ -126,6 +131,95 @@ impl Reconcile for Availability {
     }
 }
 
+/// Where an APIService's service is: `(host, port, server name)`.
+async fn resolve(
+    client: &Client,
+    api_service: &Value,
+) -> Result<Result<(String, u16, String), Unavailable>, ApiError> {
+    let svc = &api_service["spec"]["service"];
+    let ns = svc["namespace"].as_str().unwrap_or_default();
+    let name = svc["name"].as_str().unwrap_or_default();
+    let port = svc["port"].as_u64().unwrap_or(443);
+    let server_name = format!("{name}.{ns}.svc");
+    let services = client.objects.resources.builtin("", "v1", "services");
+    let service = match client.get(&services, Some(ns), name).await {
+        Ok(s) => s,
+        Err(ApiError::NotFound(_)) => {
+            return Ok(Err(aggregator::unavailable(
+                aggregator::reason::SERVICE_NOT_FOUND,
+                format!("service/{name} in {ns:?} is not present"),
+            )));
+        }
+        Err(e) => return Err(e),
+    };
+    if service["spec"]["type"] == "ExternalName" {
+        let host = service["spec"]["externalName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        return Ok(Ok((host, port as u16, server_name)));
+    }
+    let Some(svc_port) = service["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["port"].as_u64() == Some(port))
+    else {
+        return Ok(Err(aggregator::unavailable(
+            aggregator::reason::SERVICE_PORT_ERROR,
+            format!("service/{name} in {ns:?} is not listening on port {port}"),
+        )));
+    };
+    let port_name = svc_port["name"].as_str().unwrap_or_default();
+    let slices = client
+        .objects
+        .resources
+        .builtin("discovery.k8s.io", "v1", "endpointslices");
+    let params = ListParams {
+        labels: LabelSelector::parse(&format!("kubernetes.io/service-name={name}"))
+            .map_err(ApiError::BadRequest)?,
+        ..Default::default()
+    };
+    let listed = client.list(&slices, Some(ns), &params).await?;
+    if listed.items.is_empty() {
+        return Ok(Err(aggregator::unavailable(
+            aggregator::reason::ENDPOINTS_NOT_FOUND,
+            format!("cannot find endpoints for service/{name} in {ns:?}"),
+        )));
+    }
+    for slice in &listed.items {
+        let Some(target) = slice["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"].as_str().unwrap_or_default() == port_name)
+            .and_then(|p| p["port"].as_u64())
+        else {
+            continue;
+        };
+        let ready = slice["endpoints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["conditions"]["ready"].as_bool() != Some(false))
+            .find_map(|e| e["addresses"].as_array()?.first()?.as_str());
+        if let Some(addr) = ready {
+            let host = if addr.contains(':') {
+                format!("[{addr}]")
+            } else {
+                addr.to_string()
+            };
+            return Ok(Ok((host, target as u16, server_name)));
+        }
+    }
+    Ok(Err(aggregator::unavailable(
+        aggregator::reason::MISSING_ENDPOINTS,
+        format!(
+            "endpoints for service/{name} in {ns:?} have no addresses with port name {port_name:?}"
+        ),
+    )))
+}
+
 /// Sets the `Available` condition, keeping its `lastTransitionTime` while
 /// the status stays.
 fn set_available(obj: &mut Value, status: &str, reason: &str, message: &str) {
@@ -153,9 +247,9 @@ fn set_available(obj: &mut Value, status: &str, reason: &str, message: &str) {
 pub fn spawn(client: Client, agg: Arc<Aggregator>, metrics: &Metrics) {
     let queue: Arc<Queue<String>> = Queue::new("apiservice_availability");
     metrics.register(queue.clone());
-    agg.set_recheck(queue.clone());
-    let by_service: Arc<Mutex<HashMap<(String, String), HashSet<String>>>> = Default::default();
-    // Which APIServices name each Service `(namespace, name)`.
+    let recheck = queue.clone();
+    agg.set_recheck(move |name| recheck.add(name.to_string()));
+    let by_service: ByService = Default::default();
     let reconciler = Arc::new(Availability { client, agg });
     tokio::spawn(async move {
         let objects = reconciler.client.objects.clone();
@@ -186,20 +280,19 @@ pub fn spawn(client: Client, agg: Arc<Aggregator>, metrics: &Metrics) {
                 async {}
             },
         );
-        let enqueue_for = |queue: Arc<Queue<String>>,
-                           index: Arc<Mutex<HashMap<(String, String), HashSet<String>>>>,
-                           svc: Option<(String, String)>| {
-            let Some(svc) = svc else { return };
-            let names: Vec<String> = index
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&svc)
-                .map(|n| n.iter().cloned().collect())
-                .unwrap_or_default();
-            for n in names {
-                queue.add(n);
-            }
-        };
+        let enqueue_for =
+            |queue: Arc<Queue<String>>, index: ByService, svc: Option<(String, String)>| {
+                let Some(svc) = svc else { return };
+                let names: Vec<String> = index
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&svc)
+                    .map(|n| n.iter().cloned().collect())
+                    .unwrap_or_default();
+                for n in names {
+                    queue.add(n);
+                }
+            };
         let (q2, i2) = (queue.clone(), by_service.clone());
         let follow_services = objects.follow(
             &services,
