@@ -25,6 +25,7 @@ pub mod handler;
 pub mod kinds;
 pub mod managed;
 pub mod meta;
+pub mod node;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;

@@ -6,6 +6,7 @@
 //! special about a resource comes from its [`Strategy`](crate::strategy::Strategy).
 
 use crate::admission::chain::{Admission, Attributes};
+use crate::admission::plugins;
 use crate::codec::{decode, encode};
 use crate::error::storage_error;
 use crate::handlers::Handlers;
@@ -44,6 +45,9 @@ pub struct Objects {
     pub handlers: Arc<Handlers>,
     /// The field indexes plugins' cluster reads use.
     pub field_indexes: Arc<crate::field_index::FieldIndexes>,
+    /// Which compiled-in admission plugins run (set once at start-up;
+    /// all of them until then).
+    pub admission_plugins: Arc<std::sync::OnceLock<crate::admission::plugins::Enabled>>,
 }
 
 #[async_trait::async_trait]
@@ -174,7 +178,13 @@ impl Objects {
             namespace_cache: Default::default(),
             handlers: Default::default(),
             field_indexes: Default::default(),
+            admission_plugins: Default::default(),
         }
+    }
+
+    /// Whether the compiled-in admission plugin `name` runs.
+    pub fn admission_plugin_on(&self, name: &str) -> bool {
+        self.admission_plugins.get().is_none_or(|e| e.is_on(name))
     }
 
     /// Writes `status` to the cluster-scoped object `obj` of `info` through
@@ -275,6 +285,7 @@ impl Objects {
             && a.info.group.is_empty()
             && a.info.plural == "pods"
             && let Some(ns) = a.namespace
+            && self.admission_plugin_on(plugins::SERVICE_ACCOUNT)
         {
             crate::admission::serviceaccount::admit(self, ns, a.name, obj).await?;
         }
@@ -282,16 +293,20 @@ impl Objects {
             Some(adm) => {
                 // Upstream's order: mutating admission policies, then the
                 // mutating plugins and webhooks.
-                let by_policy = crate::admission::policy::mutate(
-                    self,
-                    &adm.policies,
-                    a,
-                    || Admission::request_json(a, opts),
-                    obj,
-                    old,
-                    opts,
-                )
-                .await?;
+                let by_policy = if self.admission_plugin_on(plugins::MUTATING_ADMISSION_POLICY) {
+                    crate::admission::policy::mutate(
+                        self,
+                        &adm.policies,
+                        a,
+                        || Admission::request_json(a, opts),
+                        obj,
+                        old,
+                        opts,
+                    )
+                    .await?
+                } else {
+                    false
+                };
                 adm.mutate(a, obj, old, opts).await? || by_policy
             }
             None => false,
@@ -315,28 +330,36 @@ impl Objects {
             .admission
             .as_ref()
             .and_then(|a| a.policies.authorizer());
-        crate::admission::certificates::validate(authorizer, a, obj, old, &opts.user)?;
-        crate::admission::ownerrefs::validate(
-            authorizer,
-            &self.resources,
-            a,
-            obj,
-            old,
-            &opts.user,
-        )?;
+        let on = |name: &str| self.admission_plugin_on(name);
+        if on(plugins::NODE_RESTRICTION) {
+            crate::admission::noderestriction::validate(a, obj, old, &opts.user)?;
+        }
+        crate::admission::certificates::validate(authorizer, &on, a, obj, old, &opts.user)?;
+        if on(plugins::OWNER_REFERENCES) {
+            crate::admission::ownerrefs::validate(
+                authorizer,
+                &self.resources,
+                a,
+                obj,
+                old,
+                &opts.user,
+            )?;
+        }
         let Some(adm) = &self.admission else {
             return Ok(());
         };
-        crate::admission::policy::validate(
-            self,
-            &adm.policies,
-            a,
-            || Admission::request_json(a, opts),
-            obj,
-            old,
-            opts,
-        )
-        .await?;
+        if self.admission_plugin_on(plugins::VALIDATING_ADMISSION_POLICY) {
+            crate::admission::policy::validate(
+                self,
+                &adm.policies,
+                a,
+                || Admission::request_json(a, opts),
+                obj,
+                old,
+                opts,
+            )
+            .await?;
+        }
         adm.validate(a, obj, old, opts).await
     }
 
@@ -470,6 +493,9 @@ impl Objects {
         ns: &str,
         name: &str,
     ) -> Result<()> {
+        if !self.admission_plugin_on(plugins::NAMESPACE_LIFECYCLE) {
+            return Ok(());
+        }
         // The namespace cache (kept by a watch, and by this replica's own
         // namespace writes) spares a storage read per create, as upstream's
         // NamespaceLifecycle admission uses an informer; a miss reads storage.

@@ -1,5 +1,9 @@
 //! Authorization: `--authorization-mode` (comma list, evaluated in order,
-//! first allow wins): `AlwaysAllow`, `AlwaysDeny`, `RBAC`. RBAC evaluates a
+//! first allow wins): `AlwaysAllow`, `AlwaysDeny`, `Node`, `RBAC`, `Wasm`.
+//! `Node` decides for kubelets only (`system:node:<name>` in
+//! `system:nodes`), from a graph of what their pods reference
+//! ([`wasm_apiserver_api::node`], fed by the registry's `node_graph`
+//! controller). RBAC evaluates a
 //! cached snapshot of Roles, ClusterRoles and their bindings that a
 //! controller rebuilds from a storage watch, so a request costs no storage
 //! read. Also: the default RBAC policy, access reviews (`kubectl auth
@@ -10,6 +14,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use wasm_apiserver_api::node::{self, graph::NodeGraph};
 use wasm_apiserver_api::rbac::{self, RbacSnapshot};
 pub use wasm_apiserver_api::rbac::{Attributes, Decision};
 use wasm_apiserver_api::resource::RBAC;
@@ -24,6 +29,8 @@ use wasm_apiserver_registry::{
 pub enum Mode {
     AlwaysAllow,
     AlwaysDeny,
+    /// Upstream's Node authorizer.
+    Node,
     Rbac,
     /// The wasm authorizer plugins of `--access-plugin-config-file`.
     Wasm,
@@ -35,6 +42,8 @@ pub struct Authorizer {
     rbac: RwLock<Arc<RbacSnapshot>>,
     /// Wasm authorizers (`Wasm` mode).
     plugins: RwLock<crate::access_plugins::AccessPlugins>,
+    /// What each node's pods reach (`Node` mode).
+    node_graph: Arc<RwLock<NodeGraph>>,
 }
 
 impl Authorizer {
@@ -47,10 +56,11 @@ impl Authorizer {
             .map(|m| match m {
                 "AlwaysAllow" => Ok(Mode::AlwaysAllow),
                 "AlwaysDeny" => Ok(Mode::AlwaysDeny),
+                "Node" => Ok(Mode::Node),
                 "RBAC" => Ok(Mode::Rbac),
                 "Wasm" => Ok(Mode::Wasm),
                 other => Err(format!(
-                    "unknown authorization mode {other:?} (AlwaysAllow, AlwaysDeny, RBAC, Wasm)"
+                    "unknown authorization mode {other:?} (AlwaysAllow, AlwaysDeny, Node, RBAC, Wasm)"
                 )),
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -61,7 +71,33 @@ impl Authorizer {
             modes: RwLock::new(modes),
             rbac: RwLock::new(Arc::new(RbacSnapshot::from_objects(&[]))),
             plugins: Default::default(),
+            node_graph: Default::default(),
         })
+    }
+
+    pub fn uses_node(&self) -> bool {
+        self.modes.read().expect("modes lock").contains(&Mode::Node)
+    }
+
+    /// The Node authorizer's graph, for its controller to keep current.
+    pub fn node_graph(&self) -> Arc<RwLock<NodeGraph>> {
+        self.node_graph.clone()
+    }
+
+    fn node(&self, attrs: &Attributes, reasons: &mut Vec<String>) -> Option<Decision> {
+        let graph = self
+            .node_graph
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match node::authorize(&graph, attrs)? {
+            d @ Decision::Allow(_) => Some(d),
+            Decision::NoOpinion(r) => {
+                if !r.is_empty() {
+                    reasons.push(r);
+                }
+                None
+            }
+        }
     }
 
     /// Replaces the modes (at start-up, from the flags).
@@ -104,6 +140,11 @@ impl Authorizer {
                 }
                 Mode::AlwaysAllow => return Decision::Allow(String::new()),
                 Mode::AlwaysDeny => return Decision::NoOpinion("Everything is forbidden.".into()),
+                Mode::Node => {
+                    if let Some(d) = self.node(attrs, &mut reasons) {
+                        return d;
+                    }
+                }
                 Mode::Rbac => match rbac::authorize(&self.snapshot(), attrs) {
                     d @ Decision::Allow(_) => return d,
                     Decision::NoOpinion(r) => reasons.push(r),
@@ -123,6 +164,11 @@ impl Authorizer {
                 Mode::Wasm => {}
                 Mode::AlwaysAllow => return Decision::Allow(String::new()),
                 Mode::AlwaysDeny => return Decision::NoOpinion("Everything is forbidden.".into()),
+                Mode::Node => {
+                    if let Some(d) = self.node(attrs, &mut reasons) {
+                        return d;
+                    }
+                }
                 Mode::Rbac => match rbac::authorize(&self.snapshot(), attrs) {
                     d @ Decision::Allow(_) => return d,
                     Decision::NoOpinion(r) => reasons.push(r),

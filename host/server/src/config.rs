@@ -221,9 +221,19 @@ pub struct ServeArgs {
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub request_timeout: Duration,
 
-    /// Authorizers, in order (comma-separated): RBAC, AlwaysAllow, AlwaysDeny.
-    #[arg(long, default_value = "RBAC")]
+    /// Authorizers, in order (comma-separated): Node, RBAC, AlwaysAllow,
+    /// AlwaysDeny, Wasm.
+    #[arg(long, default_value = "Node,RBAC")]
     pub authorization_mode: String,
+
+    /// Compiled-in admission plugins to turn on besides the defaults
+    /// (comma-separated, upstream's names).
+    #[arg(long, value_delimiter = ',')]
+    pub enable_admission_plugins: Vec<String>,
+
+    /// Compiled-in admission plugins to turn off (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub disable_admission_plugins: Vec<String>,
 
     /// Static bearer tokens, CSV lines `token,user,uid,"group1,group2"`.
     #[arg(long)]
@@ -338,7 +348,9 @@ impl ServeArgs {
             requestheader_uid_headers: Vec::new(),
             request_timeout: Duration::from_secs(60),
             anonymous_auth: true,
-            authorization_mode: "RBAC".into(),
+            authorization_mode: "Node,RBAC".into(),
+            enable_admission_plugins: Vec::new(),
+            disable_admission_plugins: Vec::new(),
             token_auth_file: None,
             enable_bootstrap_token_auth: false,
             access_plugin_config_file: None,

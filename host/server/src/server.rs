@@ -422,6 +422,13 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     state
         .authz
         .set_modes(authz::Authorizer::parse(&args.authorization_mode).map_err(anyhow::Error::msg)?);
+    let admission_plugins = wasm_apiserver_registry::admission::plugins::Enabled::from_flags(
+        &args.enable_admission_plugins,
+        &args.disable_admission_plugins,
+    )
+    .map_err(anyhow::Error::msg)?;
+    tracing::info!(plugins = ?admission_plugins.names(), "compiled-in admission plugins");
+    let _ = state.objects.admission_plugins.set(admission_plugins);
     authn::install_token_reviews(&state.objects, &state.authn);
     if let Some(signer) = &state.authn.service_accounts {
         let token_requests = Arc::new(authn::TokenRequests {
@@ -455,6 +462,12 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     authz::ensure_bootstrap_policy(&state.objects).await?;
     authz::reload(&state.objects, &state.authz).await?;
     authz::spawn_controller(state.objects.clone(), state.authz.clone());
+    if state.authz.uses_node() {
+        wasm_apiserver_registry::controllers::node_graph::spawn(
+            state.objects.clone(),
+            state.authz.node_graph(),
+        );
+    }
     crate::flowcontrol::ensure_bootstrap(&state.objects).await?;
     crate::flowcontrol::spawn_controller(state.objects.clone(), state.flowcontrol.clone());
     if args.enable_bootstrap_token_auth {

@@ -23,6 +23,7 @@ mod kubectl;
 mod kubewarden;
 mod many_crds;
 mod node_bootstrap;
+mod nodes;
 mod oci_modules;
 mod plugin_cli;
 mod policy_audit;

@@ -8,7 +8,7 @@
 //! * `CertificateSubjectRestriction`: nobody asks the
 //!   `kubernetes.io/kube-apiserver-client` signer for `system:masters`.
 
-use crate::admission::Attributes;
+use crate::admission::{Attributes, plugins};
 use crate::certificates::{self, KUBE_APISERVER_CLIENT};
 use serde_json::Value;
 use wasm_apiserver_api::cel::authz::Authorize;
@@ -44,6 +44,7 @@ pub fn allowed_for_signer(
 /// Runs the three plugins on a write to a CertificateSigningRequest.
 pub fn validate(
     authorize: Option<&dyn Authorize>,
+    on: &dyn Fn(&str) -> bool,
     a: &Attributes<'_>,
     obj: Option<&Value>,
     old: Option<&Value>,
@@ -56,7 +57,9 @@ pub fn validate(
     let forbidden = |why: String| Err(ApiError::Forbidden(target.clone(), why));
     match (a.operation, a.subresource, obj, old) {
         (Operation::Create, None, Some(obj), _) => {
-            if obj["spec"]["signerName"] != KUBE_APISERVER_CLIENT {
+            if obj["spec"]["signerName"] != KUBE_APISERVER_CLIENT
+                || !on(plugins::CERTIFICATE_SUBJECT_RESTRICTION)
+            {
                 return Ok(());
             }
             let req = match certificates::parse_request(&obj["spec"]) {
@@ -75,8 +78,13 @@ pub fn validate(
                 return Ok(());
             };
             let verb = match sub {
-                "approval" => "approve",
-                _ if certificates::certificate(obj) != certificates::certificate(old) => "sign",
+                "approval" if on(plugins::CERTIFICATE_APPROVAL) => "approve",
+                "status"
+                    if on(plugins::CERTIFICATE_SIGNING)
+                        && certificates::certificate(obj) != certificates::certificate(old) =>
+                {
+                    "sign"
+                }
                 _ => return Ok(()),
             };
             let signer = old["spec"]["signerName"].as_str().unwrap_or_default();

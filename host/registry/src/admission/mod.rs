@@ -27,7 +27,9 @@
 pub mod certificates;
 pub mod chain;
 pub mod controller;
+pub mod noderestriction;
 pub mod ownerrefs;
+pub mod plugins;
 pub mod policy;
 pub mod serviceaccount;
 pub mod shadow;

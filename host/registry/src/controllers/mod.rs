@@ -30,6 +30,7 @@ pub mod certificates;
 pub mod extension_auth;
 pub mod gc;
 pub mod leader;
+pub mod node_graph;
 pub mod policy_audit;
 pub mod queue;
 pub mod serviceaccounts;

@@ -1,0 +1,465 @@
+//! The Node authorizer's graph (upstream's `plugin/pkg/auth/authorizer/node/graph.go`,
+//! reshaped): which objects each node may reach through the pods bound to
+//! it.
+//!
+//! Upstream keeps a general graph of vertices and edges and walks it. The
+//! edges it has are few and fixed (pod → node; secret, configmap, PVC,
+//! service account, resource claim → pod; PV → PVC; secret → PV), so here
+//! each bound pod records what it references, and every referenced object
+//! keeps a count per node of the pods that reach it: a check is two hash
+//! lookups, adding or removing a pod touches only its own references, and
+//! memory is proportional to the references of bound pods (nothing is kept
+//! for unbound pods or unreferenced objects).
+
+use serde_json::Value;
+use std::collections::{BTreeSet, HashMap};
+
+/// The kinds of object a node can reach through its pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Pod,
+    Secret,
+    ConfigMap,
+    PersistentVolumeClaim,
+    ServiceAccount,
+    ResourceClaim,
+}
+
+/// A namespaced reference.
+type Ref = (Kind, String, String);
+
+/// What one bound pod references.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodRefs {
+    pub node: String,
+    pub secrets: BTreeSet<String>,
+    pub configmaps: BTreeSet<String>,
+    pub pvcs: BTreeSet<String>,
+    pub service_account: Option<String>,
+    pub resource_claims: BTreeSet<String>,
+}
+
+impl PodRefs {
+    /// The references of a Pod object, or `None` when it is not bound to a
+    /// node (upstream's populator ignores unbound pods). Resource claims
+    /// are the names in `status.resourceClaimStatuses`, as upstream takes
+    /// them.
+    pub fn of(pod: &Value) -> Option<PodRefs> {
+        let spec = &pod["spec"];
+        let node = spec["nodeName"].as_str().filter(|n| !n.is_empty())?;
+        let mut r = PodRefs {
+            node: node.to_string(),
+            ..Default::default()
+        };
+        let add = |set: &mut BTreeSet<String>, v: &Value| {
+            if let Some(n) = v.as_str().filter(|n| !n.is_empty()) {
+                set.insert(n.to_string());
+            }
+        };
+        for s in spec["imagePullSecrets"].as_array().into_iter().flatten() {
+            add(&mut r.secrets, &s["name"]);
+        }
+        let containers = ["initContainers", "containers", "ephemeralContainers"]
+            .iter()
+            .flat_map(|k| spec[*k].as_array().into_iter().flatten());
+        for c in containers {
+            for e in c["envFrom"].as_array().into_iter().flatten() {
+                add(&mut r.secrets, &e["secretRef"]["name"]);
+                add(&mut r.configmaps, &e["configMapRef"]["name"]);
+            }
+            for e in c["env"].as_array().into_iter().flatten() {
+                add(&mut r.secrets, &e["valueFrom"]["secretKeyRef"]["name"]);
+                add(
+                    &mut r.configmaps,
+                    &e["valueFrom"]["configMapKeyRef"]["name"],
+                );
+            }
+        }
+        for v in spec["volumes"].as_array().into_iter().flatten() {
+            add(&mut r.secrets, &v["secret"]["secretName"]);
+            add(&mut r.configmaps, &v["configMap"]["name"]);
+            add(&mut r.pvcs, &v["persistentVolumeClaim"]["claimName"]);
+            for p in v["projected"]["sources"].as_array().into_iter().flatten() {
+                add(&mut r.secrets, &p["secret"]["name"]);
+                add(&mut r.configmaps, &p["configMap"]["name"]);
+            }
+            // Volume plugins that name a secret directly.
+            for plugin in [
+                "azureFile",
+                "cephfs",
+                "cinder",
+                "flexVolume",
+                "iscsi",
+                "rbd",
+                "scaleIO",
+                "storageos",
+                "csi",
+            ] {
+                let p = &v[plugin];
+                add(&mut r.secrets, &p["secretRef"]["name"]);
+                add(&mut r.secrets, &p["nodePublishSecretRef"]["name"]);
+            }
+            add(&mut r.secrets, &v["azureFile"]["secretName"]);
+            // A generic ephemeral volume's claim is `<pod>-<volume>`.
+            if v["ephemeral"].is_object()
+                && let (Some(pod), Some(vol)) =
+                    (pod["metadata"]["name"].as_str(), v["name"].as_str())
+            {
+                r.pvcs.insert(format!("{pod}-{vol}"));
+            }
+        }
+        r.service_account = spec["serviceAccountName"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .map(String::from);
+        for c in pod["status"]["resourceClaimStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            add(&mut r.resource_claims, &c["resourceClaimName"]);
+        }
+        Some(r)
+    }
+
+    fn refs(&self, ns: &str, pod: &str) -> Vec<Ref> {
+        let mut out = vec![(Kind::Pod, ns.to_string(), pod.to_string())];
+        let sets = [
+            (Kind::Secret, &self.secrets),
+            (Kind::ConfigMap, &self.configmaps),
+            (Kind::PersistentVolumeClaim, &self.pvcs),
+            (Kind::ResourceClaim, &self.resource_claims),
+        ];
+        for (kind, set) in sets {
+            out.extend(set.iter().map(|n| (kind, ns.to_string(), n.clone())));
+        }
+        if let Some(sa) = &self.service_account {
+            out.push((Kind::ServiceAccount, ns.to_string(), sa.clone()));
+        }
+        out
+    }
+}
+
+/// What a PersistentVolume references: the claim bound to it and the
+/// secrets its volume source names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PvRefs {
+    /// `spec.claimRef` (namespace, name).
+    pub claim: Option<(String, String)>,
+    /// (namespace, name) of secrets named by the volume source.
+    pub secrets: BTreeSet<(String, String)>,
+}
+
+impl PvRefs {
+    pub fn of(pv: &Value) -> PvRefs {
+        let spec = &pv["spec"];
+        let claim = match (
+            spec["claimRef"]["namespace"].as_str(),
+            spec["claimRef"]["name"].as_str(),
+        ) {
+            (Some(ns), Some(n)) if !ns.is_empty() && !n.is_empty() => {
+                Some((ns.to_string(), n.to_string()))
+            }
+            _ => None,
+        };
+        let mut secrets = BTreeSet::new();
+        let default_ns = claim.as_ref().map(|(ns, _)| ns.as_str()).unwrap_or("");
+        let mut add = |r: &Value| {
+            if let Some(n) = r["name"].as_str().filter(|n| !n.is_empty()) {
+                let ns = r["namespace"].as_str().unwrap_or(default_ns);
+                secrets.insert((ns.to_string(), n.to_string()));
+            }
+        };
+        for plugin in [
+            "azureFile",
+            "cephfs",
+            "cinder",
+            "flexVolume",
+            "iscsi",
+            "rbd",
+            "scaleIO",
+            "storageos",
+        ] {
+            add(&spec[plugin]["secretRef"]);
+        }
+        for key in [
+            "controllerPublishSecretRef",
+            "nodeStageSecretRef",
+            "nodePublishSecretRef",
+            "controllerExpandSecretRef",
+            "nodeExpandSecretRef",
+        ] {
+            add(&spec["csi"][key]);
+        }
+        PvRefs { claim, secrets }
+    }
+}
+
+/// Which node reaches what.
+#[derive(Debug, Default)]
+pub struct NodeGraph {
+    /// Bound pods by (namespace, name).
+    pods: HashMap<(String, String), PodRefs>,
+    /// For each referenced object, how many of each node's pods reach it.
+    reach: HashMap<Ref, HashMap<String, u32>>,
+    /// PersistentVolumes by name.
+    pvs: HashMap<String, PvRefs>,
+    /// PVC (namespace, name) → the PV bound to it (`spec.volumeName`).
+    pvc_volume: HashMap<(String, String), String>,
+    /// Secret (namespace, name) → PVs whose source names it.
+    secret_pvs: HashMap<(String, String), BTreeSet<String>>,
+}
+
+impl NodeGraph {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Bound pods the graph holds.
+    pub fn pods(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// Records a pod (added or changed); an unbound pod is removed.
+    pub fn set_pod(&mut self, ns: &str, name: &str, refs: Option<PodRefs>) {
+        let key = (ns.to_string(), name.to_string());
+        match refs {
+            Some(r) => {
+                if self.pods.get(&key) == Some(&r) {
+                    return;
+                }
+                self.delete_pod(ns, name);
+                for rf in r.refs(ns, name) {
+                    *self
+                        .reach
+                        .entry(rf)
+                        .or_default()
+                        .entry(r.node.clone())
+                        .or_default() += 1;
+                }
+                self.pods.insert(key, r);
+            }
+            None => self.delete_pod(ns, name),
+        }
+    }
+
+    pub fn delete_pod(&mut self, ns: &str, name: &str) {
+        let Some(old) = self.pods.remove(&(ns.to_string(), name.to_string())) else {
+            return;
+        };
+        for rf in old.refs(ns, name) {
+            if let Some(nodes) = self.reach.get_mut(&rf) {
+                if let Some(n) = nodes.get_mut(&old.node) {
+                    *n -= 1;
+                    if *n == 0 {
+                        nodes.remove(&old.node);
+                    }
+                }
+                if nodes.is_empty() {
+                    self.reach.remove(&rf);
+                }
+            }
+        }
+    }
+
+    /// Forgets every pod (before a relist).
+    pub fn clear_pods(&mut self) {
+        self.pods.clear();
+        self.reach.clear();
+    }
+
+    /// Records a PVC's bound volume (`spec.volumeName`, `None` if unbound).
+    pub fn set_pvc(&mut self, ns: &str, name: &str, volume: Option<&str>) {
+        let key = (ns.to_string(), name.to_string());
+        match volume.filter(|v| !v.is_empty()) {
+            Some(v) => {
+                self.pvc_volume.insert(key, v.to_string());
+            }
+            None => {
+                self.pvc_volume.remove(&key);
+            }
+        }
+    }
+
+    pub fn clear_pvcs(&mut self) {
+        self.pvc_volume.clear();
+    }
+
+    /// Records a PV (added or changed), or forgets it (`None`).
+    pub fn set_pv(&mut self, name: &str, refs: Option<PvRefs>) {
+        if let Some(old) = self.pvs.remove(name) {
+            for s in &old.secrets {
+                if let Some(set) = self.secret_pvs.get_mut(s) {
+                    set.remove(name);
+                    if set.is_empty() {
+                        self.secret_pvs.remove(s);
+                    }
+                }
+            }
+        }
+        if let Some(r) = refs {
+            for s in &r.secrets {
+                self.secret_pvs
+                    .entry(s.clone())
+                    .or_default()
+                    .insert(name.to_string());
+            }
+            self.pvs.insert(name.to_string(), r);
+        }
+    }
+
+    pub fn clear_pvs(&mut self) {
+        self.pvs.clear();
+        self.secret_pvs.clear();
+    }
+
+    fn reaches(&self, node: &str, kind: Kind, ns: &str, name: &str) -> bool {
+        self.reach
+            .get(&(kind, ns.to_string(), name.to_string()))
+            .is_some_and(|nodes| nodes.contains_key(node))
+    }
+
+    /// Whether a pod bound to `node` reaches the PV `name`: through the
+    /// claim the PV is bound to, when that claim is bound back to the PV.
+    pub fn reaches_pv(&self, node: &str, name: &str) -> bool {
+        let Some(pv) = self.pvs.get(name) else {
+            return false;
+        };
+        let Some((ns, claim)) = &pv.claim else {
+            return false;
+        };
+        self.pvc_volume
+            .get(&(ns.clone(), claim.clone()))
+            .is_some_and(|v| v == name)
+            && self.reaches(node, Kind::PersistentVolumeClaim, ns, claim)
+    }
+
+    /// Whether `node` reaches the namespaced object `kind` `ns/name`.
+    pub fn has_path(&self, node: &str, kind: Kind, ns: &str, name: &str) -> bool {
+        if self.reaches(node, kind, ns, name) {
+            return true;
+        }
+        kind == Kind::Secret
+            && self
+                .secret_pvs
+                .get(&(ns.to_string(), name.to_string()))
+                .is_some_and(|pvs| pvs.iter().any(|pv| self.reaches_pv(node, pv)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(node: &str) -> Value {
+        json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {
+                "nodeName": node,
+                "serviceAccountName": "sa",
+                "imagePullSecrets": [{"name": "pull"}],
+                "containers": [{
+                    "name": "c",
+                    "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "env-s", "key": "k"}}}],
+                    "envFrom": [{"configMapRef": {"name": "env-cm"}}],
+                }],
+                "volumes": [
+                    {"name": "a", "secret": {"secretName": "s1"}},
+                    {"name": "b", "configMap": {"name": "c1"}},
+                    {"name": "c", "persistentVolumeClaim": {"claimName": "claim"}},
+                    {"name": "d", "projected": {"sources": [{"secret": {"name": "proj"}}]}},
+                    {"name": "e", "ephemeral": {"volumeClaimTemplate": {}}},
+                ],
+            },
+        })
+    }
+
+    #[test]
+    fn a_bound_pod_reaches_what_it_references() {
+        let mut g = NodeGraph::new();
+        g.set_pod("ns", "p", PodRefs::of(&pod("a")));
+        for (kind, name) in [
+            (Kind::Pod, "p"),
+            (Kind::Secret, "s1"),
+            (Kind::Secret, "pull"),
+            (Kind::Secret, "env-s"),
+            (Kind::Secret, "proj"),
+            (Kind::ConfigMap, "c1"),
+            (Kind::ConfigMap, "env-cm"),
+            (Kind::PersistentVolumeClaim, "claim"),
+            (Kind::PersistentVolumeClaim, "p-e"),
+            (Kind::ServiceAccount, "sa"),
+        ] {
+            assert!(g.has_path("a", kind, "ns", name), "{kind:?} {name}");
+            assert!(!g.has_path("b", kind, "ns", name), "{kind:?} {name} from b");
+            assert!(
+                !g.has_path("a", kind, "other", name),
+                "{kind:?} {name} in other"
+            );
+        }
+        assert!(!g.has_path("a", Kind::Secret, "ns", "s2"));
+        assert!(!g.has_path("a", Kind::Secret, "ns", "c1"));
+    }
+
+    #[test]
+    fn unbound_pods_reach_nothing_and_deletion_removes_access() {
+        let mut g = NodeGraph::new();
+        g.set_pod("ns", "p", PodRefs::of(&pod("")));
+        assert_eq!(g.pods(), 0);
+        g.set_pod("ns", "p", PodRefs::of(&pod("a")));
+        let mut twin = pod("a");
+        twin["metadata"]["name"] = json!("q");
+        g.set_pod("ns", "q", PodRefs::of(&twin));
+        g.delete_pod("ns", "p");
+        // q still references s1.
+        assert!(g.has_path("a", Kind::Secret, "ns", "s1"));
+        assert!(!g.has_path("a", Kind::Pod, "ns", "p"));
+        g.delete_pod("ns", "q");
+        assert!(!g.has_path("a", Kind::Secret, "ns", "s1"));
+        assert!(g.reach.is_empty(), "no leftovers: {:?}", g.reach);
+    }
+
+    #[test]
+    fn a_pod_moving_or_changing_its_references_moves_access() {
+        let mut g = NodeGraph::new();
+        g.set_pod("ns", "p", PodRefs::of(&pod("a")));
+        let mut moved = pod("b");
+        moved["spec"]["volumes"][0]["secret"]["secretName"] = json!("s9");
+        g.set_pod("ns", "p", PodRefs::of(&moved));
+        assert!(!g.has_path("a", Kind::Secret, "ns", "s1"));
+        assert!(!g.has_path("b", Kind::Secret, "ns", "s1"));
+        assert!(g.has_path("b", Kind::Secret, "ns", "s9"));
+        assert_eq!(g.pods(), 1);
+    }
+
+    #[test]
+    fn persistent_volumes_and_their_secrets_through_a_bound_claim() {
+        let mut g = NodeGraph::new();
+        g.set_pod("ns", "p", PodRefs::of(&pod("a")));
+        let pv = json!({"spec": {
+            "claimRef": {"namespace": "ns", "name": "claim"},
+            "csi": {"driver": "d", "volumeHandle": "h",
+                    "nodePublishSecretRef": {"name": "csi-s", "namespace": "vault"}},
+        }});
+        g.set_pv("pv1", Some(PvRefs::of(&pv)));
+        assert!(!g.reaches_pv("a", "pv1"), "the claim is not bound yet");
+        g.set_pvc("ns", "claim", Some("pv1"));
+        assert!(g.reaches_pv("a", "pv1"));
+        assert!(!g.reaches_pv("b", "pv1"));
+        assert!(g.has_path("a", Kind::Secret, "vault", "csi-s"));
+        assert!(!g.has_path("b", Kind::Secret, "vault", "csi-s"));
+        g.set_pv("pv1", None);
+        assert!(!g.has_path("a", Kind::Secret, "vault", "csi-s"));
+        assert!(g.secret_pvs.is_empty());
+    }
+
+    #[test]
+    fn clearing_pods_before_a_relist() {
+        let mut g = NodeGraph::new();
+        g.set_pod("ns", "p", PodRefs::of(&pod("a")));
+        g.clear_pods();
+        assert!(!g.has_path("a", Kind::Secret, "ns", "s1"));
+        assert_eq!(g.pods(), 0);
+    }
+}
