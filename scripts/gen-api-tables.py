@@ -15,6 +15,7 @@ and `+default=` into a property's `default`.
 Writes (deterministically, sorted):
   host/api/src/generated/protobuf.json   message -> {tag: [json, type, flags]}
   host/api/src/generated/extensions.json definition -> {property|"": {x-kubernetes-...}}
+  host/api/src/generated/json_fields.json message -> [[json name, type]] in Go's field order
 
 Usage: scripts/gen-api-tables.py [MIRROR_DIR]  (a folder holding git clones
 named kubernetes+api, kubernetes+apimachinery, ...; default /work/.mirror).
@@ -40,7 +41,7 @@ PACKAGES = [
     ("kube-aggregator", "pkg/apis/apiregistration/v1", "k8s.io.kube_aggregator.pkg.apis.apiregistration.v1"),
 ]
 API_GROUPS = [
-    "admissionregistration/v1", "apps/v1", "authentication/v1", "authorization/v1",
+    "admissionregistration/v1", "admissionregistration/v1beta1", "apps/v1", "authentication/v1", "authorization/v1",
     "autoscaling/v1", "autoscaling/v2", "batch/v1", "certificates/v1", "coordination/v1",
     "core/v1", "discovery/v1", "events/v1", "flowcontrol/v1", "networking/v1", "node/v1",
     "policy/v1", "rbac/v1", "scheduling/v1", "storage/v1",
@@ -142,8 +143,9 @@ SCALARS = {"string", "int32", "int64", "bool", "double", "bytes", "float", "uint
 
 
 def parse_go(texts):
-    """{struct: {proto tag: (json name, pointer, omitempty, inline)}}, set of slice types."""
-    structs, slices = {}, set()
+    """{struct: {proto tag: (json name, pointer, omitempty, inline)}}, set of slice types,
+    {struct: [proto tag | "TypeMeta"]} in declaration order (Go's JSON field order)."""
+    structs, slices, order = {}, set(), {}
     for text in texts:
         current = None
         for line in text.splitlines():
@@ -151,6 +153,7 @@ def parse_go(texts):
             if m:
                 current = m.group(1)
                 structs.setdefault(current, {})
+                order.setdefault(current, [])
                 continue
             m = re.match(r"^type (\w+) \[\]", line)
             if m:
@@ -166,12 +169,17 @@ def parse_go(texts):
             _, gotype, tags = m.groups()
             pm = re.search(r'protobuf:"[a-z0-9]+,(\d+),', tags)
             jm = re.search(r'json:"([^"]*)"', tags)
+            if not pm and jm and jm.group(1) == ",inline" and re.match(r"^\t(\w+\.)?TypeMeta\s", line):
+                # The embedded `metav1.TypeMeta`: kind and apiVersion, first.
+                order[current].append("TypeMeta")
+                continue
             if not pm or not jm:
                 continue
+            order[current].append(int(pm.group(1)))
             parts = jm.group(1).split(",")
             structs[current][int(pm.group(1))] = (
                 parts[0], gotype.startswith("*"), "omitempty" in parts[1:], "inline" in parts[1:])
-    return structs, slices
+    return structs, slices, order
 
 
 def definition(proto_name):
@@ -180,11 +188,43 @@ def definition(proto_name):
     return "io.k8s." + rest.replace("_", "-")
 
 
+def json_fields(table, order):
+    """{message: [[json name, value type]]} in Go's JSON field order: inlined
+    structs' fields in place, the embedded TypeMeta as kind and apiVersion;
+    types as in protobuf.json but only what the encoder needs (messages,
+    "map:" of messages, "raw"; "" for anything written as is)."""
+    def kind(ty):
+        if ty.startswith("map:"):
+            v = kind(ty[4:])
+            return "map:" + v if v else ""
+        if ty == "raw" or ty in table:
+            items = table.get(ty, {}).get("items") if ty in table else None
+            if items is not None:
+                return kind(items)
+            return ty
+        return ""
+
+    def flat(msg):
+        out = []
+        for tag in order.get(msg, []):
+            if tag == "TypeMeta":
+                out += [["kind", ""], ["apiVersion", ""]]
+                continue
+            name, ty, flags = table[msg][str(tag)]
+            if "i" in flags:
+                out += flat(ty)
+            elif name != "-":
+                out.append([name, kind(ty)])
+        return out
+
+    return {msg: flat(msg) for msg, f in table.items() if "items" not in f}
+
+
 def main():
-    table, extensions = {}, {}
+    table, extensions, order = {}, {}, {}
     for repo, path, package in PACKAGES:
         messages, message_markers = parse_proto(git_show(repo, path + "/generated.proto"), package)
-        structs, slices = parse_go(git_show(repo, p) for p in git_ls(repo, path))
+        structs, slices, go_order = parse_go(git_show(repo, p) for p in git_ls(repo, path))
         for msg, fields in messages.items():
             short = msg[len(package) + 1:]
             if msg in SPECIAL:
@@ -219,6 +259,9 @@ def main():
                 if mk and not inline:
                     extensions.setdefault(definition(msg), {})[json_name] = mk
             table[msg] = out
+            tags = {tag for _, _, _, tag, _ in fields}
+            order[msg] = [t for t in go_order.get(short, []) if t == "TypeMeta" or t in tags]
+            order[msg] += sorted(tags - set(order[msg]))
             if msg in message_markers:
                 extensions.setdefault(definition(msg), {})[""] = message_markers[msg]
     # Every referenced message must be known.
@@ -231,7 +274,9 @@ def main():
     if missing:
         sys.exit("unresolved messages: " + ", ".join(sorted(missing)))
     os.makedirs(OUT, exist_ok=True)
-    for name, data in (("protobuf.json", table), ("extensions.json", extensions)):
+    fields = json_fields(table, order)
+    for name, data in (("protobuf.json", table), ("extensions.json", extensions),
+                       ("json_fields.json", fields)):
         with open(os.path.join(OUT, name), "w") as f:
             json.dump(data, f, sort_keys=True, separators=(",", ":"))
             f.write("\n")

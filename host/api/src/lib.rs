@@ -19,6 +19,7 @@ pub mod builtin;
 pub mod cel;
 pub mod controller;
 pub mod discovery;
+pub mod encode;
 pub mod error;
 pub mod flowcontrol;
 pub mod handler;

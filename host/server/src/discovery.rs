@@ -14,10 +14,11 @@ use wasm_apiserver_api::discovery::{self, Format};
 use wasm_apiserver_api::{ApiError, KUBERNETES_VERSION, Registry};
 use wasm_apiserver_registry::aggregator::Aggregator;
 
-/// A JSON response with the given status. The body ends with a newline,
-/// as Go's JSON encoder writes it (clients compare bodies byte for byte).
+/// A JSON response with the given status: built-in objects in their Go
+/// types' field order, and a newline at the end, as Go's JSON encoder writes
+/// them (clients compare bodies byte for byte).
 pub fn json_response(status: StatusCode, body: &Value) -> Response {
-    let mut bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut bytes = wasm_apiserver_api::encode::to_vec(body);
     bytes.push(b'\n');
     (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }

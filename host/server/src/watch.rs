@@ -36,7 +36,7 @@ pub struct WatchOptions {
 }
 
 fn line(kind: &str, object: Value) -> Bytes {
-    let mut buf = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    let mut buf = wasm_apiserver_api::encode::watch_event(kind, &object);
     buf.push(b'\n');
     Bytes::from(buf)
 }

@@ -999,3 +999,82 @@ async fn metadata_only_get_list_patch_and_watch() {
     assert!(first["object"].get("data").is_none(), "{first}");
     assert!(!text.contains("big value"), "{text}");
 }
+
+/// kube-client's own `fetch_fails` cluster test: a Service fetched as a Pod
+/// fails with the column where `kind` is, which is where upstream writes it
+/// (built-in objects come in their Go types' field order: `kind`,
+/// `apiVersion`, `metadata`, ...).
+#[tokio::test]
+async fn fetch_fails_names_the_column_of_kind() {
+    use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+    use kube::Resource;
+    let server = Server::start();
+    let client = client(&server);
+    let reference = ObjectReference {
+        kind: Some(Service::kind(&()).into()),
+        api_version: Some(Service::api_version(&()).into()),
+        name: Some("kubernetes".into()),
+        namespace: Some("default".into()),
+        ..Default::default()
+    };
+    // The `kubernetes` Service is written by a controller after start.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let svc: Service = loop {
+        match client.fetch(&reference).await {
+            Ok(svc) => break svc,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("waiting for default/kubernetes: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("default/kubernetes never appeared: {e}"),
+        }
+    };
+    let err = client.fetch::<Pod>(&svc.object_ref(&())).await.unwrap_err();
+    assert!(matches!(err, kube::Error::SerdeError(_)), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "Error deserializing response: invalid value: string \"Service\", expected Pod at line 1 column 17"
+    );
+    let obj: kube::core::DynamicObject = client.fetch(&svc.object_ref(&())).await.unwrap();
+    assert_eq!(
+        obj.try_parse::<Pod>().unwrap_err().to_string(),
+        "failed to parse this DynamicObject into a Resource: invalid value: string \"Service\", expected Pod"
+    );
+
+    // The bytes themselves: a GET and a LIST of built-in objects in Go's
+    // order, a custom-resource-like unknown key never first.
+    let get = |path: &str| {
+        http::Request::get(path.to_string())
+            .body(Vec::new())
+            .unwrap()
+    };
+    let body = client
+        .request_text(get("/api/v1/namespaces/default/services/kubernetes"))
+        .await
+        .unwrap();
+    assert!(
+        body.starts_with(
+            r#"{"kind":"Service","apiVersion":"v1","metadata":{"name":"kubernetes","namespace":"default","uid":"#
+        ),
+        "{body}"
+    );
+    let spec = body.find(r#""spec":{"#).expect("spec");
+    assert!(
+        body.find(r#""status":{"#).is_some_and(|s| s > spec),
+        "{body}"
+    );
+    let list = client
+        .request_text(get("/api/v1/namespaces/default/services"))
+        .await
+        .unwrap();
+    assert!(
+        list.starts_with(
+            r#"{"kind":"ServiceList","apiVersion":"v1","metadata":{"resourceVersion":"#
+        ),
+        "{list}"
+    );
+    assert!(
+        list.contains(r#""items":[{"metadata":{"name":"kubernetes""#),
+        "{list}"
+    );
+}
