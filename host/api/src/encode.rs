@@ -17,8 +17,10 @@
 //! of unknown kinds are written with sorted keys, as upstream's unstructured
 //! encoder writes them.
 
+use rustc_hash::FxHashMap;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value};
+use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
@@ -47,7 +49,7 @@ enum Shape {
 #[derive(Debug, Default)]
 struct Message {
     /// JSON name → (position in Go's order, the value's shape).
-    fields: HashMap<String, (u32, Shape)>,
+    fields: FxHashMap<String, (u32, Shape)>,
 }
 
 struct Table {
@@ -89,19 +91,18 @@ static TABLE_: LazyLock<Table> = LazyLock::new(|| {
         .iter()
         .map(|n| {
             let typed_list = n.ends_with("List") && !n.starts_with("k8s.io.apimachinery.");
-            Message {
-                fields: raw[*n]
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (json, ty))| {
-                        let shape = match shape(ty) {
-                            Shape::Msg(id) if typed_list && json == "items" => Shape::Item(id),
-                            other => other,
-                        };
-                        (json.clone(), (i as u32, shape))
-                    })
-                    .collect(),
-            }
+            let fields = raw[*n]
+                .iter()
+                .enumerate()
+                .map(|(i, (json, ty))| {
+                    let shape = match shape(ty) {
+                        Shape::Msg(id) if typed_list && json == "items" => Shape::Item(id),
+                        other => other,
+                    };
+                    (json.clone(), (i as u32, shape))
+                })
+                .collect();
+            Message { fields }
         })
         .collect();
     Table { messages, ids }
@@ -212,20 +213,20 @@ fn ordered<S: Serializer>(
     bare: bool,
     s: S,
 ) -> Result<S::Ok, S::Error> {
-    let mut entries: Vec<(u32, &String, &Value, Shape)> = m
-        .iter()
-        .filter(|(k, _)| !(bare && (k.as_str() == "kind" || k.as_str() == "apiVersion")))
-        .map(|(k, v)| {
-            let (pos, shape) = message
-                .fields
-                .get(k)
-                .copied()
-                .unwrap_or((u32::MAX, Shape::Plain));
-            (pos, k, v, shape)
-        })
-        .collect();
-    // Stable: unknown keys keep the map's sorted order.
-    entries.sort_by_key(|e| e.0);
+    // Unknown keys go after every field, in the map's (sorted) order.
+    let known = &message.fields;
+    let mut entries: SmallVec<[(u32, &String, &Value, Shape); 24]> = SmallVec::new();
+    for (i, (k, v)) in m.iter().enumerate() {
+        if bare && (k == "kind" || k == "apiVersion") {
+            continue;
+        }
+        let (pos, shape) = known
+            .get(k.as_str())
+            .copied()
+            .unwrap_or((known.len() as u32 + i as u32, Shape::Plain));
+        entries.push((pos, k, v, shape));
+    }
+    entries.sort_unstable_by_key(|e| e.0);
     let mut out = s.serialize_map(Some(entries.len()))?;
     for (_, k, v, shape) in entries {
         out.serialize_entry(k, &Shaped(v, shape))?;
