@@ -54,7 +54,14 @@ fn dump(server: &Server) -> BTreeMap<String, Value> {
                 item["metadata"]["namespace"].as_str().unwrap_or(""),
                 item["metadata"]["name"].as_str().expect("name")
             );
-            all.insert(key, item.clone());
+            // A typed list's items carry no `kind`/`apiVersion` (as
+            // upstream writes them); older releases wrote them.
+            let mut item = item.clone();
+            if let Some(m) = item.as_object_mut() {
+                m.remove("kind");
+                m.remove("apiVersion");
+            }
+            all.insert(key, item);
         }
     }
     all
