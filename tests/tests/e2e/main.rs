@@ -19,6 +19,7 @@ mod etcd_replicas;
 mod flowcontrol;
 mod kube_rs;
 mod kube_rs_crd;
+mod kubelet;
 mod kubectl;
 mod kubewarden;
 mod many_crds;
