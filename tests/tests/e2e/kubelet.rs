@@ -46,7 +46,13 @@ impl Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let (cert, key) = serving_certificate(&server, dir.path());
         let ca = server.data_dir().join("pki/ca.crt");
-        server.add_args(&["--kubelet-certificate-authority", ca.to_str().unwrap()]);
+        // A copy, so a test can make the server trust another CA.
+        let kubelet_ca = dir.path().join("kubelet-ca.crt");
+        std::fs::copy(&ca, &kubelet_ca).unwrap();
+        server.add_args(&[
+            "--kubelet-certificate-authority",
+            kubelet_ca.to_str().unwrap(),
+        ]);
         server.restart();
         let mut kubelet = Command::new(env!("CARGO_BIN_EXE_stand-in-kubelet"))
             .args(["--port", "0", "--cert"])
@@ -291,8 +297,7 @@ fn a_kubelet_whose_certificate_the_ca_did_not_sign_is_refused() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    c.server
-        .add_args(&["--kubelet-certificate-authority", other.to_str().unwrap()]);
+    std::fs::copy(&other, c.dir.path().join("kubelet-ca.crt")).unwrap();
     c.server.restart();
     let out = c.kubectl(&["get", "--raw", &format!("/api/v1/nodes/{NODE}/proxy/healthz")]);
     assert!(!out.status.success());

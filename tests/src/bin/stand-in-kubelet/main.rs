@@ -425,7 +425,7 @@ async fn run_channels(
                 "message": format!("failed to exec in container: {e}"), "reason": "InternalError",
                 "code": 500});
             let _ = send(3, status.to_string().as_bytes()).await;
-            let _ = sink.lock().await.close().await;
+            close_normally(&sink).await;
             return;
         }
     };
@@ -497,7 +497,24 @@ async fn run_channels(
         }
     };
     let _ = send(3, status.to_string().as_bytes()).await;
-    let _ = sink.lock().await.close().await;
+    close_normally(&sink).await;
+}
+
+type Sink = futures::stream::SplitSink<WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>, Message>;
+
+/// Ends the socket with code 1000, which clients read as the end of
+/// every channel (a close without a code is an error to client-go).
+async fn close_normally(sink: &tokio::sync::Mutex<Sink>) {
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    let mut sink = sink.lock().await;
+    let _ = sink
+        .send(Message::Close(Some(CloseFrame {
+            code: CloseCode::Normal,
+            reason: "".into(),
+        })))
+        .await;
+    let _ = sink.close().await;
 }
 
 /// `portForward` over WebSocket.
