@@ -210,18 +210,34 @@ fn http_target(ip: IpAddr) -> u16 {
                 let mut reader = BufReader::new(conn.try_clone().unwrap());
                 let mut first = String::new();
                 let _ = reader.read_line(&mut first);
-                let mut length = 0usize;
+                let (mut length, mut chunked) = (0usize, false);
                 loop {
                     let mut h = String::new();
                     if reader.read_line(&mut h).unwrap_or(0) == 0 || h.trim().is_empty() {
                         break;
                     }
-                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                    let h = h.to_ascii_lowercase();
+                    if let Some(v) = h.strip_prefix("content-length:") {
                         length = v.trim().parse().unwrap_or(0);
                     }
+                    chunked |= h.starts_with("transfer-encoding:") && h.contains("chunked");
                 }
-                let mut body = vec![0u8; length];
-                let _ = reader.read_exact(&mut body);
+                if chunked {
+                    loop {
+                        let mut size = String::new();
+                        let _ = reader.read_line(&mut size);
+                        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+                        let mut chunk = vec![0u8; n + 2];
+                        let _ = reader.read_exact(&mut chunk);
+                        length += n;
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                } else {
+                    let mut body = vec![0u8; length];
+                    let _ = reader.read_exact(&mut body);
+                }
                 let mut parts = first.split_whitespace();
                 let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
                 let text = format!("hello from target {method} {path} ({length} bytes)");
