@@ -289,7 +289,11 @@ pub fn log_path(pod: &Value, container: &str, opts: &LogOptions) -> String {
         path_escape(pod["metadata"]["name"].as_str().unwrap_or_default()),
         path_escape(container)
     );
-    if q.is_empty() { base } else { format!("{base}?{q}") }
+    if q.is_empty() {
+        base
+    } else {
+        format!("{base}?{q}")
+    }
 }
 
 /// A streaming subresource of a pod: `exec`, `attach` or `portforward`.
@@ -483,7 +487,11 @@ pub fn pod_proxy_base(pod: &Value, scheme: &str, port: &str) -> Result<String, A
 /// number, or the only one when none is given.
 pub fn service_port<'a>(svc: &'a Value, port: &str) -> Result<&'a Value, ApiError> {
     let name = svc["metadata"]["name"].as_str().unwrap_or_default();
-    let ports: Vec<&Value> = svc["spec"]["ports"].as_array().into_iter().flatten().collect();
+    let ports: Vec<&Value> = svc["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .collect();
     let found = if port.is_empty() {
         (ports.len() == 1).then(|| ports[0])
     } else {
@@ -558,8 +566,8 @@ mod tests {
 
     #[test]
     fn log_options_validate_as_upstream() {
-        let e = LogOptions::parse("p", &q(&[("tailLines", "-1"), ("limitBytes", "0")]))
-            .unwrap_err();
+        let e =
+            LogOptions::parse("p", &q(&[("tailLines", "-1"), ("limitBytes", "0")])).unwrap_err();
         assert_eq!(e.code(), 422);
         let text = e.to_string();
         assert!(
@@ -615,7 +623,9 @@ mod tests {
     fn containers_are_chosen_as_upstream() {
         assert_eq!(choose_container(&pod(&["a"]), "").unwrap(), "a");
         assert_eq!(
-            choose_container(&pod(&["a", "b"]), "").unwrap_err().to_string(),
+            choose_container(&pod(&["a", "b"]), "")
+                .unwrap_err()
+                .to_string(),
             "a container name must be specified for pod p, choose one of: [a b]"
         );
         assert_eq!(
@@ -677,7 +687,10 @@ mod tests {
             "addresses": [{"type": "InternalIP", "address": "10.0.0.1"},
                           {"type": "Hostname", "address": "n.local"}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 12345}}}});
-        let types: Vec<String> = DEFAULT_ADDRESS_TYPES.iter().map(|s| s.to_string()).collect();
+        let types: Vec<String> = DEFAULT_ADDRESS_TYPES
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         assert_eq!(
             kubelet_address(&node, &types, 10250).unwrap(),
             ("n.local".to_string(), 12345)
@@ -688,7 +701,10 @@ mod tests {
             "10.0.0.1"
         );
         let none = json!({"metadata": {"name": "n"}, "status": {}});
-        assert_eq!(kubelet_address(&none, &types, 10250).unwrap_err().code(), 400);
+        assert_eq!(
+            kubelet_address(&none, &types, 10250).unwrap_err().code(),
+            400
+        );
         let no_port = json!({"status": {"addresses": [{"type": "InternalIP", "address": "::1"}]}});
         let (h, p) = kubelet_address(&no_port, &types, 10250).unwrap();
         assert_eq!(join_host_port(&h, p), "[::1]:10250");

@@ -166,9 +166,8 @@ impl Kubelets {
                 })
             }
             ("nodes", "proxy") => {
-                let (scheme, name, port) = loc::split_scheme_name_port(id).ok_or_else(|| {
-                    ApiError::BadRequest(format!("invalid node request {id:?}"))
-                })?;
+                let (scheme, name, port) = loc::split_scheme_name_port(id)
+                    .ok_or_else(|| ApiError::BadRequest(format!("invalid node request {id:?}")))?;
                 let nodes = resource(objects, "", "v1", "nodes")?;
                 let node = objects.get(&nodes, None, name).await?;
                 let (host, kubelet_port) = loc::kubelet_address(

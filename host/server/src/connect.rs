@@ -111,16 +111,7 @@ pub async fn connect(
     let raw_query = parts.uri.query();
     let q = query_pairs(raw_query.unwrap_or_default()).map_err(ApiError::BadRequest)?;
     let location = kubelets
-        .locate(
-            &state.objects,
-            resource,
-            ns,
-            id,
-            sub,
-            path,
-            raw_query,
-            &q,
-        )
+        .locate(&state.objects, resource, ns, id, sub, path, raw_query, &q)
         .await?;
     let upgrade = is_upgrade(&parts.headers);
     if location.stream && !upgrade {
@@ -212,11 +203,7 @@ fn unreachable(via: Via, url: &str, why: &str) -> ApiError {
 /// Copies bytes both ways between the client's and the peer's upgraded
 /// connections until both directions end (each copy holds one buffer, so
 /// a slow side slows the other instead of growing memory).
-async fn splice(
-    client: hyper::upgrade::OnUpgrade,
-    peer: hyper::upgrade::OnUpgrade,
-    url: String,
-) {
+async fn splice(client: hyper::upgrade::OnUpgrade, peer: hyper::upgrade::OnUpgrade, url: String) {
     let (client, peer) = match tokio::join!(client, peer) {
         (Ok(c), Ok(p)) => (c, p),
         (c, p) => {
@@ -241,7 +228,10 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("connection", "Upgrade".parse().unwrap());
         h.insert("upgrade", "websocket".parse().unwrap());
-        h.insert("sec-websocket-protocol", "v5.channel.k8s.io".parse().unwrap());
+        h.insert(
+            "sec-websocket-protocol",
+            "v5.channel.k8s.io".parse().unwrap(),
+        );
         h.insert("authorization", "Bearer x".parse().unwrap());
         h.insert("impersonate-user", "root".parse().unwrap());
         h.insert("x-remote-user", "root".parse().unwrap());

@@ -390,8 +390,17 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
             .is_some_and(|s| s.verbs.iter().any(|v| *v == info.verb))
     {
         let id = info.name.as_deref().unwrap_or_default();
-        return crate::connect::connect(state, &info.resource, ns, id, sub, &info.path, parts, body)
-            .await;
+        return crate::connect::connect(
+            state,
+            &info.resource,
+            ns,
+            id,
+            sub,
+            &info.path,
+            parts,
+            body,
+        )
+        .await;
     }
     let call = Call {
         state,

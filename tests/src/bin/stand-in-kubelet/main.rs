@@ -112,9 +112,11 @@ async fn main() -> anyhow::Result<()> {
     for c in CertificateDer::pem_file_iter(&ca)? {
         roots.add(c?)?;
     }
-    let verifier =
-        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .build()?;
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()?;
     let chain: Vec<CertificateDer<'static>> =
         CertificateDer::pem_file_iter(&cert)?.collect::<Result<_, _>>()?;
     let key = PrivateKeyDer::from_pem_file(&key)?;
@@ -186,7 +188,9 @@ async fn handle(app: Arc<App>, cn: String, req: Request<Incoming>) -> Response<B
             channels(app, req, &q, command)
         }
         ["attach", _, _, _] => {
-            let command = ["sh", "-c", "echo attached; cat"].map(String::from).to_vec();
+            let command = ["sh", "-c", "echo attached; cat"]
+                .map(String::from)
+                .to_vec();
             channels(app, req, &q, command)
         }
         ["portForward", _, _] => port_forward(req, &q),
@@ -222,7 +226,10 @@ impl hyper::body::Body for Follow {
         if self.flood {
             // Produced only when hyper asks, that is when the connection
             // takes more: the count shows whether writes block.
-            let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+            // 64 lines of 1 KiB (a client reads a log line by line).
+            let mut line = vec![b'x'; 1023];
+            line.push(b'\n');
+            let chunk = Bytes::from(line.repeat(64));
             self.app
                 .flood_bytes
                 .fetch_add(chunk.len() as u64, Ordering::Relaxed);
@@ -268,7 +275,9 @@ fn logs(app: &Arc<App>, container: &str, q: &[(String, String)]) -> Response<Bod
     let previous = truthy(q, "previous");
     let timestamps = truthy(q, "timestamps");
     let since = match (param(q, "sinceSeconds"), param(q, "sinceTime")) {
-        (Some(s), _) => Some(chrono::Utc::now() - chrono::Duration::seconds(s.parse().unwrap_or(0))),
+        (Some(s), _) => {
+            Some(chrono::Utc::now() - chrono::Duration::seconds(s.parse().unwrap_or(0)))
+        }
         (None, Some(t)) => chrono::DateTime::parse_from_rfc3339(t)
             .ok()
             .map(|t| t.with_timezone(&chrono::Utc)),
@@ -305,7 +314,8 @@ fn logs(app: &Arc<App>, container: &str, q: &[(String, String)]) -> Response<Bod
     if !follow {
         return full(StatusCode::OK, text);
     }
-    let first = futures::stream::once(async move { Ok::<_, Infallible>(Frame::data(Bytes::from(text))) });
+    let first =
+        futures::stream::once(async move { Ok::<_, Infallible>(Frame::data(Bytes::from(text))) });
     let rest = FollowStream(Follow {
         app: app.clone(),
         flood: false,
@@ -384,7 +394,15 @@ fn channels(
     tokio::spawn(async move {
         let Ok(upgraded) = upgrade.await else { return };
         let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
-        run_channels(app, ws, protocol == "v5.channel.k8s.io", command, stdin, tty).await;
+        run_channels(
+            app,
+            ws,
+            protocol == "v5.channel.k8s.io",
+            command,
+            stdin,
+            tty,
+        )
+        .await;
     });
     resp
 }
@@ -471,8 +489,7 @@ async fn run_channels(
                     }
                 }
                 4 => {
-                    let size: serde_json::Value =
-                        serde_json::from_slice(rest).unwrap_or_default();
+                    let size: serde_json::Value = serde_json::from_slice(rest).unwrap_or_default();
                     app2.log(&format!("resize {}x{}", size["Width"], size["Height"]));
                 }
                 255 if v5 && rest.first() == Some(&0) => child_stdin = None,
@@ -521,7 +538,11 @@ async fn close_normally(sink: &tokio::sync::Mutex<Sink>) {
 fn port_forward(mut req: Request<Incoming>, q: &[(String, String)]) -> Response<Body> {
     let (resp, _) = match ws_accept(
         &req,
-        &["v4.channel.k8s.io", "portforward.k8s.io", "v5.channel.k8s.io"],
+        &[
+            "v4.channel.k8s.io",
+            "portforward.k8s.io",
+            "v5.channel.k8s.io",
+        ],
     ) {
         Ok(r) => r,
         Err(e) => return e,
@@ -529,7 +550,11 @@ fn port_forward(mut req: Request<Incoming>, q: &[(String, String)]) -> Response<
     let ports: Vec<u16> = q
         .iter()
         .filter(|(k, _)| k == "port")
-        .flat_map(|(_, v)| v.split(',').filter_map(|p| p.parse().ok()).collect::<Vec<_>>())
+        .flat_map(|(_, v)| {
+            v.split(',')
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<_>>()
+        })
         .collect();
     let upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
