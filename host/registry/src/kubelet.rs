@@ -46,6 +46,21 @@ pub struct Kubelets {
     proxy: HttpsClient,
 }
 
+/// A connect request: `<resource>/<id>/<sub>` (`id` is the name in the
+/// path, with a `:port` for a proxy), the request's path (a proxy
+/// forwards what follows `/proxy`), its query as sent (a proxy forwards it
+/// untouched) and decoded.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectRequest<'a> {
+    pub resource: &'a str,
+    pub namespace: Option<&'a str>,
+    pub id: &'a str,
+    pub sub: &'a str,
+    pub path: &'a str,
+    pub raw_query: Option<&'a str>,
+    pub query: &'a loc::Params,
+}
+
 /// Which pool a location is reached with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Via {
@@ -100,20 +115,21 @@ impl Kubelets {
         Ok(format!("https://{}", loc::join_host_port(&host, port)))
     }
 
-    /// Where `<resource>/<id>/<sub>` goes. `path` is the request's path (a
-    /// proxy forwards what follows `/proxy`), `raw_query` its query as
-    /// sent (a proxy forwards it untouched), `q` the query decoded.
+    /// Where a connect request goes.
     pub async fn locate(
         &self,
         objects: &Objects,
-        resource_name: &str,
-        ns: Option<&str>,
-        id: &str,
-        sub: &str,
-        path: &str,
-        raw_query: Option<&str>,
-        q: &loc::Params,
+        req: &ConnectRequest<'_>,
     ) -> Result<Location, ApiError> {
+        let ConnectRequest {
+            resource: resource_name,
+            namespace: ns,
+            id,
+            sub,
+            path,
+            raw_query,
+            query: q,
+        } = *req;
         let with_query = |base: String| match raw_query.filter(|r| !r.is_empty()) {
             Some(r) => format!("{base}?{r}"),
             None => base,

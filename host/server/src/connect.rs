@@ -35,7 +35,7 @@ use http_body_util::BodyExt;
 use wasm_apiserver_api::ApiError;
 use wasm_apiserver_api::request::query_pairs;
 use wasm_apiserver_registry::aggregator::error_chain;
-use wasm_apiserver_registry::kubelet::Via;
+use wasm_apiserver_registry::kubelet::{ConnectRequest, Via};
 use wasm_apiserver_registry::outbound::{self, BoxError};
 
 /// Headers that describe one hop (RFC 9110 §7.6.1); `connection` and
@@ -48,6 +48,16 @@ const HOP_BY_HOP: [&str; 6] = [
     "trailer",
     "transfer-encoding",
 ];
+
+/// What a connect request is about (from its `RequestInfo`).
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub resource: &'a str,
+    pub namespace: Option<&'a str>,
+    pub id: &'a str,
+    pub sub: &'a str,
+    pub path: &'a str,
+}
 
 /// Whether `<resource>/<sub>` of the core group is a connect subresource.
 pub fn is_connect(group: &str, resource: &str, sub: &str) -> bool {
@@ -91,28 +101,33 @@ fn outgoing_headers(incoming: &HeaderMap, upgrade: bool) -> HeaderMap {
     out
 }
 
-/// Serves a connect subresource (`id` is the name in the path, with a
-/// `:port` for a proxy).
+/// Serves a connect subresource: `<resource>/<id>/<sub>` (`id` is the
+/// name in the path, with a `:port` for a proxy).
 pub async fn connect(
     state: &AppState,
-    resource: &str,
-    ns: Option<&str>,
-    id: &str,
-    sub: &str,
-    path: &str,
+    target: Target<'_>,
     mut parts: Parts,
     body: Body,
 ) -> Result<Response, ApiError> {
     let Some(kubelets) = state.kubelets.clone() else {
         return Err(ApiError::ServiceUnavailable(format!(
-            "{resource}/{sub}: no kubelet connection is configured"
+            "{}/{}: no kubelet connection is configured",
+            target.resource, target.sub
         )));
     };
     let raw_query = parts.uri.query();
     let q = query_pairs(raw_query.unwrap_or_default()).map_err(ApiError::BadRequest)?;
-    let location = kubelets
-        .locate(&state.objects, resource, ns, id, sub, path, raw_query, &q)
-        .await?;
+    let req = ConnectRequest {
+        resource: target.resource,
+        namespace: target.namespace,
+        id: target.id,
+        sub: target.sub,
+        path: target.path,
+        raw_query,
+        query: &q,
+    };
+    let location = kubelets.locate(&state.objects, &req).await?;
+    let sub = target.sub;
     let upgrade = is_upgrade(&parts.headers);
     if location.stream && !upgrade {
         return Err(ApiError::BadRequest("Upgrade request required".into()));

@@ -387,20 +387,16 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
         && crate::connect::is_connect(&info.api_group, &info.resource, sub)
         && res
             .find_subresource(sub)
-            .is_some_and(|s| s.verbs.iter().any(|v| *v == info.verb))
+            .is_some_and(|s| s.verbs.contains(&info.verb))
     {
-        let id = info.name.as_deref().unwrap_or_default();
-        return crate::connect::connect(
-            state,
-            &info.resource,
-            ns,
-            id,
+        let target = crate::connect::Target {
+            resource: &info.resource,
+            namespace: ns,
+            id: info.name.as_deref().unwrap_or_default(),
             sub,
-            &info.path,
-            parts,
-            body,
-        )
-        .await;
+            path: &info.path,
+        };
+        return crate::connect::connect(state, target, parts, body).await;
     }
     let call = Call {
         state,

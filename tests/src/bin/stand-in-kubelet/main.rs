@@ -341,17 +341,17 @@ impl futures::Stream for FollowStream {
 fn ws_accept(
     req: &Request<Incoming>,
     supported: &[&str],
-) -> Result<(Response<Body>, String), Response<Body>> {
+) -> Result<(Response<Body>, String), Box<Response<Body>>> {
     let headers = req.headers();
     let is_ws = headers
         .get("upgrade")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
     let Some(key) = headers.get("sec-websocket-key").filter(|_| is_ws) else {
-        return Err(full(
+        return Err(Box::new(full(
             StatusCode::BAD_REQUEST,
             "stand-in kubelet: only WebSocket upgrades are served",
-        ));
+        )));
     };
     let offered: Vec<String> = headers
         .get_all("sec-websocket-protocol")
@@ -361,10 +361,10 @@ fn ws_accept(
         .map(|p| p.trim().to_string())
         .collect();
     let Some(protocol) = offered.iter().find(|p| supported.contains(&p.as_str())) else {
-        return Err(full(
+        return Err(Box::new(full(
             StatusCode::BAD_REQUEST,
             format!("stand-in kubelet: none of the protocols {offered:?} is supported"),
-        ));
+        )));
     };
     let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
     let resp = Response::builder()
@@ -387,7 +387,7 @@ fn channels(
 ) -> Response<Body> {
     let (resp, protocol) = match ws_accept(&req, &["v5.channel.k8s.io", "v4.channel.k8s.io"]) {
         Ok(r) => r,
-        Err(e) => return e,
+        Err(e) => return *e,
     };
     let (stdin, tty) = (truthy(q, "stdin"), truthy(q, "tty"));
     let upgrade = hyper::upgrade::on(&mut req);
@@ -545,7 +545,7 @@ fn port_forward(mut req: Request<Incoming>, q: &[(String, String)]) -> Response<
         ],
     ) {
         Ok(r) => r,
-        Err(e) => return e,
+        Err(e) => return *e,
     };
     let ports: Vec<u16> = q
         .iter()
