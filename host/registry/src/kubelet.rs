@@ -43,6 +43,9 @@ pub struct KubeletConfig {
 pub struct Kubelets {
     pub config: KubeletConfig,
     kubelet: HttpsClient,
+    /// The kubelet client certificate without verifying the kubelet: a
+    /// log request's `insecureSkipTLSVerifyBackend`.
+    kubelet_unverified: HttpsClient,
     proxy: HttpsClient,
 }
 
@@ -66,6 +69,9 @@ pub struct ConnectRequest<'a> {
 pub enum Via {
     /// The kubelet pool: the kubelet client certificate, the kubelet CA.
     Kubelet,
+    /// The kubelet client certificate, the kubelet's not verified (a log
+    /// request's `insecureSkipTLSVerifyBackend`, as upstream).
+    KubeletUnverified,
     /// The proxy pool: plain HTTP or unverified HTTPS, no identity.
     Proxy,
 }
@@ -88,8 +94,14 @@ impl Kubelets {
             server_name: None,
             identity: config.identity.as_deref(),
         })?;
+        let kubelet_unverified = outbound::client(&Peer {
+            trust: &Trust::Insecure,
+            server_name: None,
+            identity: config.identity.as_deref(),
+        })?;
         Ok(Kubelets {
             kubelet,
+            kubelet_unverified,
             proxy: outbound::proxy_client()?,
             config,
         })
@@ -99,6 +111,7 @@ impl Kubelets {
     pub fn client(&self, via: Via) -> &HttpsClient {
         match via {
             Via::Kubelet => &self.kubelet,
+            Via::KubeletUnverified => &self.kubelet_unverified,
             Via::Proxy => &self.proxy,
         }
     }
@@ -150,7 +163,11 @@ impl Kubelets {
                 let base = self.node_base(objects, node).await?;
                 Ok(Location {
                     url: Some(format!("{base}{}", loc::log_path(&pod, &container, &opts))),
-                    via: Via::Kubelet,
+                    via: if opts.insecure_skip_tls_verify_backend {
+                        Via::KubeletUnverified
+                    } else {
+                        Via::Kubelet
+                    },
                     stream: false,
                 })
             }

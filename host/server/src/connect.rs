@@ -137,7 +137,7 @@ pub async fn connect(
         return Ok((StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "").into_response());
     };
     let timeout = match location.via {
-        Via::Kubelet => kubelets.config.timeout,
+        Via::Kubelet | Via::KubeletUnverified => kubelets.config.timeout,
         Via::Proxy => state.request_timeout,
     };
     let mut out = hyper::Request::builder()
@@ -211,7 +211,9 @@ pub async fn connect(
 fn unreachable(via: Via, url: &str, why: &str) -> ApiError {
     match via {
         Via::Proxy => ApiError::ServiceUnavailable(format!("error trying to reach service: {why}")),
-        Via::Kubelet => ApiError::Internal(format!("error dialing backend: {url:?}: {why}")),
+        Via::Kubelet | Via::KubeletUnverified => {
+            ApiError::Internal(format!("error dialing backend: {url:?}: {why}"))
+        }
     }
 }
 

@@ -337,6 +337,17 @@ fn a_kubelet_whose_certificate_the_ca_did_not_sign_is_refused() {
     ]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("certificate"), "{}", stderr(&out));
+    let out = c.kubectl(&["logs", "one", "--tail=1"]);
+    assert!(stderr(&out).contains("certificate"), "{}", stderr(&out));
+    // Unless the log request says not to verify it (upstream's
+    // `insecureSkipTLSVerifyBackend`).
+    let out = c.kubectl(&[
+        "logs",
+        "one",
+        "--tail=1",
+        "--insecure-skip-tls-verify-backend",
+    ]);
+    assert_eq!(stdout(&out), "line 10\n", "{}", stderr(&out));
 }
 
 #[test]
@@ -963,4 +974,68 @@ fn a_client_that_stops_reading_a_log_stream_stops_the_kubelet() {
     });
     let _ = reader.kill();
     let _ = reader.wait();
+}
+
+/// Bytes per second `curl` reads of the flood log at `url` (the first
+/// `bytes`), with the admin client certificate.
+fn read_rate(server: &Server, url: &str, bytes: u64) -> f64 {
+    let pki = server.data_dir().join("pki");
+    let mut curl = Command::new("curl")
+        .args(["-sN", "--http1.1", "--cacert"])
+        .arg(pki.join("ca.crt"))
+        .arg("--cert")
+        .arg(pki.join("admin.crt"))
+        .arg("--key")
+        .arg(pki.join("admin.key"))
+        .arg(url)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("curl");
+    let mut out = curl.stdout.take().unwrap();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut first = true;
+    let (mut start, mut read) = (Instant::now(), 0u64);
+    while read < bytes {
+        let n = out.read(&mut buf).unwrap();
+        assert!(n > 0, "the log ended early");
+        if first {
+            // Connection set-up is not throughput.
+            (first, start) = (false, Instant::now());
+            continue;
+        }
+        read += n as u64;
+    }
+    let rate = read as f64 / start.elapsed().as_secs_f64();
+    let _ = curl.kill();
+    let _ = curl.wait();
+    rate
+}
+
+/// `pods/log` throughput through the server against the stand-in read
+/// directly (issue 52's benchmark; not run by default, a debug build's
+/// numbers say little): `scripts/e2e kubelet::log_throughput -- --ignored`.
+#[test]
+#[ignore]
+fn log_throughput_through_the_server_and_directly() {
+    let c = Cluster::start();
+    c.pod("flood", &["flood"], Some(NODE));
+    let bytes = 512 << 20;
+    let direct = format!(
+        "https://127.0.0.1:{}/containerLogs/default/flood/flood?follow=true",
+        c.kubelet_port
+    );
+    let through = format!(
+        "{}/api/v1/namespaces/default/pods/flood/log?follow=true",
+        c.server.url()
+    );
+    for _ in 0..3 {
+        let d = read_rate(&c.server, &direct, bytes);
+        let t = read_rate(&c.server, &through, bytes);
+        eprintln!(
+            "direct {:.0} MiB/s, through the server {:.0} MiB/s ({:.2}x)",
+            d / 1048576.0,
+            t / 1048576.0,
+            t / d
+        );
+    }
 }
