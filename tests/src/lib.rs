@@ -148,6 +148,17 @@ impl Server {
         self.spawn(port);
     }
 
+    /// The running server's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Adds flags for the next [`Server::restart`] (e.g. a file the first
+    /// start wrote into the data dir, such as `pki/ca.crt`).
+    pub fn add_args(&mut self, args: &[&str]) {
+        self.extra_args.extend(args.iter().map(|s| s.to_string()));
+    }
+
     /// Stops the server (SIGKILL) and starts `binary` on the same data dir
     /// and port: an upgrade (or a downgrade).
     pub fn restart_as(&mut self, binary: PathBuf) {

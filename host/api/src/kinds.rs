@@ -212,6 +212,11 @@ pub fn resources() -> Vec<ResourceInfo> {
             .short_names(&["svc"])
             .categories(&["all"])
             .subresources(&["status"])
+            .subresource(connect(
+                "proxy",
+                "ServiceProxyOptions",
+                &["create", "delete", "get", "patch", "update"],
+            ))
             .columns(vec![
                 Column::name(),
                 string("Type", "The type of the service.", ".spec.type"),
@@ -327,6 +332,11 @@ pub fn resources() -> Vec<ResourceInfo> {
         info::<core::v1::Node>()
             .short_names(&["no"])
             .subresources(&["status"])
+            .subresource(connect(
+                "proxy",
+                "NodeProxyOptions",
+                &["create", "delete", "get", "patch", "update"],
+            ))
             .columns(vec![
                 Column::name(),
                 Column::new(

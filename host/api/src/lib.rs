@@ -24,6 +24,7 @@ pub mod error;
 pub mod flowcontrol;
 pub mod handler;
 pub mod kinds;
+pub mod kubelet;
 pub mod managed;
 pub mod meta;
 pub mod node;

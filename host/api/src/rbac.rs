@@ -1095,6 +1095,10 @@ const AGGREGATE_TO_VIEW: &str = "rbac.authorization.k8s.io/aggregate-to-view";
 /// streaming upgrade, written with `create`).
 const POD_ACCESS: &[&str] = &["pods/attach", "pods/exec", "pods/portforward", "pods/proxy"];
 
+/// The user of the client certificate this server presents to kubelets
+/// (kubeadm's `apiserver-kubelet-client`).
+pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
+
 /// The default ClusterRoles and ClusterRoleBindings (upstream's essentials;
 /// `admin`, `edit` and `view` with upstream's rules, 1.33), labelled
 /// `kubernetes.io/bootstrapping: rbac-defaults`. `admin`, `edit` and `view`
@@ -1350,7 +1354,32 @@ pub fn bootstrap_policy() -> Vec<Value> {
             ],
         ),
     ];
+    let mut roles = roles;
+    // Upstream's role for full access to the kubelet API, and (as k3s
+    // binds its API server's kubelet client) the binding of the kubelet
+    // client certificate this server presents to kubelets.
+    roles.push(cluster_role(
+        "system:kubelet-api-admin",
+        &[],
+        vec![
+            PolicyRule::new(&["get", "list", "watch"], &[""], &["nodes"]),
+            PolicyRule::new(&["proxy"], &[""], &["nodes"]),
+            PolicyRule::new(
+                &["*"],
+                &[""],
+                &["nodes/proxy", "nodes/metrics", "nodes/stats", "nodes/log"],
+            ),
+        ],
+    ));
     let mut out = aggregate(&roles);
+    let mut kubelet_client = cluster_role_binding(
+        "system:kube-apiserver-kubelet-client",
+        "system:kubelet-api-admin",
+        &[],
+    );
+    kubelet_client["subjects"] =
+        json!([{"kind": "User", "apiGroup": GROUP, "name": KUBELET_CLIENT_USER}]);
+    out.push(kubelet_client);
     out.extend(controller_roles());
     out.extend(certificate_roles());
     out.extend([

@@ -49,6 +49,7 @@ pub mod error;
 pub mod field_index;
 pub mod handlers;
 pub mod informer;
+pub mod kubelet;
 pub mod load;
 pub mod namespaces;
 pub mod oci;

@@ -1,6 +1,7 @@
 //! Outbound HTTPS: the one place where this server connects to something
-//! outside itself (admission webhooks, aggregated API servers; later
-//! kubelets). Every such connection is built here from three things:
+//! outside itself (admission webhooks, aggregated API servers, kubelets,
+//! and the pods and service endpoints `pods/proxy` and `services/proxy`
+//! reach). Every such connection is built here from three things:
 //!
 //! * **trust**: the `caBundle` an object names ([`Trust::Bundle`]), verified
 //!   as Go's `x509.Verify` does with the bundle as roots, or none at all
@@ -111,8 +112,29 @@ pub struct Peer<'a> {
     pub identity: Option<&'a Identity>,
 }
 
-/// A connection pool for `peer` (HTTPS only, HTTP/1.1).
+/// A connection pool for `peer` (HTTPS only, HTTP/1.1). Its connections
+/// can be upgraded (`hyper::upgrade::on` on a `101` answer): the kubelet
+/// connection's exec, attach and port-forward streams.
 pub fn client(peer: &Peer<'_>) -> Result<HttpsClient, String> {
+    build(peer, false)
+}
+
+/// A connection pool that dials `http://` as well as `https://` URLs, for
+/// `pods/proxy` and `services/proxy` (upstream's proxy transport: the
+/// target's certificate is not verified, since a pod serves whatever
+/// certificate it has, and no client certificate is presented).
+pub fn proxy_client() -> Result<HttpsClient, String> {
+    build(
+        &Peer {
+            trust: &Trust::Insecure,
+            server_name: None,
+            identity: None,
+        },
+        true,
+    )
+}
+
+fn build(peer: &Peer<'_>, allow_http: bool) -> Result<HttpsClient, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier: Arc<dyn rustls::client::danger::ServerCertVerifier> = match peer.trust {
         Trust::Bundle(certs) => {
@@ -148,9 +170,12 @@ pub fn client(peer: &Peer<'_>) -> Result<HttpsClient, String> {
     http.enforce_http(false);
     http.set_connect_timeout(Some(CONNECT_TIMEOUT));
     http.set_nodelay(true);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_only();
+    let https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls);
+    let https = if allow_http {
+        https.https_or_http()
+    } else {
+        https.https_only()
+    };
     let https = match peer.server_name {
         Some(name) => {
             let name = rustls::pki_types::ServerName::try_from(name.to_string())

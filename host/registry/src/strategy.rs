@@ -132,18 +132,6 @@ pub trait Strategy: Send + Sync {
         None
     }
 
-    /// Whether subresource `sub` connects to something outside the API
-    /// server (a pod's `log`, `exec`, `attach`, `portforward`, `proxy`,
-    /// which need a kubelet): such requests get [`Strategy::connect_error`].
-    fn connects(&self, _sub: &str) -> bool {
-        false
-    }
-
-    /// Why a connect request to `obj` cannot be served.
-    fn connect_error(&self, sub: &str, _obj: &Value) -> ApiError {
-        ApiError::ServiceUnavailable(format!("{sub} is not available"))
-    }
-
     /// Whether deleting `obj` only marks it for deletion (finalizers hold
     /// it, or the resource is always deleted gracefully).
     fn graceful_delete(&self, obj: &Value) -> bool {

@@ -530,23 +530,6 @@ impl Strategy for Workloads {
         crate::strategy::invalid_if_any(info, obj, causes)
     }
 
-    fn connects(&self, sub: &str) -> bool {
-        self.0 == Kind::Pod && matches!(sub, "log" | "exec" | "attach" | "portforward" | "proxy")
-    }
-
-    /// As upstream answers when it cannot reach the pod's node: an
-    /// unscheduled pod has no host; a scheduled one has no kubelet here,
-    /// since this server runs no nodes.
-    fn connect_error(&self, sub: &str, obj: &Value) -> ApiError {
-        let name = meta::name(obj).unwrap_or_default();
-        match obj["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
-            None => ApiError::BadRequest(format!("pod {name} does not have a host assigned")),
-            Some(node) => ApiError::ServiceUnavailable(format!(
-                "pods/{sub}: no kubelet answers for node {node:?}: this API server runs no nodes"
-            )),
-        }
-    }
-
     fn get_subresource(&self, sub: &str, obj: &Value) -> Option<Value> {
         if sub != "scale" || !self.0.scalable() {
             return None;

@@ -221,6 +221,42 @@ pub struct ServeArgs {
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub request_timeout: Duration,
 
+    /// Client certificate (PEM) this server presents to kubelets (logs,
+    /// exec, attach, port-forward, `nodes/proxy`); default:
+    /// `apiserver-kubelet-client` in `<data-dir>/pki`, CN
+    /// `kube-apiserver-kubelet-client`, issued by the cluster CA on first
+    /// start (kubeadm's).
+    #[arg(long)]
+    pub kubelet_client_certificate: Option<PathBuf>,
+
+    /// Private key of `--kubelet-client-certificate` (PEM).
+    #[arg(long)]
+    pub kubelet_client_key: Option<PathBuf>,
+
+    /// CA bundle (PEM) that kubelets' serving certificates must chain to;
+    /// without it they are not verified (upstream's default).
+    #[arg(long)]
+    pub kubelet_certificate_authority: Option<PathBuf>,
+
+    /// Which node address to reach a kubelet at: the first present of
+    /// these types, in order (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "Hostname,InternalDNS,InternalIP,ExternalDNS,ExternalIP"
+    )]
+    pub kubelet_preferred_address_types: Vec<String>,
+
+    /// The kubelet port of a node whose status publishes none
+    /// (`status.daemonEndpoints.kubeletEndpoint.Port`).
+    #[arg(long, default_value_t = 10250)]
+    pub kubelet_port: u16,
+
+    /// How long dialling a kubelet and waiting for its answer's headers may
+    /// take (a log or exec stream itself is not limited).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub kubelet_timeout: Duration,
+
     /// Authorizers, in order (comma-separated): Node, RBAC, AlwaysAllow,
     /// AlwaysDeny, Wasm.
     #[arg(long, default_value = "Node,RBAC")]
@@ -347,6 +383,15 @@ impl ServeArgs {
             requestheader_extra_headers_prefix: vec!["X-Remote-Extra-".into()],
             requestheader_uid_headers: Vec::new(),
             request_timeout: Duration::from_secs(60),
+            kubelet_client_certificate: None,
+            kubelet_client_key: None,
+            kubelet_certificate_authority: None,
+            kubelet_preferred_address_types: wasm_apiserver_api::kubelet::DEFAULT_ADDRESS_TYPES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            kubelet_port: 10250,
+            kubelet_timeout: Duration::from_secs(5),
             anonymous_auth: true,
             authorization_mode: "Node,RBAC".into(),
             enable_admission_plugins: Vec::new(),

@@ -383,6 +383,21 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
         .strategy
         .scope(res, info.namespace.as_deref(), &info.verb)
         .ok_or_else(not_found)?;
+    if let Some(sub) = info.subresource.as_deref()
+        && crate::connect::is_connect(&info.api_group, &info.resource, sub)
+        && res
+            .find_subresource(sub)
+            .is_some_and(|s| s.verbs.contains(&info.verb))
+    {
+        let target = crate::connect::Target {
+            resource: &info.resource,
+            namespace: ns,
+            id: info.name.as_deref().unwrap_or_default(),
+            sub,
+            path: &info.path,
+        };
+        return crate::connect::connect(state, target, parts, body).await;
+    }
     let call = Call {
         state,
         res,
@@ -407,12 +422,6 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
         {
             return Err(not_found());
         }
-    }
-    if let Some(sub) = call.subresource
-        && res.strategy.connects(sub)
-    {
-        let obj = state.objects.get(res, ns, call.name()).await?;
-        return Err(res.strategy.connect_error(sub, &obj));
     }
     if let Some(creater) = &res.create_only {
         return match verb {

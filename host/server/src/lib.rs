@@ -27,6 +27,7 @@ pub mod authz;
 pub mod bulk;
 pub mod cli;
 pub mod config;
+pub mod connect;
 pub mod controller_cli;
 pub mod discovery;
 pub mod error;

@@ -73,6 +73,7 @@ impl AppState {
                 Default::default(),
             ),
             request_timeout: std::time::Duration::from_secs(60),
+            kubelets: None,
         }
     }
 }
@@ -395,6 +396,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         front_proxy.proxy_headers.clone(),
     );
     state.request_timeout = args.request_timeout;
+    state.kubelets = Some(kubelets(&args, &pki)?);
     if let Some(path) = &args.access_plugin_config_file {
         let plugins =
             crate::access_plugins::load(&access_runtime, args.plugin_dir.as_deref(), path).await?;
@@ -527,6 +529,42 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         router(state),
     )
     .await
+}
+
+/// The kubelet connection from the `--kubelet-*` flags: the client
+/// certificate given or generated, the kubelet CA if given.
+fn kubelets(
+    args: &ServeArgs,
+    pki: &crate::tls::Pki,
+) -> anyhow::Result<Arc<wasm_apiserver_registry::kubelet::Kubelets>> {
+    use wasm_apiserver_registry::kubelet::{KubeletConfig, Kubelets};
+    use wasm_apiserver_registry::outbound::{Identity, Trust};
+    let (cert, key) = match (&args.kubelet_client_certificate, &args.kubelet_client_key) {
+        (Some(c), Some(k)) => (std::fs::read_to_string(c)?, std::fs::read_to_string(k)?),
+        (None, None) => (
+            pki.kubelet_client_cert_pem.clone(),
+            pki.kubelet_client_key_pem.clone(),
+        ),
+        _ => anyhow::bail!("--kubelet-client-certificate and --kubelet-client-key go together"),
+    };
+    let trust = match &args.kubelet_certificate_authority {
+        Some(path) => Trust::from_pem(&std::fs::read(path)?)
+            .map_err(|e| anyhow::anyhow!("--kubelet-certificate-authority: {e}"))?,
+        None => Trust::Insecure,
+    };
+    wasm_apiserver_api::kubelet::check_address_types(&args.kubelet_preferred_address_types)
+        .map_err(anyhow::Error::msg)?;
+    let kubelets = Kubelets::new(KubeletConfig {
+        preferred_address_types: args.kubelet_preferred_address_types.clone(),
+        default_port: args.kubelet_port,
+        timeout: args.kubelet_timeout,
+        trust,
+        identity: Some(Arc::new(
+            Identity::from_pem(&cert, &key).map_err(anyhow::Error::msg)?,
+        )),
+    })
+    .map_err(anyhow::Error::msg)?;
+    Ok(Arc::new(kubelets))
 }
 
 /// The front proxy: the identity this server presents to aggregated API

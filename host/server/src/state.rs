@@ -38,4 +38,7 @@ pub struct AppState {
     pub aggregator: Arc<wasm_apiserver_registry::aggregator::Aggregator>,
     /// `--request-timeout` (proxied requests).
     pub request_timeout: std::time::Duration,
+    /// The kubelet connection (logs, exec, attach, port-forward and the
+    /// proxy subresources); `None`: those answer 503.
+    pub kubelets: Option<Arc<wasm_apiserver_registry::kubelet::Kubelets>>,
 }

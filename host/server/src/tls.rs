@@ -27,6 +27,10 @@ pub struct Pki {
     pub front_proxy_ca_pem: String,
     pub front_proxy_client_cert_pem: String,
     pub front_proxy_client_key_pem: String,
+    /// The client certificate this server presents to kubelets (kubeadm's
+    /// `apiserver-kubelet-client`, issued by the cluster CA).
+    pub kubelet_client_cert_pem: String,
+    pub kubelet_client_key_pem: String,
 }
 
 pub(crate) fn write_secret(path: &Path, text: &str) -> std::io::Result<()> {
@@ -137,6 +141,13 @@ pub fn ensure(dir: &Path, hosts: &[String]) -> anyhow::Result<Pki> {
         client_params(FRONT_PROXY_CLIENT, &[])?,
     )?;
 
+    let (kubelet_client_cert_pem, kubelet_client_key_pem) = ensure_issued(
+        &pki,
+        &ca,
+        "apiserver-kubelet-client",
+        client_params(KUBELET_CLIENT, &[])?,
+    )?;
+
     Ok(Pki {
         ca_pem: ca.0,
         ca_key_pem,
@@ -147,8 +158,16 @@ pub fn ensure(dir: &Path, hosts: &[String]) -> anyhow::Result<Pki> {
         front_proxy_ca_pem: front_proxy_ca.0,
         front_proxy_client_cert_pem,
         front_proxy_client_key_pem,
+        kubelet_client_cert_pem,
+        kubelet_client_key_pem,
     })
 }
+
+/// The kubelet client certificate's user (kubeadm's CN): the bootstrap
+/// policy binds it to `system:kubelet-api-admin`, so a kubelet that
+/// authorizes through this server (webhook mode) lets it in, and it is
+/// no cluster admin of this server.
+pub const KUBELET_CLIENT: &str = wasm_apiserver_api::rbac::KUBELET_CLIENT_USER;
 
 /// The front proxy's client certificate's CN (kubeadm's).
 pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";

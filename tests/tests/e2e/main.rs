@@ -20,6 +20,7 @@ mod flowcontrol;
 mod kube_rs;
 mod kube_rs_crd;
 mod kubectl;
+mod kubelet;
 mod kubewarden;
 mod many_crds;
 mod node_bootstrap;
