@@ -725,13 +725,21 @@ fn default_toleration_seconds_and_upstream_plugin_names() {
     assert_eq!(t[1]["key"], "node.kubernetes.io/not-ready");
     // A new node is tainted not-ready until it says it is ready
     // (TaintNodesByCondition).
-    admin_apply(&server, &node_manifest("fresh"));
-    assert!(has_taint(
+    // (A dry run: the node lifecycle controller would take the taint away
+    // from a node without conditions at once, as upstream's does; real
+    // kubelets register with their conditions.)
+    let path = server.data_dir().join("fresh-node.json");
+    std::fs::write(&path, node_manifest("fresh")).unwrap();
+    let fresh: serde_json::Value = serde_json::from_str(&kubectl_ok(
         &server,
-        "fresh",
-        "node.kubernetes.io/not-ready",
-        "NoSchedule"
-    ));
+        None,
+        &["create", "--dry-run=server", "-o", "json", "-f", path.to_str().unwrap()],
+    ))
+    .unwrap();
+    assert_eq!(
+        fresh["spec"]["taints"],
+        serde_json::json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}])
+    );
     // Typos still stop start-up.
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(server_binary())

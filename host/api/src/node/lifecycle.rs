@@ -615,8 +615,8 @@ mod tests {
             keys(&t),
             [
                 "mine:NoSchedule",
-                "node.kubernetes.io/not-ready:NoSchedule",
-                "node.kubernetes.io/not-ready:NoExecute"
+                "node.kubernetes.io/not-ready:NoExecute",
+                "node.kubernetes.io/not-ready:NoSchedule"
             ]
         );
         // Ready again and cordoned.
