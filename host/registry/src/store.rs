@@ -301,12 +301,13 @@ impl Objects {
                 && matches!(a.operation, Operation::Create | Operation::Update)
                 && self.admission_plugin_on(plugins::DEFAULT_TOLERATION_SECONDS)
             {
-                let (not_ready, unreachable) = self.admission_plugins.get().map_or((300, 300), |e| {
-                    (
-                        e.not_ready_toleration_seconds,
-                        e.unreachable_toleration_seconds,
-                    )
-                });
+                let (not_ready, unreachable) =
+                    self.admission_plugins.get().map_or((300, 300), |e| {
+                        (
+                            e.not_ready_toleration_seconds,
+                            e.unreachable_toleration_seconds,
+                        )
+                    });
                 lifecycle::default_tolerations(obj, not_ready, unreachable);
             }
         }

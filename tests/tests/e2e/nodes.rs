@@ -519,7 +519,13 @@ fn post_ready(server: &Server, node: &str, status: &str) {
         server,
         None,
         &[
-            "patch", "node", node, "--subresource=status", "--type=merge", "-p", &patch,
+            "patch",
+            "node",
+            node,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &patch,
         ],
     );
 }
@@ -530,7 +536,14 @@ fn renew_lease(server: &Server, node: &str) {
         server,
         None,
         &[
-            "patch", "lease", node, "-n", "kube-node-lease", "--type=merge", "-p", &patch,
+            "patch",
+            "lease",
+            node,
+            "-n",
+            "kube-node-lease",
+            "--type=merge",
+            "-p",
+            &patch,
         ],
     );
 }
@@ -601,7 +614,12 @@ fn a_node_whose_lease_stops_goes_unknown_its_pods_are_evicted_and_it_comes_back(
             &server,
             None,
             &[
-                "patch", "pod", name, "--subresource=status", "--type=merge", "-p",
+                "patch",
+                "pod",
+                name,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
                 r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#,
             ],
         );
@@ -650,7 +668,10 @@ fn a_node_whose_lease_stops_goes_unknown_its_pods_are_evicted_and_it_comes_back(
         .clone();
     assert_eq!(pod_ready["status"], "False", "{forever}");
     // The patient one after its 8 s.
-    assert!(pod_exists(&server, "patient"), "evicted before its toleration");
+    assert!(
+        pod_exists(&server, "patient"),
+        "evicted before its toleration"
+    );
     poll_until(WAIT, "patient to be evicted", || {
         (!pod_exists(&server, "patient")).then_some(())
     });
@@ -668,10 +689,16 @@ fn a_node_whose_lease_stops_goes_unknown_its_pods_are_evicted_and_it_comes_back(
         })
     };
     assert!(
-        said("TaintManagerEviction", "Marking for deletion Pod default/bare"),
+        said(
+            "TaintManagerEviction",
+            "Marking for deletion Pod default/bare"
+        ),
         "{events}"
     );
-    assert!(said("TaintManagerEviction", "Marking for deletion Pod default/patient"));
+    assert!(said(
+        "TaintManagerEviction",
+        "Marking for deletion Pod default/patient"
+    ));
     assert!(said("NodeNotReady", "Node n1 status is now: NodeNotReady"));
     assert!(said("NodeNotReady", "Node is not ready"));
 
@@ -733,7 +760,14 @@ fn default_toleration_seconds_and_upstream_plugin_names() {
     let fresh: serde_json::Value = serde_json::from_str(&kubectl_ok(
         &server,
         None,
-        &["create", "--dry-run=server", "-o", "json", "-f", path.to_str().unwrap()],
+        &[
+            "create",
+            "--dry-run=server",
+            "-o",
+            "json",
+            "-f",
+            path.to_str().unwrap(),
+        ],
     ))
     .unwrap();
     assert_eq!(
@@ -752,7 +786,9 @@ fn default_toleration_seconds_and_upstream_plugin_names() {
         .output()
         .expect("run the server");
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown admission plugin \"LimitRangr\""));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unknown admission plugin \"LimitRangr\"")
+    );
 }
 
 #[test]
@@ -770,7 +806,12 @@ fn pod_gc_deletes_pods_of_deleted_nodes_and_old_terminated_pods() {
             &server,
             None,
             &[
-                "patch", "pod", name, "--subresource=status", "--type=merge", "-p",
+                "patch",
+                "pod",
+                name,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
                 r#"{"status":{"phase":"Succeeded"}}"#,
             ],
         );
@@ -811,7 +852,16 @@ fn cordon_uncordon_and_drain_with_and_without_a_disruption_budget() {
                     .arg("--kubeconfig")
                     .arg(&kubeconfig)
                     .args(["--server", &url])
-                    .args(["patch", "lease", "n1", "-n", "kube-node-lease", "--type=merge", "-p", &patch])
+                    .args([
+                        "patch",
+                        "lease",
+                        "n1",
+                        "-n",
+                        "kube-node-lease",
+                        "--type=merge",
+                        "-p",
+                        &patch,
+                    ])
                     .output();
                 std::thread::sleep(Duration::from_millis(700));
             }
@@ -869,7 +919,10 @@ fn cordon_uncordon_and_drain_with_and_without_a_disruption_budget() {
     ];
     let out = wasm_apiserver_e2e::kubectl(&server, None, &drain);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "drain went through the budget: {err}");
+    assert!(
+        !out.status.success(),
+        "drain went through the budget: {err}"
+    );
     assert!(err.contains("disruption budget"), "{err}");
     assert!(pod_exists(&server, "guarded"));
     assert!(!pod_exists(&server, "bare") && !pod_exists(&server, "scratch"));

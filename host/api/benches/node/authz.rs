@@ -33,7 +33,11 @@ fn node_user(node: &str) -> Attributes {
 
 fn request(kind: usize, pod: usize, own: bool) -> Attributes {
     // Claims and volumes belong to every fifth pod.
-    let i = if matches!(kind, 2 | 3) { pod - pod % 5 } else { pod };
+    let i = if matches!(kind, 2 | 3) {
+        pod - pod % 5
+    } else {
+        pod
+    };
     // The node asking: the pod's own, or one half the cluster away (which
     // runs no pod of the same Deployment).
     let asker = fixture::node(if own { i } else { i + fixture::NODES / 2 });
@@ -69,7 +73,14 @@ fn request(kind: usize, pod: usize, own: bool) -> Attributes {
     }
 }
 
-const KINDS: [&str; 6] = ["secret", "configmap", "pvc", "pv", "sa token", "node (static)"];
+const KINDS: [&str; 6] = [
+    "secret",
+    "configmap",
+    "pvc",
+    "pv",
+    "sa token",
+    "node (static)",
+];
 
 fn pct(v: &mut [Duration], p: f64) -> Duration {
     v.sort_unstable();

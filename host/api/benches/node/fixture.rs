@@ -40,8 +40,10 @@ pub fn pod(i: usize) -> Value {
         ]}}),
         json!({"name": "tls", "secret": {"secretName": format!("{app}-tls")}}),
     ];
-    if i % 5 == 0 {
-        volumes.push(json!({"name": "data", "persistentVolumeClaim": {"claimName": format!("data-{i}")}}));
+    if i.is_multiple_of(5) {
+        volumes.push(
+            json!({"name": "data", "persistentVolumeClaim": {"claimName": format!("data-{i}")}}),
+        );
     }
     json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -69,7 +71,7 @@ pub fn graph() -> NodeGraph {
     for i in 0..PODS {
         let p = pod(i);
         g.set_pod(&namespace(i), &pod_name(i), PodRefs::of(&p));
-        if i % 5 == 0 {
+        if i.is_multiple_of(5) {
             let pv = format!("pv-{i}");
             g.set_pvc(&namespace(i), &format!("data-{i}"), Some(&pv));
             let spec = json!({"spec": {"claimRef": {"namespace": namespace(i), "name": format!("data-{i}")},

@@ -216,6 +216,9 @@ impl PvRefs {
     }
 }
 
+/// `(node id, pods of that node reaching the object)` pairs.
+type Reach = Vec<(u32, u32)>;
+
 /// Which node reaches what.
 ///
 /// Names are interned: each node and each referenced object has a small
@@ -234,7 +237,7 @@ pub struct NodeGraph {
     ref_ids: HashMap<Arc<str>, u32>,
     /// By id: the key, and for each node id how many of its pods reach the
     /// object (`None`: free).
-    refs: Vec<Option<(Arc<str>, Vec<(u32, u32)>)>>,
+    refs: Vec<Option<(Arc<str>, Reach)>>,
     free_refs: Vec<u32>,
     /// Bound pods by the id of their own reference: node id, and the ids
     /// of what they reach (their own first).
@@ -386,7 +389,12 @@ impl NodeGraph {
             gone = *pods == 0;
         }
         if gone {
-            release(&mut self.node_ids, &mut self.nodes, &mut self.free_nodes, node);
+            release(
+                &mut self.node_ids,
+                &mut self.nodes,
+                &mut self.free_nodes,
+                node,
+            );
         }
     }
 

@@ -174,8 +174,8 @@ impl Health {
         now: Instant,
         created_ago: Duration,
     ) -> Health {
-        let heartbeat = condition(node, "Ready")
-            .map(|c| str_of(c, "lastHeartbeatTime").to_string());
+        let heartbeat =
+            condition(node, "Ready").map(|c| str_of(c, "lastHeartbeatTime").to_string());
         let mut h = match prev {
             None if heartbeat.is_none() => Health {
                 ready_heartbeat: None,
@@ -380,10 +380,15 @@ pub fn default_tolerations(pod: &mut Value, not_ready: i64, unreachable: i64) ->
         })
     };
     let mut added = Vec::new();
-    for (key, seconds) in [(TAINT_NOT_READY, not_ready), (TAINT_UNREACHABLE, unreachable)] {
+    for (key, seconds) in [
+        (TAINT_NOT_READY, not_ready),
+        (TAINT_UNREACHABLE, unreachable),
+    ] {
         if !has(pod, key) {
-            added.push(json!({"key": key, "operator": "Exists", "effect": NO_EXECUTE,
-                "tolerationSeconds": seconds}));
+            added.push(
+                json!({"key": key, "operator": "Exists", "effect": NO_EXECUTE,
+                "tolerationSeconds": seconds}),
+            );
         }
     }
     if added.is_empty() {
@@ -440,7 +445,8 @@ pub fn terminated_to_delete(pods: &[&Value], threshold: usize) -> Vec<usize> {
     if threshold == 0 || pods.len() <= threshold {
         return Vec::new();
     }
-    let evicted = |p: &Value| p["status"]["phase"] == "Failed" && p["status"]["reason"] == "Evicted";
+    let evicted =
+        |p: &Value| p["status"]["phase"] == "Failed" && p["status"]["reason"] == "Evicted";
     let created = |p: &Value| {
         p["metadata"]["creationTimestamp"]
             .as_str()
@@ -479,7 +485,10 @@ mod tests {
     fn tolerations_match_taints_as_upstream() {
         let t = json!({"key": "k", "value": "v", "effect": "NoExecute"});
         for (tol, want) in [
-            (json!({"key": "k", "operator": "Equal", "value": "v", "effect": "NoExecute"}), true),
+            (
+                json!({"key": "k", "operator": "Equal", "value": "v", "effect": "NoExecute"}),
+                true,
+            ),
             (json!({"key": "k", "value": "v"}), true),
             (json!({"key": "k", "value": "w"}), false),
             (json!({"key": "k", "operator": "Exists"}), true),
@@ -500,18 +509,27 @@ mod tests {
         assert_eq!(eviction(&[], &[]), Eviction::Never);
         assert_eq!(eviction(&taints, &[]), Eviction::Now);
         let forever = json!({"key": TAINT_UNREACHABLE, "operator": "Exists"});
-        assert_eq!(eviction(&taints, std::slice::from_ref(&forever)), Eviction::Never);
+        assert_eq!(
+            eviction(&taints, std::slice::from_ref(&forever)),
+            Eviction::Never
+        );
         let five = json!({"key": TAINT_UNREACHABLE, "operator": "Exists", "tolerationSeconds": 5});
         assert_eq!(
             eviction(&taints, &[five.clone(), forever.clone()]),
             Eviction::After(Duration::from_secs(5))
         );
         // The first matching toleration is the one used.
-        assert_eq!(eviction(&taints, &[forever.clone(), five.clone()]), Eviction::Never);
+        assert_eq!(
+            eviction(&taints, &[forever.clone(), five.clone()]),
+            Eviction::Never
+        );
         let zero = json!({"operator": "Exists", "tolerationSeconds": -3});
         assert_eq!(eviction(&taints, &[zero]), Eviction::After(Duration::ZERO));
         // Every taint needs a toleration.
-        assert_eq!(eviction(&[&unreachable, &other], &[five.clone()]), Eviction::Now);
+        assert_eq!(
+            eviction(&[&unreachable, &other], std::slice::from_ref(&five)),
+            Eviction::Now
+        );
         let maint = json!({"key": "maintenance", "operator": "Exists", "tolerationSeconds": 2});
         assert_eq!(
             eviction(&[&unreachable, &other], &[five, maint]),
@@ -524,23 +542,53 @@ mod tests {
         let t0 = Instant::now();
         let grace = Duration::from_secs(50);
         let n = node(Some("True"));
-        let h = Health::observe(None, &n, Some("2026-01-01T00:00:10.000000Z"), t0, Duration::ZERO);
+        let h = Health::observe(
+            None,
+            &n,
+            Some("2026-01-01T00:00:10.000000Z"),
+            t0,
+            Duration::ZERO,
+        );
         assert!(!h.stale(t0 + Duration::from_secs(50), grace));
         // Nothing changed for 51 s.
         let t1 = t0 + Duration::from_secs(51);
-        let h1 = Health::observe(Some(&h), &n, Some("2026-01-01T00:00:10.000000Z"), t1, Duration::ZERO);
+        let h1 = Health::observe(
+            Some(&h),
+            &n,
+            Some("2026-01-01T00:00:10.000000Z"),
+            t1,
+            Duration::ZERO,
+        );
         assert!(h1.stale(t1, grace));
         // A renewed lease alone keeps it fresh.
-        let h2 = Health::observe(Some(&h), &n, Some("2026-01-01T00:00:40.000000Z"), t1, Duration::ZERO);
+        let h2 = Health::observe(
+            Some(&h),
+            &n,
+            Some("2026-01-01T00:00:40.000000Z"),
+            t1,
+            Duration::ZERO,
+        );
         assert!(!h2.stale(t1, grace));
         assert_eq!(h2.stale_in(t1, grace), grace);
         // So does a new Ready heartbeat.
         let mut beat = n.clone();
         beat["status"]["conditions"][1]["lastHeartbeatTime"] = json!("2026-01-01T00:00:50Z");
-        let h3 = Health::observe(Some(&h), &beat, Some("2026-01-01T00:00:10.000000Z"), t1, Duration::ZERO);
+        let h3 = Health::observe(
+            Some(&h),
+            &beat,
+            Some("2026-01-01T00:00:10.000000Z"),
+            t1,
+            Duration::ZERO,
+        );
         assert!(!h3.stale(t1, grace));
         // A lease going back in time is not a renewal.
-        let h4 = Health::observe(Some(&h2), &n, Some("2026-01-01T00:00:20.000000Z"), t1 + grace * 2, Duration::ZERO);
+        let h4 = Health::observe(
+            Some(&h2),
+            &n,
+            Some("2026-01-01T00:00:20.000000Z"),
+            t1 + grace * 2,
+            Duration::ZERO,
+        );
         assert!(h4.stale(t1 + grace * 2, grace));
     }
 
@@ -566,17 +614,26 @@ mod tests {
         assert_eq!(ready["message"], "Kubelet stopped posting node status.");
         assert_eq!(ready["lastHeartbeatTime"], "2026-01-01T00:00:10Z");
         assert_eq!(ready["lastTransitionTime"], "2026-01-01T00:01:00Z");
-        assert_eq!(condition(&n, "MemoryPressure").unwrap()["status"], "Unknown");
+        assert_eq!(
+            condition(&n, "MemoryPressure").unwrap()["status"],
+            "Unknown"
+        );
         let disk = condition(&n, "DiskPressure").unwrap();
         assert_eq!(disk["reason"], "NodeStatusNeverUpdated");
         assert_eq!(disk["message"], "Kubelet never posted node status.");
         assert_eq!(condition(&n, "NetworkUnavailable"), None);
         // Again: nothing changes.
         assert!(!mark_unknown(&mut n, "2026-01-01T00:02:00Z"));
-        assert_eq!(condition(&n, "Ready").unwrap()["lastTransitionTime"], "2026-01-01T00:01:00Z");
+        assert_eq!(
+            condition(&n, "Ready").unwrap()["lastTransitionTime"],
+            "2026-01-01T00:01:00Z"
+        );
         let mut never = node(None);
         assert!(mark_unknown(&mut never, "2026-01-01T00:01:00Z"));
-        assert_eq!(condition(&never, "Ready").unwrap()["reason"], "NodeStatusNeverUpdated");
+        assert_eq!(
+            condition(&never, "Ready").unwrap()["reason"],
+            "NodeStatusNeverUpdated"
+        );
     }
 
     #[test]
@@ -594,7 +651,13 @@ mod tests {
         // The NoSchedule taint follows the condition now; NoExecute the
         // Ready status the pass observed.
         let t = node_taints(&n, Some("True"), now).unwrap();
-        assert_eq!(keys(&t), ["mine:NoSchedule", "node.kubernetes.io/unreachable:NoSchedule"]);
+        assert_eq!(
+            keys(&t),
+            [
+                "mine:NoSchedule",
+                "node.kubernetes.io/unreachable:NoSchedule"
+            ]
+        );
         n["spec"]["taints"] = json!(t);
         let t = node_taints(&n, Some("Unknown"), now).unwrap();
         assert_eq!(
@@ -624,7 +687,13 @@ mod tests {
         n["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
         n["spec"]["unschedulable"] = json!(true);
         let t = node_taints(&n, Some("True"), now).unwrap();
-        assert_eq!(keys(&t), ["mine:NoSchedule", "node.kubernetes.io/unschedulable:NoSchedule"]);
+        assert_eq!(
+            keys(&t),
+            [
+                "mine:NoSchedule",
+                "node.kubernetes.io/unschedulable:NoSchedule"
+            ]
+        );
         // No Ready condition yet: NoExecute taints are left alone.
         let mut fresh = node(None);
         fresh["spec"]["taints"] = json!([{"key": TAINT_UNREACHABLE, "effect": "NoExecute"}]);
@@ -656,10 +725,12 @@ mod tests {
         );
         assert!(!default_tolerations(&mut pod, 300, 300));
         // A toleration of every NoExecute taint covers both.
-        let mut all = json!({"spec": {"tolerations": [{"operator": "Exists", "effect": "NoExecute"}]}});
+        let mut all =
+            json!({"spec": {"tolerations": [{"operator": "Exists", "effect": "NoExecute"}]}});
         assert!(!default_tolerations(&mut all, 300, 300));
         // One of its own for not-ready (any effect) keeps only unreachable's.
-        let mut own = json!({"spec": {"tolerations": [{"key": TAINT_NOT_READY, "operator": "Exists"}]}});
+        let mut own =
+            json!({"spec": {"tolerations": [{"key": TAINT_NOT_READY, "operator": "Exists"}]}});
         assert!(default_tolerations(&mut own, 300, 300));
         let t = own["spec"]["tolerations"].as_array().unwrap();
         assert_eq!(t.len(), 2);
@@ -674,7 +745,10 @@ mod tests {
     fn new_nodes_are_not_ready_until_they_say_so() {
         let mut n = json!({"metadata": {"name": "n"}});
         assert!(taint_new_node(&mut n));
-        assert_eq!(n["spec"]["taints"], json!([{"key": TAINT_NOT_READY, "effect": "NoSchedule"}]));
+        assert_eq!(
+            n["spec"]["taints"],
+            json!([{"key": TAINT_NOT_READY, "effect": "NoSchedule"}])
+        );
         assert!(!taint_new_node(&mut n));
         // The lifecycle controller removes it once Ready is True.
         n["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
@@ -696,9 +770,14 @@ mod tests {
         ];
         let refs: Vec<&Value> = pods.iter().collect();
         let names = |idx: Vec<usize>| -> Vec<&str> {
-            idx.into_iter().map(|i| str_of(&pods[i]["metadata"], "name")).collect()
+            idx.into_iter()
+                .map(|i| str_of(&pods[i]["metadata"], "name"))
+                .collect()
         };
-        assert_eq!(names(terminated_to_delete(&refs, 2)), ["evicted", "old", "mid-a"]);
+        assert_eq!(
+            names(terminated_to_delete(&refs, 2)),
+            ["evicted", "old", "mid-a"]
+        );
         assert!(terminated_to_delete(&refs, 5).is_empty());
         assert!(terminated_to_delete(&refs, 0).is_empty());
         assert!(terminated(&pods[0]));

@@ -102,9 +102,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn now_rfc3339() -> String {
-    chrono::Utc::now()
-        .format("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 fn pod_key(pod: &Value) -> PodKey {
@@ -192,8 +190,12 @@ impl Reconcile for Lifecycle {
             }
             return Ok(Action::Done);
         };
-        let uid = meta::str_field(&node, "uid").unwrap_or_default().to_string();
-        let fresh = lock(&self.known).insert(name.clone(), uid.clone()).is_none();
+        let uid = meta::str_field(&node, "uid")
+            .unwrap_or_default()
+            .to_string();
+        let fresh = lock(&self.known)
+            .insert(name.clone(), uid.clone())
+            .is_none();
         if fresh {
             self.client
                 .event(
@@ -207,7 +209,11 @@ impl Reconcile for Lifecycle {
         let now = Instant::now();
         let created_ago = meta::str_field(&node, "creationTimestamp")
             .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-            .and_then(|t| (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).to_std().ok())
+            .and_then(|t| {
+                (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+                    .to_std()
+                    .ok()
+            })
             .unwrap_or_default();
         let health = {
             let mut all = lock(&self.health);
@@ -272,11 +278,11 @@ impl Reconcile for Lifecycle {
             }
         }
         let retry = lock(&self.retry).contains(name);
-        if now_not_ready || (retry && observed.as_deref() != Some("True")) {
-            if let Err(e) = self.mark_pods_not_ready(name).await {
-                lock(&self.retry).insert(name.clone());
-                return Err(e);
-            }
+        if (now_not_ready || (retry && observed.as_deref() != Some("True")))
+            && let Err(e) = self.mark_pods_not_ready(name).await
+        {
+            lock(&self.retry).insert(name.clone());
+            return Err(e);
         }
         lock(&self.retry).remove(name);
         let next = if health.stale(now, grace) {
@@ -353,7 +359,10 @@ impl TaintEviction {
             .client
             .update(&info, Some(ns), name, Some("status"), |cur| {
                 let mut new = cur.clone();
-                let conds = new["status"]["conditions"].as_array().cloned().unwrap_or_default();
+                let conds = new["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
                 let mut conds: Vec<Value> = conds
                     .into_iter()
                     .filter(|c| c["type"] != "DisruptionTarget")
@@ -406,7 +415,10 @@ impl Reconcile for TaintEviction {
         if lock(&self.deleted).contains(meta::str_field(&pod, "uid").unwrap_or_default()) {
             return Ok(Action::Done);
         }
-        let taints = node.as_ref().map(lifecycle::no_execute_taints).unwrap_or_default();
+        let taints = node
+            .as_ref()
+            .map(lifecycle::no_execute_taints)
+            .unwrap_or_default();
         match lifecycle::eviction(&taints, lifecycle::tolerations(&pod)) {
             Eviction::Never => {
                 self.cancel(key, Some(&pod)).await;
@@ -521,7 +533,12 @@ pub fn spawn(
                             c.nodes.insert(name.clone(), node);
                         }
                         if before || after {
-                            c.by_node.get(&name).into_iter().flatten().cloned().collect()
+                            c.by_node
+                                .get(&name)
+                                .into_iter()
+                                .flatten()
+                                .cloned()
+                                .collect()
                         } else {
                             Vec::new()
                         }
@@ -550,7 +567,8 @@ pub fn spawn(
                     c.leases.clear();
                     for l in listed {
                         if meta::namespace(l) == Some(NODE_LEASE_NAMESPACE)
-                            && let (Some(n), Some(r)) = (meta::name(l), l["spec"]["renewTime"].as_str())
+                            && let (Some(n), Some(r)) =
+                                (meta::name(l), l["spec"]["renewTime"].as_str())
                         {
                             c.leases.insert(n.to_string(), r.to_string());
                         }
@@ -596,7 +614,8 @@ pub fn spawn(
                         tainted
                     };
                     if deleted && let Some(ev) = ev.upgrade() {
-                        lock(&ev.deleted).remove(meta::str_field(&pod_copy, "uid").unwrap_or_default());
+                        lock(&ev.deleted)
+                            .remove(meta::str_field(&pod_copy, "uid").unwrap_or_default());
                     }
                     if enabled.taint_eviction && (tainted || deleted) {
                         pq2.add(key);
