@@ -580,6 +580,50 @@ fn lifecycle_node(server: &Server, name: &str) {
     post_ready(server, name, "True");
 }
 
+/// Renews `node`'s Lease every 700 ms until dropped, as its kubelet would.
+struct KeepAlive {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl KeepAlive {
+    fn start(server: &Server, node: &str) -> KeepAlive {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, url, kubeconfig, node) = (
+            stop.clone(),
+            server.url().to_string(),
+            server.kubeconfig_path(),
+            node.to_string(),
+        );
+        let thread = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let patch = format!(r#"{{"spec":{{"renewTime":"{}"}}}}"#, micro_now());
+                let _ = Command::new(kubectl_binary(None))
+                    .arg("--kubeconfig")
+                    .arg(&kubeconfig)
+                    .args(["--server", &url])
+                    .args(["patch", "lease", &node, "-n", "kube-node-lease"])
+                    .args(["--type=merge", "-p", &patch])
+                    .output();
+                std::thread::sleep(Duration::from_millis(700));
+            }
+        });
+        KeepAlive {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 fn pod_on(name: &str, node: &str, tolerations: &str) -> String {
     format!(
         r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"default"}},"spec":{{"nodeName":"{node}","containers":[{{"name":"c","image":"busybox"}}],"tolerations":{tolerations}}}}}"#
@@ -594,6 +638,11 @@ fn a_node_whose_lease_stops_goes_unknown_its_pods_are_evicted_and_it_comes_back(
     args.push("--disable-admission-plugins=DefaultTolerationSeconds");
     let server = Server::start_with_args(&args);
     lifecycle_node(&server, "n1");
+    // A second node that stays healthy: were every node unreachable, the
+    // controller would take it for the control plane's fault and evict
+    // nothing (checked at the end).
+    lifecycle_node(&server, "n2");
+    let n2 = KeepAlive::start(&server, "n2");
     let unreachable = "node.kubernetes.io/unreachable";
     for (name, tolerations) in [
         ("bare", "[]".to_string()),
@@ -713,6 +762,36 @@ fn a_node_whose_lease_stops_goes_unknown_its_pods_are_evicted_and_it_comes_back(
         .then_some(())
     });
     assert!(pod_exists(&server, "forever"));
+
+    // Every node goes silent at once: when no node is ready, no NoExecute
+    // taint stays and nothing is evicted (upstream's full disruption
+    // mode). The pod tolerates 6 s, so the node that goes stale first,
+    // tainted while the other is still ready, does not evict it before
+    // the second goes too.
+    let n1 = KeepAlive::start(&server, "n1");
+    admin_apply(
+        &server,
+        &pod_on(
+            "bare2",
+            "n1",
+            &format!(
+                r#"[{{"key":"{unreachable}","operator":"Exists","effect":"NoExecute","tolerationSeconds":6}}]"#
+            ),
+        ),
+    );
+    drop((n1, n2));
+    poll_until(WAIT, "both nodes to be Unknown", || {
+        (ready_condition(&server, "n1")["status"] == "Unknown"
+            && ready_condition(&server, "n2")["status"] == "Unknown")
+            .then_some(())
+    });
+    poll_until(WAIT, "the NoExecute taints to go", || {
+        (!has_taint(&server, "n1", unreachable, "NoExecute")
+            && !has_taint(&server, "n2", unreachable, "NoExecute"))
+        .then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(7));
+    assert!(pod_exists(&server, "bare2"), "evicted in full disruption");
 }
 
 #[test]
@@ -838,35 +917,7 @@ fn cordon_uncordon_and_drain_with_and_without_a_disruption_budget() {
     let server = Server::start_with_args(FAST);
     lifecycle_node(&server, "n1");
     // Keep n1 alive for the whole test.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let renewer = {
-        let (stop, url, kubeconfig) = (
-            stop.clone(),
-            server.url().to_string(),
-            server.kubeconfig_path(),
-        );
-        std::thread::spawn(move || {
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let patch = format!(r#"{{"spec":{{"renewTime":"{}"}}}}"#, micro_now());
-                let _ = Command::new(kubectl_binary(None))
-                    .arg("--kubeconfig")
-                    .arg(&kubeconfig)
-                    .args(["--server", &url])
-                    .args([
-                        "patch",
-                        "lease",
-                        "n1",
-                        "-n",
-                        "kube-node-lease",
-                        "--type=merge",
-                        "-p",
-                        &patch,
-                    ])
-                    .output();
-                std::thread::sleep(Duration::from_millis(700));
-            }
-        })
-    };
+    let _alive = KeepAlive::start(&server, "n1");
     kubectl_ok(&server, None, &["cordon", "n1"]);
     let listed = kubectl_ok(&server, None, &["get", "node", "n1"]);
     assert!(listed.contains("SchedulingDisabled"), "{listed}");
@@ -935,6 +986,4 @@ fn cordon_uncordon_and_drain_with_and_without_a_disruption_budget() {
     assert!(out.contains("drained"), "{out}");
     assert!(!pod_exists(&server, "guarded"));
     assert!(pod_exists(&server, "ds-n1"));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    renewer.join().unwrap();
 }

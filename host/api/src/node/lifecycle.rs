@@ -17,6 +17,10 @@
 //!   (`False`: `not-ready`, `Unknown`: `unreachable`, `True`: neither), its
 //!   `NoSchedule` taints follow its conditions and `spec.unschedulable`
 //!   ([`node_taints`]).
+//! * **Disruption**: when no node is ready, or more than two and over
+//!   55% are not, the fault is likelier the control plane's network than
+//!   the nodes': no `NoExecute` taint is added (and, when none is ready,
+//!   they are taken away), as upstream's zone states do ([`disruption`]).
 //! * **Eviction**: a pod on a node with `NoExecute` taints it does not
 //!   tolerate goes at once; one that tolerates them all goes after the
 //!   least `tolerationSeconds` of the tolerations used ([`eviction`]).
@@ -209,6 +213,12 @@ impl Health {
         h
     }
 
+    /// Starts the node's grace afresh at `now` (upstream does so for every
+    /// node when the cluster leaves full disruption).
+    pub fn refresh(&mut self, now: Instant) {
+        self.probe = now;
+    }
+
     /// Whether the node was last heard of longer than `grace` before `now`.
     pub fn stale(&self, now: Instant, grace: Duration) -> bool {
         now.saturating_duration_since(self.probe) > grace
@@ -217,6 +227,55 @@ impl Health {
     /// How long until the node goes stale, from `now` (zero when it is).
     pub fn stale_in(&self, now: Instant, grace: Duration) -> Duration {
         (self.probe + grace).saturating_duration_since(now)
+    }
+}
+
+/// The cluster's disruption state (upstream's zone states, for the
+/// cluster as one zone): it decides whether `NoExecute` taints are added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disruption {
+    /// Taints follow each node's `Ready` status.
+    Normal,
+    /// More than two nodes, and at least `--unhealthy-zone-threshold`
+    /// (55%) of them, are not ready: no new `NoExecute` taints (upstream
+    /// stops evicting in such a zone of 50 nodes or fewer, and slows to
+    /// 0.01 nodes/s in a larger one).
+    Partial,
+    /// No node is ready: upstream's "master disruption mode", in which
+    /// the fault is more likely the control plane's than every node's;
+    /// `NoExecute` taints are taken away, so nothing is evicted.
+    Full,
+}
+
+/// The disruption state from the nodes' `Ready` statuses (`None`: the
+/// node has no `Ready` condition, which counts as not ready).
+pub fn disruption<'a>(ready: impl IntoIterator<Item = Option<&'a str>>) -> Disruption {
+    let (mut up, mut down) = (0usize, 0usize);
+    for r in ready {
+        if r == Some("True") {
+            up += 1;
+        } else {
+            down += 1;
+        }
+    }
+    if up == 0 && down > 0 {
+        Disruption::Full
+    } else if down > 2 && down as f64 / (up + down) as f64 >= 0.55 {
+        Disruption::Partial
+    } else {
+        Disruption::Normal
+    }
+}
+
+/// The `Ready` status [`node_taints`] should act on for `NoExecute`
+/// taints in `state`: the observed one when normal, nothing new when
+/// partially disrupted (existing taints stay), `True` (no taint) when
+/// fully disrupted.
+pub fn no_execute_basis(state: Disruption, observed: Option<&str>) -> Option<&str> {
+    match state {
+        Disruption::Normal => observed,
+        Disruption::Partial => None,
+        Disruption::Full => Some("True"),
     }
 }
 
@@ -698,6 +757,29 @@ mod tests {
         let mut fresh = node(None);
         fresh["spec"]["taints"] = json!([{"key": TAINT_UNREACHABLE, "effect": "NoExecute"}]);
         assert_eq!(node_taints(&fresh, None, now), None);
+    }
+
+    #[test]
+    fn disruption_states_as_upstream() {
+        let t = Some("True");
+        let u = Some("Unknown");
+        assert_eq!(disruption([t, u]), Disruption::Normal);
+        assert_eq!(disruption([u]), Disruption::Full);
+        assert_eq!(disruption([u, None, Some("False")]), Disruption::Full);
+        assert_eq!(disruption(Vec::<Option<&str>>::new()), Disruption::Normal);
+        // More than two not ready, and 55% or more.
+        assert_eq!(disruption([t, t, u, u, u]), Disruption::Partial);
+        assert_eq!(disruption([t, t, t, u, u, u]), Disruption::Normal);
+        assert_eq!(disruption([t, u, u]), Disruption::Normal);
+        assert_eq!(no_execute_basis(Disruption::Normal, u), u);
+        assert_eq!(no_execute_basis(Disruption::Partial, u), None);
+        assert_eq!(no_execute_basis(Disruption::Full, u), t);
+        // Fully disrupted, an unreachable node's NoExecute taint goes.
+        let mut n = node(Some("Unknown"));
+        n["spec"]["taints"] = json!([{"key": TAINT_UNREACHABLE, "effect": "NoExecute"}]);
+        let basis = no_execute_basis(Disruption::Full, ready_status(&n));
+        let t = node_taints(&n, basis, "now").unwrap();
+        assert!(t.iter().all(|t| t["effect"] != "NoExecute"), "{t:?}");
     }
 
     #[test]

@@ -14,6 +14,9 @@
 //!   `NodeNotReady` Event, and its pods' `Ready` condition set to `False`;
 //!   its `NoExecute` taint follows the `Ready` status the pass started
 //!   from, its `NoSchedule` taints its conditions and `spec.unschedulable`.
+//!   The cluster counts as one zone of upstream's disruption states: when
+//!   no node is ready no `NoExecute` taint stays (nothing is evicted), and
+//!   when more than two and 55% are not ready none is added.
 //! * Taint eviction, one key per pod: a pod bound to a node with
 //!   `NoExecute` taints it does not tolerate is deleted at once, one that
 //!   tolerates them for `tolerationSeconds` after that long (timed from
@@ -30,7 +33,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use wasm_apiserver_api::node::NODE_LEASE_NAMESPACE;
-use wasm_apiserver_api::node::lifecycle::{self, Eviction, Health};
+use wasm_apiserver_api::node::lifecycle::{self, Disruption, Eviction, Health};
 use wasm_apiserver_api::{ApiError, meta};
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
@@ -122,6 +125,8 @@ struct Lifecycle {
     known: Mutex<HashMap<String, String>>,
     /// Nodes whose pods could not all be marked not ready.
     retry: Mutex<HashSet<String>>,
+    /// Whether no node was ready at the last pass.
+    full_disruption: Mutex<bool>,
 }
 
 impl Lifecycle {
@@ -224,13 +229,37 @@ impl Reconcile for Lifecycle {
         let nodes = self.client.objects.resources.builtin("", "v1", "nodes");
         let observed = lifecycle::ready_status(&node).map(String::from);
         let stamp = now_rfc3339();
+        // The cluster's state, as one zone.
+        let state = {
+            let c = lock(&self.cache);
+            lifecycle::disruption(c.nodes.values().map(lifecycle::ready_status))
+        };
+        let was_full = {
+            let mut full = lock(&self.full_disruption);
+            std::mem::replace(&mut *full, state == Disruption::Full)
+        };
+        if was_full != (state == Disruption::Full) {
+            if was_full {
+                // Every node gets a fresh grace, as upstream.
+                tracing::info!("some nodes are ready again; leaving full disruption mode");
+                for h in lock(&self.health).values_mut() {
+                    h.refresh(now);
+                }
+            } else {
+                tracing::warn!(
+                    "no node is ready; full disruption mode: no pod is evicted until some node is ready"
+                );
+            }
+        }
+        let health = lock(&self.health).get(name).cloned().unwrap_or(health);
+        let basis = lifecycle::no_execute_basis(state, observed.as_deref()).map(String::from);
         // Taints, from the Ready status this pass started from.
-        if lifecycle::node_taints(&node, observed.as_deref(), &stamp).is_some() {
+        if lifecycle::node_taints(&node, basis.as_deref(), &stamp).is_some() {
             let out = self
                 .client
                 .update(&nodes, None, name, None, |cur| {
                     let mut new = cur.clone();
-                    if let Some(t) = lifecycle::node_taints(cur, observed.as_deref(), &stamp) {
+                    if let Some(t) = lifecycle::node_taints(cur, basis.as_deref(), &stamp) {
                         new["spec"]["taints"] = json!(t);
                     }
                     Ok(new)
@@ -485,6 +514,7 @@ pub fn spawn(
             health: Default::default(),
             known: Default::default(),
             retry: Default::default(),
+            full_disruption: Default::default(),
         });
         let eviction = Arc::new(TaintEviction {
             client: eviction_client.clone(),
