@@ -810,6 +810,10 @@ pub const CONTROLLERS: &[&str] = &[
     "service-account-controller",
     "root-ca-cert-publisher",
     "certificate-controller",
+    // The node lifecycle and taint eviction controllers (the latter uses
+    // the node controller's role upstream too).
+    "node-controller",
+    "pod-garbage-collector",
     // Ours: runs `Controller` objects (each as its own ServiceAccount); it
     // only records the Events about their failures.
     "wasm-controller-manager",
@@ -989,6 +993,21 @@ fn controller_roles() -> Vec<Value> {
             "service-account-controller" => {
                 vec![PolicyRule::new(&["create"], &[""], &["serviceaccounts"])]
             }
+            "node-controller" => vec![
+                PolicyRule::new(
+                    &["get", "list", "update", "delete", "patch"],
+                    &[""],
+                    &["nodes"],
+                ),
+                PolicyRule::new(&["patch", "update"], &[""], &["nodes/status"]),
+                PolicyRule::new(&["patch", "update"], &[""], &["pods/status"]),
+                PolicyRule::new(&["list", "get", "delete"], &[""], &["pods"]),
+            ],
+            "pod-garbage-collector" => vec![
+                PolicyRule::new(&["list", "watch", "delete"], &[""], &["pods"]),
+                PolicyRule::new(&["get", "list"], &[""], &["nodes"]),
+                PolicyRule::new(&["patch"], &[""], &["pods/status"]),
+            ],
             "policy-audit" => vec![
                 PolicyRule::new(&["get", "list", "watch"], &["*"], &["*"]),
                 PolicyRule::new(
@@ -1057,7 +1076,10 @@ fn controller_roles() -> Vec<Value> {
             }
             _ => Vec::new(),
         };
-        rules.extend(events());
+        // Upstream's pod garbage collector records no events.
+        if name != "pod-garbage-collector" {
+            rules.extend(events());
+        }
         rules
     };
     let mut out = Vec::new();

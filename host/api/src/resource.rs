@@ -84,7 +84,9 @@ pub enum Render {
     PodStatus,
     /// A service's ports as `80/TCP,443:30443/TCP`.
     ServicePorts,
-    /// A node's `Ready` condition as `Ready`, `NotReady` or `Unknown`.
+    /// A node's `Ready` condition as `Ready`, `NotReady` (`False` or
+    /// `Unknown`) or `Unknown` (no condition), then `,SchedulingDisabled`
+    /// when it is cordoned, as upstream prints nodes.
     NodeReady,
     /// A job's state from its conditions: `Complete`, `Failed`, `Suspended`, `Running`.
     JobStatus,

@@ -144,6 +144,17 @@ fn kind_fields(kind: &str) -> &'static [&'static str] {
     match kind {
         "Secret" => &["type"],
         "Namespace" => &["status.phase"],
+        // `kubectl drain` and schedulers select a node's pods.
+        "Pod" => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        "Node" => &["spec.unschedulable"],
         "Event" => &[
             "involvedObject.kind",
             "involvedObject.namespace",

@@ -233,11 +233,19 @@ fn cell(c: &Column, obj: &Value, now: DateTime<Utc>) -> Value {
                 ports.join(",")
             })
         }
-        Render::NodeReady => json!(match first(c, obj).map(|c| &c["status"]) {
-            Some(s) if s == "True" => "Ready",
-            Some(s) if s == "False" => "NotReady",
-            _ => "Unknown",
-        }),
+        Render::NodeReady => {
+            // Upstream's printNode: `Unknown` only without a condition.
+            let ready = match first(c, obj).map(|c| &c["status"]) {
+                Some(s) if s == "True" => "Ready",
+                Some(_) => "NotReady",
+                None => "Unknown",
+            };
+            json!(if obj["spec"]["unschedulable"] == true {
+                format!("{ready},SchedulingDisabled")
+            } else {
+                ready.to_string()
+            })
+        }
         Render::JobStatus => {
             let conditions = first(c, obj).and_then(Value::as_array);
             let holds = |ty: &str| {

@@ -289,6 +289,28 @@ impl Objects {
         {
             crate::admission::serviceaccount::admit(self, ns, a.name, obj).await?;
         }
+        if a.subresource.is_none() && a.info.group.is_empty() {
+            use wasm_apiserver_api::node::lifecycle;
+            if a.info.plural == "nodes"
+                && a.operation == Operation::Create
+                && self.admission_plugin_on(plugins::TAINT_NODES_BY_CONDITION)
+            {
+                lifecycle::taint_new_node(obj);
+            }
+            if a.info.plural == "pods"
+                && matches!(a.operation, Operation::Create | Operation::Update)
+                && self.admission_plugin_on(plugins::DEFAULT_TOLERATION_SECONDS)
+            {
+                let (not_ready, unreachable) =
+                    self.admission_plugins.get().map_or((300, 300), |e| {
+                        (
+                            e.not_ready_toleration_seconds,
+                            e.unreachable_toleration_seconds,
+                        )
+                    });
+                lifecycle::default_tolerations(obj, not_ready, unreachable);
+            }
+        }
         let patched = match &self.admission {
             Some(adm) => {
                 // Upstream's order: mutating admission policies, then the

@@ -58,6 +58,9 @@ pub struct ServeArgs {
     /// `certificatesigningrequest-approving-controller`,
     /// `certificatesigningrequest-signing-controller`,
     /// `bootstrap-signer-controller` (runs with `--enable-bootstrap-token-auth`),
+    /// `node-lifecycle-controller` (node `Ready` from Leases and status,
+    /// node taints), `taint-eviction-controller` (deletes pods from
+    /// `NoExecute`-tainted nodes), `pod-garbage-collector-controller`,
     /// `wasm-controllers` (runs `Controller` objects' components),
     /// `policy-audit` (checks stored objects against admission plugins and
     /// policies, writes policy reports).
@@ -79,6 +82,36 @@ pub struct ServeArgs {
     /// (`wgpolicyk8s.io/v1alpha2` PolicyReport, ClusterPolicyReport).
     #[arg(long, default_value = "openreports", value_parser = wasm_apiserver_api::report::Format::parse)]
     pub report_format: wasm_apiserver_api::report::Format,
+
+    /// How often the node lifecycle controller looks at every node
+    /// (kube-controller-manager's flag).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub node_monitor_period: Duration,
+
+    /// How long a node may go without renewing its Lease or posting its
+    /// `Ready` condition before it is marked `Unknown` (kube-controller-
+    /// manager's flag; 50 s since 1.32).
+    #[arg(long, default_value = "50s", value_parser = parse_duration)]
+    pub node_monitor_grace_period: Duration,
+
+    /// The same for a node that has not posted a `Ready` condition yet.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub node_startup_grace_period: Duration,
+
+    /// Terminated pods kept before the pod garbage collector deletes the
+    /// oldest (kube-controller-manager's flag); 0 keeps them all.
+    #[arg(long, default_value_t = 12500)]
+    pub terminated_pod_gc_threshold: usize,
+
+    /// How often the pod garbage collector looks (upstream's fixed 20 s;
+    /// this server's flag).
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pub pod_gc_period: Duration,
+
+    /// How long a node must be missing before the pod garbage collector
+    /// deletes its pods (upstream's fixed 40 s; this server's flag).
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    pub pod_gc_orphan_quarantine: Duration,
 
     /// How long a leader's Lease lasts without renewal before another
     /// replica takes over (replicas on etcd only).
@@ -271,6 +304,17 @@ pub struct ServeArgs {
     #[arg(long, value_delimiter = ',')]
     pub disable_admission_plugins: Vec<String>,
 
+    /// `DefaultTolerationSeconds`: the `tolerationSeconds` of the
+    /// `node.kubernetes.io/not-ready:NoExecute` toleration added to pods
+    /// that have none.
+    #[arg(long, default_value_t = 300)]
+    pub default_not_ready_toleration_seconds: i64,
+
+    /// `DefaultTolerationSeconds`: the same for
+    /// `node.kubernetes.io/unreachable:NoExecute`.
+    #[arg(long, default_value_t = 300)]
+    pub default_unreachable_toleration_seconds: i64,
+
     /// Static bearer tokens, CSV lines `token,user,uid,"group1,group2"`.
     #[arg(long)]
     pub token_auth_file: Option<PathBuf>,
@@ -396,6 +440,8 @@ impl ServeArgs {
             authorization_mode: "Node,RBAC".into(),
             enable_admission_plugins: Vec::new(),
             disable_admission_plugins: Vec::new(),
+            default_not_ready_toleration_seconds: 300,
+            default_unreachable_toleration_seconds: 300,
             token_auth_file: None,
             enable_bootstrap_token_auth: false,
             access_plugin_config_file: None,
@@ -414,6 +460,12 @@ impl ServeArgs {
             cluster_signing_cert_file: None,
             cluster_signing_key_file: None,
             cluster_signing_duration: Duration::from_secs(8760 * 3600),
+            node_monitor_period: Duration::from_secs(5),
+            node_monitor_grace_period: Duration::from_secs(50),
+            node_startup_grace_period: Duration::from_secs(60),
+            terminated_pod_gc_threshold: 12500,
+            pod_gc_period: Duration::from_secs(20),
+            pod_gc_orphan_quarantine: Duration::from_secs(40),
             leader_elect_lease_duration: Duration::from_secs(15),
             leader_elect_renew_deadline: Duration::from_secs(10),
             leader_elect_retry_period: Duration::from_secs(2),

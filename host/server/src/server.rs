@@ -424,12 +424,20 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     state
         .authz
         .set_modes(authz::Authorizer::parse(&args.authorization_mode).map_err(anyhow::Error::msg)?);
-    let admission_plugins = wasm_apiserver_registry::admission::plugins::Enabled::from_flags(
+    let mut admission_plugins = wasm_apiserver_registry::admission::plugins::Enabled::from_flags(
         &args.enable_admission_plugins,
         &args.disable_admission_plugins,
     )
     .map_err(anyhow::Error::msg)?;
+    admission_plugins.not_ready_toleration_seconds = args.default_not_ready_toleration_seconds;
+    admission_plugins.unreachable_toleration_seconds = args.default_unreachable_toleration_seconds;
     tracing::info!(plugins = ?admission_plugins.names(), "compiled-in admission plugins");
+    if !admission_plugins.unimplemented().is_empty() {
+        tracing::warn!(
+            plugins = ?admission_plugins.unimplemented(),
+            "--enable-admission-plugins names upstream admission plugins this server does not implement; they are accepted so the configuration starts, but they do nothing here"
+        );
+    }
     let _ = state.objects.admission_plugins.set(admission_plugins);
     authn::install_token_reviews(&state.objects, &state.authn);
     if let Some(signer) = &state.authn.service_accounts {
@@ -675,8 +683,8 @@ fn start_controllers(
     pki: &crate::tls::Pki,
 ) -> anyhow::Result<()> {
     use wasm_apiserver_registry::controllers::{
-        Client, apiservice, bootstrap, certificates, gc, hostname, leader, policy_audit,
-        serviceaccounts, wasm,
+        Client, apiservice, bootstrap, certificates, gc, hostname, leader, nodelifecycle, podgc,
+        policy_audit, serviceaccounts, wasm,
     };
     let ca_pem = &pki.ca_pem;
     let objects = &state.objects;
@@ -728,6 +736,44 @@ fn start_controllers(
     }
     if args.controller_enabled("garbage-collector-controller") {
         gc::spawn(client(gc::NAME), leadership.clone(), &state.controllers);
+    }
+    let node_lifecycle = nodelifecycle::Enabled {
+        lifecycle: args.controller_enabled(nodelifecycle::LIFECYCLE),
+        taint_eviction: args.controller_enabled(nodelifecycle::TAINT_EVICTION),
+    };
+    if node_lifecycle.lifecycle || node_lifecycle.taint_eviction {
+        // Upstream's taint eviction controller uses the node controller's
+        // identity and role.
+        let eviction = Client::with_user(
+            objects.clone(),
+            nodelifecycle::TAINT_EVICTION,
+            wasm_apiserver_registry::controllers::controller_user(nodelifecycle::NAME),
+            Some(authorize.clone()),
+        )
+        .with_audit(audit.clone());
+        nodelifecycle::spawn(
+            client(nodelifecycle::NAME),
+            eviction,
+            nodelifecycle::Timing {
+                monitor_period: args.node_monitor_period,
+                grace: args.node_monitor_grace_period,
+                startup_grace: args.node_startup_grace_period,
+            },
+            node_lifecycle,
+            leadership.clone(),
+            &state.controllers,
+        );
+    }
+    if args.controller_enabled(podgc::CONTROLLER) {
+        podgc::spawn(
+            client(podgc::NAME),
+            podgc::Config {
+                terminated_threshold: args.terminated_pod_gc_threshold,
+                period: args.pod_gc_period,
+                quarantine: args.pod_gc_orphan_quarantine,
+            },
+            leadership.clone(),
+        );
     }
     if args.controller_enabled("serviceaccount-controller")
         || args.controller_enabled("root-ca-certificate-publisher-controller")

@@ -9,10 +9,14 @@
 //! keeps a count per node of the pods that reach it: a check is two hash
 //! lookups, adding or removing a pod touches only its own references, and
 //! memory is proportional to the references of bound pods (nothing is kept
-//! for unbound pods or unreferenced objects).
+//! for unbound pods or unreferenced objects). Node names and references
+//! are interned to `u32` ids, so a pod holds ids, not strings (the
+//! `node-graph-heap` bench: 1,000 nodes and 10,000 pods in
+//! `benches/node/fixture.rs`).
 
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// The kinds of object a node can reach through its pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -24,9 +28,6 @@ pub enum Kind {
     ServiceAccount,
     ResourceClaim,
 }
-
-/// A namespaced reference.
-type Ref = (Kind, String, String);
 
 /// What one bound pod references.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -122,8 +123,9 @@ impl PodRefs {
         Some(r)
     }
 
-    fn refs(&self, ns: &str, pod: &str) -> Vec<Ref> {
-        let mut out = vec![(Kind::Pod, ns.to_string(), pod.to_string())];
+    /// The keys of what the pod reaches, its own first.
+    fn keys(&self, ns: &str, pod: &str) -> Vec<String> {
+        let mut out = vec![ref_key(Kind::Pod, ns, pod)];
         let sets = [
             (Kind::Secret, &self.secrets),
             (Kind::ConfigMap, &self.configmaps),
@@ -131,13 +133,32 @@ impl PodRefs {
             (Kind::ResourceClaim, &self.resource_claims),
         ];
         for (kind, set) in sets {
-            out.extend(set.iter().map(|n| (kind, ns.to_string(), n.clone())));
+            out.extend(set.iter().map(|n| ref_key(kind, ns, n)));
         }
         if let Some(sa) = &self.service_account {
-            out.push((Kind::ServiceAccount, ns.to_string(), sa.clone()));
+            out.push(ref_key(Kind::ServiceAccount, ns, sa));
         }
         out
     }
+}
+
+/// A namespaced reference as one string: the kind's letter, then
+/// `<namespace>/<name>` (neither may hold a `/`, so keys cannot collide).
+fn ref_key(kind: Kind, ns: &str, name: &str) -> String {
+    let tag = match kind {
+        Kind::Pod => 'p',
+        Kind::Secret => 's',
+        Kind::ConfigMap => 'c',
+        Kind::PersistentVolumeClaim => 'v',
+        Kind::ServiceAccount => 'a',
+        Kind::ResourceClaim => 'r',
+    };
+    let mut k = String::with_capacity(ns.len() + name.len() + 2);
+    k.push(tag);
+    k.push_str(ns);
+    k.push('/');
+    k.push_str(name);
+    k
 }
 
 /// What a PersistentVolume references: the claim bound to it and the
@@ -195,19 +216,78 @@ impl PvRefs {
     }
 }
 
+/// `(node id, pods of that node reaching the object)` pairs.
+type Reach = Vec<(u32, u32)>;
+
 /// Which node reaches what.
+///
+/// Names are interned: each node and each referenced object has a small
+/// id while some bound pod needs it (and is forgotten when none does), so
+/// a pod costs its own entry, its node id and one `u32` per reference, and
+/// a shared object (a Deployment's Secret) one count per node that runs
+/// its pods.
 #[derive(Debug, Default)]
 pub struct NodeGraph {
-    /// Bound pods by (namespace, name).
-    pods: HashMap<(String, String), PodRefs>,
-    /// For each referenced object, how many of each node's pods reach it.
-    reach: HashMap<Ref, HashMap<String, u32>>,
+    /// Node name → id.
+    node_ids: HashMap<Arc<str>, u32>,
+    /// By id: the name and how many bound pods the node has (`None`: free).
+    nodes: Vec<Option<(Arc<str>, u32)>>,
+    free_nodes: Vec<u32>,
+    /// Reference key ([`ref_key`]) → id.
+    ref_ids: HashMap<Arc<str>, u32>,
+    /// By id: the key, and for each node id how many of its pods reach the
+    /// object (`None`: free).
+    refs: Vec<Option<(Arc<str>, Reach)>>,
+    free_refs: Vec<u32>,
+    /// Bound pods by the id of their own reference: node id, and the ids
+    /// of what they reach (their own first).
+    pods: HashMap<u32, (u32, Box<[u32]>)>,
     /// PersistentVolumes by name.
     pvs: HashMap<String, PvRefs>,
     /// PVC (namespace, name) → the PV bound to it (`spec.volumeName`).
     pvc_volume: HashMap<(String, String), String>,
     /// Secret (namespace, name) → PVs whose source names it.
     secret_pvs: HashMap<(String, String), BTreeSet<String>>,
+}
+
+/// Takes a slot for `key` in an interned table.
+fn intern<T>(
+    ids: &mut HashMap<Arc<str>, u32>,
+    slots: &mut Vec<Option<(Arc<str>, T)>>,
+    free: &mut Vec<u32>,
+    key: &str,
+    empty: impl FnOnce() -> T,
+) -> u32 {
+    if let Some(&id) = ids.get(key) {
+        return id;
+    }
+    let key: Arc<str> = Arc::from(key);
+    let slot = Some((key.clone(), empty()));
+    let id = match free.pop() {
+        Some(id) => {
+            slots[id as usize] = slot;
+            id
+        }
+        None => {
+            slots.push(slot);
+            (slots.len() - 1) as u32
+        }
+    };
+    ids.insert(key, id);
+    id
+}
+
+/// Gives back the slot `id` of an interned table.
+fn release<T>(
+    ids: &mut HashMap<Arc<str>, u32>,
+    slots: &mut [Option<(Arc<str>, T)>],
+    free: &mut Vec<u32>,
+    id: u32,
+) {
+    if let Some((key, _)) = slots[id as usize].take() {
+        ids.remove(&key);
+        free.push(id);
+    }
 }
 
 impl NodeGraph {
@@ -222,50 +302,111 @@ impl NodeGraph {
 
     /// Records a pod (added or changed); an unbound pod is removed.
     pub fn set_pod(&mut self, ns: &str, name: &str, refs: Option<PodRefs>) {
-        let key = (ns.to_string(), name.to_string());
-        match refs {
-            Some(r) => {
-                if self.pods.get(&key) == Some(&r) {
-                    return;
-                }
-                self.delete_pod(ns, name);
-                for rf in r.refs(ns, name) {
-                    *self
-                        .reach
-                        .entry(rf)
-                        .or_default()
-                        .entry(r.node.clone())
-                        .or_default() += 1;
-                }
-                self.pods.insert(key, r);
-            }
-            None => self.delete_pod(ns, name),
+        let Some(r) = refs else {
+            return self.delete_pod(ns, name);
+        };
+        let keys = r.keys(ns, name);
+        // Unchanged (most pod events are status updates): nothing to do.
+        if let (Some(&node), Some(&own)) = (
+            self.node_ids.get(r.node.as_str()),
+            self.ref_ids.get(keys[0].as_str()),
+        ) && let Some((n, ids)) = self.pods.get(&own)
+            && *n == node
+            && ids.len() == keys.len()
+            && keys
+                .iter()
+                .zip(ids.iter())
+                .all(|(k, id)| self.ref_ids.get(k.as_str()) == Some(id))
+        {
+            return;
         }
+        self.delete_pod(ns, name);
+        let node = intern(
+            &mut self.node_ids,
+            &mut self.nodes,
+            &mut self.free_nodes,
+            &r.node,
+            || 0,
+        );
+        if let Some((_, pods)) = &mut self.nodes[node as usize] {
+            *pods += 1;
+        }
+        let mut ids = Vec::with_capacity(keys.len());
+        for k in &keys {
+            let id = intern(
+                &mut self.ref_ids,
+                &mut self.refs,
+                &mut self.free_refs,
+                k,
+                Vec::new,
+            );
+            if let Some((_, reach)) = &mut self.refs[id as usize] {
+                match reach.iter_mut().find(|(n, _)| *n == node) {
+                    Some((_, c)) => *c += 1,
+                    None => {
+                        // Most objects are reached from one node or a
+                        // few: grow by half, not double.
+                        if reach.len() == reach.capacity() {
+                            reach.reserve_exact((reach.len() / 2).max(1));
+                        }
+                        reach.push((node, 1));
+                    }
+                }
+            }
+            ids.push(id);
+        }
+        self.pods.insert(ids[0], (node, ids.into_boxed_slice()));
     }
 
     pub fn delete_pod(&mut self, ns: &str, name: &str) {
-        let Some(old) = self.pods.remove(&(ns.to_string(), name.to_string())) else {
+        let Some(&own) = self.ref_ids.get(ref_key(Kind::Pod, ns, name).as_str()) else {
             return;
         };
-        for rf in old.refs(ns, name) {
-            if let Some(nodes) = self.reach.get_mut(&rf) {
-                if let Some(n) = nodes.get_mut(&old.node) {
-                    *n -= 1;
-                    if *n == 0 {
-                        nodes.remove(&old.node);
+        let Some((node, ids)) = self.pods.remove(&own) else {
+            return;
+        };
+        for id in ids.iter().copied() {
+            let mut empty = false;
+            if let Some((_, reach)) = &mut self.refs[id as usize]
+                && let Some(i) = reach.iter().position(|(n, _)| *n == node)
+            {
+                reach[i].1 -= 1;
+                if reach[i].1 == 0 {
+                    reach.swap_remove(i);
+                    if reach.capacity() > 2 * reach.len() + 1 {
+                        reach.shrink_to_fit();
                     }
                 }
-                if nodes.is_empty() {
-                    self.reach.remove(&rf);
-                }
+                empty = reach.is_empty();
             }
+            if empty {
+                release(&mut self.ref_ids, &mut self.refs, &mut self.free_refs, id);
+            }
+        }
+        let mut gone = false;
+        if let Some((_, pods)) = &mut self.nodes[node as usize] {
+            *pods -= 1;
+            gone = *pods == 0;
+        }
+        if gone {
+            release(
+                &mut self.node_ids,
+                &mut self.nodes,
+                &mut self.free_nodes,
+                node,
+            );
         }
     }
 
     /// Forgets every pod (before a relist).
     pub fn clear_pods(&mut self) {
         self.pods.clear();
-        self.reach.clear();
+        self.ref_ids.clear();
+        self.refs.clear();
+        self.free_refs.clear();
+        self.node_ids.clear();
+        self.nodes.clear();
+        self.free_nodes.clear();
     }
 
     /// Records a PVC's bound volume (`spec.volumeName`, `None` if unbound).
@@ -314,9 +455,13 @@ impl NodeGraph {
     }
 
     fn reaches(&self, node: &str, kind: Kind, ns: &str, name: &str) -> bool {
-        self.reach
-            .get(&(kind, ns.to_string(), name.to_string()))
-            .is_some_and(|nodes| nodes.contains_key(node))
+        let Some(&node) = self.node_ids.get(node) else {
+            return false;
+        };
+        self.ref_ids
+            .get(ref_key(kind, ns, name).as_str())
+            .and_then(|&id| self.refs[id as usize].as_ref())
+            .is_some_and(|(_, reach)| reach.iter().any(|(n, _)| *n == node))
     }
 
     /// Whether a pod bound to `node` reaches the PV `name`: through the
@@ -417,7 +562,10 @@ mod tests {
         assert!(!g.has_path("a", Kind::Pod, "ns", "p"));
         g.delete_pod("ns", "q");
         assert!(!g.has_path("a", Kind::Secret, "ns", "s1"));
-        assert!(g.reach.is_empty(), "no leftovers: {:?}", g.reach);
+        assert!(
+            g.ref_ids.is_empty() && g.node_ids.is_empty() && g.pods.is_empty(),
+            "no leftovers: {g:?}"
+        );
     }
 
     #[test]

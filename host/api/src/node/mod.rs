@@ -23,6 +23,7 @@
 //! before that gate.
 
 pub mod graph;
+pub mod lifecycle;
 
 use crate::rbac::{Attributes, Decision};
 use graph::{Kind, NodeGraph};

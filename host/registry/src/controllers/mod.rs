@@ -31,6 +31,8 @@ pub mod extension_auth;
 pub mod gc;
 pub mod leader;
 pub mod node_graph;
+pub mod nodelifecycle;
+pub mod podgc;
 pub mod policy_audit;
 pub mod queue;
 pub mod serviceaccounts;

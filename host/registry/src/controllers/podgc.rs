@@ -1,0 +1,186 @@
+//! kube-controller-manager's **pod garbage collector**
+//! (`pod-garbage-collector-controller`, as the ServiceAccount
+//! `pod-garbage-collector` with upstream's role), every check period
+//! (upstream's 20 s):
+//!
+//! * terminated pods (`Succeeded`, `Failed`) beyond
+//!   `--terminated-pod-gc-threshold` are deleted, evicted ones first, then
+//!   the oldest (upstream's `gcTerminated`);
+//! * pods bound to a node that does not exist are deleted once the node
+//!   has been missing for the quarantine (upstream's 40 s) and a read of
+//!   the node still finds nothing (upstream's `gcOrphaned`): each first
+//!   gets phase `Failed` and a `DisruptionTarget` condition
+//!   (`DeletionByPodGC`), then is deleted.
+//!
+//! Upstream's two other passes are about pods stuck terminating, which
+//! here only finalizers make (pods are deleted at once, there being no
+//! kubelet to wait for), so they are not run.
+
+use super::Client;
+use super::leader::Leadership;
+use crate::options::{ListParams, Preconditions};
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+use wasm_apiserver_api::node::lifecycle;
+use wasm_apiserver_api::{ApiError, meta};
+
+/// The identity it runs as.
+pub const NAME: &str = "pod-garbage-collector";
+/// Its `--controllers` name.
+pub const CONTROLLER: &str = "pod-garbage-collector-controller";
+
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// `--terminated-pod-gc-threshold` (12500; 0 keeps every terminated pod).
+    pub terminated_threshold: usize,
+    /// How often it looks (upstream's fixed 20 s).
+    pub period: Duration,
+    /// How long a node must be missing before its pods go (upstream's fixed 40 s).
+    pub quarantine: Duration,
+}
+
+struct PodGc {
+    client: Client,
+    config: Config,
+    /// Nodes pods name that were missing, since when.
+    missing: HashMap<String, Instant>,
+}
+
+impl PodGc {
+    async fn pass(&mut self) -> Result<(), ApiError> {
+        let objects = &self.client.objects;
+        let (pods_info, nodes_info) = (
+            objects.resources.builtin("", "v1", "pods"),
+            objects.resources.builtin("", "v1", "nodes"),
+        );
+        let pods = self
+            .client
+            .list(&pods_info, None, &ListParams::default())
+            .await?
+            .items;
+        let nodes: HashSet<String> = self
+            .client
+            .list(&nodes_info, None, &ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter_map(|n| meta::name(n).map(String::from))
+            .collect();
+        // Terminated pods beyond the threshold.
+        let terminated: Vec<&Value> = pods.iter().filter(|p| lifecycle::terminated(p)).collect();
+        let mut deleted = HashSet::new();
+        for i in lifecycle::terminated_to_delete(&terminated, self.config.terminated_threshold) {
+            let pod = terminated[i];
+            if self.delete(pod, None).await {
+                deleted.insert(meta::str_field(pod, "uid").unwrap_or_default().to_string());
+            }
+        }
+        // Pods of nodes that are gone.
+        let now = Instant::now();
+        let named: HashSet<&str> = pods
+            .iter()
+            .filter_map(|p| p["spec"]["nodeName"].as_str())
+            .filter(|n| !n.is_empty() && !nodes.contains(*n))
+            .collect();
+        self.missing.retain(|n, _| named.contains(n.as_str()));
+        for n in &named {
+            self.missing.entry(n.to_string()).or_insert(now);
+        }
+        let mut gone = HashSet::new();
+        for (node, since) in &self.missing {
+            if now.duration_since(*since) < self.config.quarantine {
+                continue;
+            }
+            match self.client.get(&nodes_info, None, node).await {
+                Err(ApiError::NotFound(_)) => {
+                    gone.insert(node.clone());
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(node = %node, error = %e, "pod GC could not read node"),
+            }
+        }
+        let condition = lifecycle::disruption_target(
+            "DeletionByPodGC",
+            "PodGC: node no longer exists",
+            &chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        );
+        for pod in &pods {
+            let on_gone = pod["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| gone.contains(n));
+            if on_gone && !deleted.contains(meta::str_field(pod, "uid").unwrap_or_default()) {
+                self.delete(pod, Some(&condition)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Upstream's `markFailedAndDeletePodWithCondition`: a pod not yet
+    /// terminated is first patched to `Failed` (with `condition`), then it
+    /// is deleted. Whether it was.
+    async fn delete(&self, pod: &Value, condition: Option<&Value>) -> bool {
+        let info = self.client.objects.resources.builtin("", "v1", "pods");
+        let ns = meta::namespace(pod).unwrap_or_default();
+        let name = meta::name(pod).unwrap_or_default();
+        tracing::info!(pod = %format!("{ns}/{name}"), "pod GC is force deleting pod");
+        if !lifecycle::terminated(pod) {
+            let mut status = json!({"phase": "Failed"});
+            if let Some(c) = condition {
+                status["conditions"] = json!([c]);
+            }
+            let patched = self
+                .client
+                .patch(
+                    &info,
+                    Some(ns),
+                    name,
+                    Some("status"),
+                    wasm_apiserver_api::patch::PatchType::StrategicMerge,
+                    &json!({"status": status}),
+                )
+                .await;
+            match patched {
+                Ok(_) => {}
+                Err(ApiError::NotFound(_)) => return false,
+                Err(e) => {
+                    tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "pod GC could not mark pod failed");
+                    return false;
+                }
+            }
+        }
+        let pre = Preconditions {
+            uid: meta::str_field(pod, "uid").map(String::from),
+            ..Default::default()
+        };
+        match self.client.delete(&info, Some(ns), name, &pre).await {
+            Ok(_) => true,
+            Err(ApiError::NotFound(_)) => false,
+            Err(e) => {
+                tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "pod GC could not delete pod");
+                false
+            }
+        }
+    }
+}
+
+/// Runs the collector while this replica leads.
+pub fn spawn(client: Client, config: Config, leadership: Leadership) {
+    tokio::spawn(leadership.run_while_leading(move || {
+        let mut gc = PodGc {
+            client: client.clone(),
+            config,
+            missing: HashMap::new(),
+        };
+        async move {
+            let mut tick = tokio::time::interval(gc.config.period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = gc.pass().await {
+                    tracing::warn!(error = %e, "pod garbage collection failed");
+                }
+            }
+        }
+    }));
+}
