@@ -7,6 +7,8 @@
 #   openssl            makes the certificates of the etcd TLS test
 #   docker-registry    the OCI registry (CNCF distribution) the module-pull
 #                      tests push components to and the server pulls from
+#   apache2-utils      `htpasswd`: the bcrypt password file of the registry
+#                      that the registry-credentials tests start
 # Idempotent: installs only what is missing, and runs `apt-get update` once,
 # only when something is. Run as root (no sudo).
 set -euo pipefail
@@ -17,6 +19,7 @@ command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
+command -v htpasswd >/dev/null 2>&1 || missing+=(apache2-utils)
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0
@@ -32,6 +35,6 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 command -v protoc >/dev/null && command -v etcd >/dev/null && command -v openssl >/dev/null \
-    && command -v docker-registry >/dev/null \
+    && command -v docker-registry >/dev/null && command -v htpasswd >/dev/null \
     && [ -f /usr/include/google/protobuf/descriptor.proto ]
 

@@ -7,7 +7,8 @@
 //! metadata: {name: require-team}
 //! spec:
 //!   module: {file: require_labels.wasm}   # or {wasm: <base64>}, or {image: <OCI reference>}; sha256 optional;
-//!                                         # format: component (default) or kubewarden
+//!                                         # format: component (default) or kubewarden;
+//!                                         # pullSecret: {namespace, name} of a dockerconfigjson Secret (image only)
 //!   phases: [Validating]                  # Mutating and/or Validating
 //!   order: 0                              # run order within a phase (then name)
 //!   rules: [{operations: [CREATE, UPDATE], apiGroups: [""], apiVersions: ["*"], resources: [configmaps]}]
@@ -69,12 +70,25 @@ pub struct Module {
     /// `--insecure-plugin-registries`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// A `kubernetes.io/dockerconfigjson` Secret whose credentials pull
+    /// `image` (read by the server with its own identity when the module
+    /// is loaded; they win over `--plugin-registry-config`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_secret: Option<PullSecret>,
     /// Expected sha256 (hex) of the component; checked when given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
     /// `component` (the default) or `kubewarden`.
     #[serde(default, deserialize_with = "module_format")]
     pub format: ModuleFormat,
+}
+
+/// `spec.module.pullSecret`: the Secret holding registry credentials.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PullSecret {
+    pub namespace: String,
+    pub name: String,
 }
 
 /// Parses `spec.module.format`, naming the accepted values.

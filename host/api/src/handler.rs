@@ -119,6 +119,15 @@ impl Module {
                 ))
             }
             _ => Ok(()),
+        }?;
+        match &self.pull_secret {
+            Some(_) if self.image.is_none() => {
+                Err("spec.module.pullSecret: only with spec.module.image".into())
+            }
+            Some(p) if p.namespace.is_empty() || p.name.is_empty() => {
+                Err("spec.module.pullSecret: needs namespace and name".into())
+            }
+            _ => Ok(()),
         }
     }
 }
@@ -151,5 +160,23 @@ mod tests {
         )
         .unwrap();
         assert!(!only.does(Operation::Default));
+    }
+
+    #[test]
+    fn pull_secrets_go_with_images() {
+        let r = |module| {
+            HandlerSpec::parse(&json!({"module": module,
+            "resources": [{"group": "g", "resource": "r"}]}))
+        };
+        let ok = r(json!({"image": "r.example/m:v1",
+            "pullSecret": {"namespace": "ns", "name": "creds"}}))
+        .unwrap();
+        assert_eq!(ok.module.pull_secret.unwrap().name, "creds");
+        let e = r(json!({"file": "c.wasm", "pullSecret": {"namespace": "ns", "name": "creds"}}));
+        assert!(e.unwrap_err().contains("only with spec.module.image"));
+        let e = r(json!({"image": "r.example/m:v1", "pullSecret": {"namespace": "", "name": "x"}}));
+        assert!(e.unwrap_err().contains("needs namespace and name"));
+        let e = r(json!({"image": "r.example/m:v1", "pullSecret": {"name": "x", "key": "y"}}));
+        assert!(e.is_err());
     }
 }

@@ -188,6 +188,25 @@ pub struct ServeArgs {
     #[arg(long, value_delimiter = ',')]
     pub insecure_plugin_registries: Vec<String>,
 
+    /// CA bundle (PEM) that every registry's certificate may chain to, in
+    /// addition to the system's roots (a registry behind a private CA).
+    #[arg(long)]
+    pub plugin_registry_ca_file: Option<PathBuf>,
+
+    /// Per-registry trust in Kubewarden's `sources.yaml` form (YAML or
+    /// JSON): `insecure_sources` (plain HTTP, merged with
+    /// `--insecure-plugin-registries`) and `source_authorities` (CAs by
+    /// `host[:port]`, `type: Path` or `type: Data`).
+    #[arg(long)]
+    pub plugin_sources_file: Option<PathBuf>,
+
+    /// Registry credentials for `spec.module.image`, a docker `config.json`
+    /// (`auths` by registry: `auth`, `username`/`password`,
+    /// `identitytoken` or `registrytoken`); a module's
+    /// `spec.module.pullSecret` wins over it.
+    #[arg(long)]
+    pub plugin_registry_config: Option<PathBuf>,
+
     /// Admission plugins loaded at start (YAML `AdmissionPlugin` documents);
     /// they cannot be changed through the API, so they can guard it.
     #[arg(long)]
@@ -409,6 +428,9 @@ impl ServeArgs {
             enable_priority_and_fairness: true,
             plugin_dir: None,
             insecure_plugin_registries: Vec::new(),
+            plugin_registry_ca_file: None,
+            plugin_sources_file: None,
+            plugin_registry_config: None,
             admission_control_config_file: None,
             etcd_servers: Vec::new(),
             etcd_prefix: String::new(),

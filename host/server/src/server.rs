@@ -333,7 +333,15 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         args.plugin_dir.clone(),
         storage.clone(),
     ));
-    admission.set_insecure_registries(args.insecure_plugin_registries.clone());
+    admission.set_registries(
+        wasm_apiserver_registry::oci::Registries::from_files(
+            &args.insecure_plugin_registries,
+            args.plugin_registry_ca_file.as_deref(),
+            args.plugin_sources_file.as_deref(),
+            args.plugin_registry_config.as_deref(),
+        )
+        .map_err(anyhow::Error::msg)?,
+    );
     if let Some(path) = &args.admission_control_config_file {
         let n = controller::load_config_file(&admission, path).await?;
         tracing::info!(plugins = n, file = %path.display(), "static admission plugins loaded");

@@ -30,6 +30,7 @@ mod plugin_cli;
 mod policy_audit;
 mod policy_kit;
 mod python_client;
+mod registry_trust;
 mod resource_handlers;
 mod server_side_apply;
 mod snapshots;

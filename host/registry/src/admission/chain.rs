@@ -214,9 +214,9 @@ pub struct Admission {
     /// The reads plugins granted `contextAwareResources` make (set once by
     /// the assembly).
     cluster: std::sync::OnceLock<Arc<dyn wasm_apiserver_plugins::Cluster>>,
-    /// Registries (`host[:port]`) modules are pulled from over plain HTTP
-    /// (`--insecure-plugin-registries`).
-    insecure_registries: RwLock<Vec<String>>,
+    /// Trust and credentials of the registries `spec.module.image` is
+    /// pulled from (`--plugin-registry-*`, `--insecure-plugin-registries`).
+    registries: RwLock<Arc<crate::oci::Registries>>,
     /// Shadow counts by plugin name.
     shadow_stats: std::sync::Mutex<BTreeMap<String, Arc<super::shadow::Stats>>>,
 }
@@ -263,15 +263,49 @@ impl Admission {
             policies: Default::default(),
             shadow_stats: Default::default(),
             cluster: Default::default(),
-            insecure_registries: Default::default(),
+            registries: Default::default(),
         }
     }
 
-    /// Pull `spec.module.image` from these registries over plain HTTP.
-    pub fn set_insecure_registries(&self, registries: Vec<String>) {
-        if let Ok(mut r) = self.insecure_registries.write() {
-            *r = registries;
+    /// The registries' trust and credentials for `spec.module.image`.
+    pub fn set_registries(&self, registries: crate::oci::Registries) {
+        if let Ok(mut r) = self.registries.write() {
+            *r = Arc::new(registries);
         }
+    }
+
+    /// The credentials of `spec.module.pullSecret`, read from storage with
+    /// the server's own identity; the error names the Secret, never its
+    /// content.
+    async fn pull_secret(
+        &self,
+        p: &wasm_apiserver_api::admission::PullSecret,
+    ) -> Result<crate::oci::DockerConfig, String> {
+        let what = format!("spec.module.pullSecret {}/{}", p.namespace, p.name);
+        let kv = self
+            .storage
+            .get(&format!(
+                "/registry/core/secrets/{}/{}",
+                p.namespace, p.name
+            ))
+            .await
+            .map_err(|e| format!("{what}: reading it: {e}"))?
+            .ok_or_else(|| format!("{what}: not found"))?;
+        let secret: serde_json::Value = serde_json::from_slice(&kv.value)
+            .map_err(|_| format!("{what}: not a readable Secret"))?;
+        let kind = secret["type"].as_str().unwrap_or("Opaque");
+        if kind != "kubernetes.io/dockerconfigjson" {
+            return Err(format!(
+                "{what}: type is {kind:?}, not \"kubernetes.io/dockerconfigjson\""
+            ));
+        }
+        let data = secret["data"][".dockerconfigjson"]
+            .as_str()
+            .ok_or_else(|| format!("{what}: no .dockerconfigjson key"))?;
+        let json = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map_err(|_| format!("{what}: .dockerconfigjson is not base64"))?;
+        crate::oci::DockerConfig::parse(&json).map_err(|e| format!("{what}: {e}"))
     }
 
     /// What plugins read the cluster through.
@@ -453,12 +487,16 @@ impl Admission {
                 .map_err(|e| format!("spec.module.wasm is not valid base64: {e}"))?,
             (None, None) if module.image.is_some() => {
                 let image = module.image.as_deref().unwrap_or_default();
-                let insecure = self
-                    .insecure_registries
+                let secret = match &module.pull_secret {
+                    Some(p) => Some(self.pull_secret(p).await?),
+                    None => None,
+                };
+                let registries = self
+                    .registries
                     .read()
                     .map(|r| r.clone())
                     .unwrap_or_default();
-                crate::oci::pull(image, &insecure).await?
+                registries.pull(image, secret.as_ref()).await?
             }
             (None, Some(file)) => {
                 let dir = self
