@@ -509,6 +509,13 @@ pub fn service_port<'a>(svc: &'a Value, port: &str) -> Result<&'a Value, ApiErro
 /// `host:port` (the first one; upstream picks at random).
 pub fn service_endpoint(slices: &[Value], svc_port: &Value) -> Option<String> {
     let port_name = svc_port["name"].as_str().unwrap_or_default();
+    ready_endpoint(slices, port_name).map(|(addr, port)| join_host_port(addr, port))
+}
+
+/// The first ready endpoint address among `slices` (EndpointSlices) that
+/// has the port named `port_name` (`""` for an unnamed port), with that
+/// port's number. Shared by the service proxy and the aggregator.
+pub fn ready_endpoint<'a>(slices: &'a [Value], port_name: &str) -> Option<(&'a str, u16)> {
     for slice in slices {
         let Some(port) = slice["ports"]
             .as_array()
@@ -519,13 +526,14 @@ pub fn service_endpoint(slices: &[Value], svc_port: &Value) -> Option<String> {
         else {
             continue;
         };
-        for ep in slice["endpoints"].as_array().into_iter().flatten() {
-            if ep["conditions"]["ready"] == Value::Bool(false) {
-                continue;
-            }
-            if let Some(addr) = ep["addresses"][0].as_str() {
-                return Some(join_host_port(addr, port as u16));
-            }
+        let ready = slice["endpoints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["conditions"]["ready"].as_bool() != Some(false))
+            .find_map(|e| e["addresses"].as_array()?.first()?.as_str());
+        if let Some(addr) = ready {
+            return Some((addr, port as u16));
         }
     }
     None

@@ -187,30 +187,15 @@ async fn resolve(
             format!("cannot find endpoints for service/{name} in {ns:?}"),
         )));
     }
-    for slice in &listed.items {
-        let Some(target) = slice["ports"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["name"].as_str().unwrap_or_default() == port_name)
-            .and_then(|p| p["port"].as_u64())
-        else {
-            continue;
+    if let Some((addr, port)) =
+        wasm_apiserver_api::kubelet::ready_endpoint(&listed.items, port_name)
+    {
+        let host = if addr.contains(':') {
+            format!("[{addr}]")
+        } else {
+            addr.to_string()
         };
-        let ready = slice["endpoints"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|e| e["conditions"]["ready"].as_bool() != Some(false))
-            .find_map(|e| e["addresses"].as_array()?.first()?.as_str());
-        if let Some(addr) = ready {
-            let host = if addr.contains(':') {
-                format!("[{addr}]")
-            } else {
-                addr.to_string()
-            };
-            return Ok(Ok((host, target as u16, server_name)));
-        }
+        return Ok(Ok((host, port, server_name)));
     }
     Ok(Err(aggregator::unavailable(
         aggregator::reason::MISSING_ENDPOINTS,
