@@ -20,6 +20,7 @@
 //! log.
 
 pub mod etcd;
+pub mod node_agent;
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};

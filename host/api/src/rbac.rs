@@ -814,6 +814,9 @@ pub const CONTROLLERS: &[&str] = &[
     // the node controller's role upstream too).
     "node-controller",
     "pod-garbage-collector",
+    "endpoint-controller",
+    "endpointslice-controller",
+    "disruption-controller",
     // Ours: runs `Controller` objects (each as its own ServiceAccount); it
     // only records the Events about their failures.
     "wasm-controller-manager",
@@ -1002,6 +1005,56 @@ fn controller_roles() -> Vec<Value> {
                 PolicyRule::new(&["patch", "update"], &[""], &["nodes/status"]),
                 PolicyRule::new(&["patch", "update"], &[""], &["pods/status"]),
                 PolicyRule::new(&["list", "get", "delete"], &[""], &["pods"]),
+            ],
+            "endpoint-controller" => vec![
+                PolicyRule::new(&["get", "list", "watch"], &[""], &["services", "pods"]),
+                PolicyRule::new(
+                    &["get", "list", "create", "update", "delete"],
+                    &[""],
+                    &["endpoints"],
+                ),
+                PolicyRule::new(&["create"], &[""], &["endpoints/restricted"]),
+            ],
+            "endpointslice-controller" => vec![
+                PolicyRule::new(
+                    &["get", "list", "watch"],
+                    &[""],
+                    &["services", "pods", "nodes"],
+                ),
+                // Slices it makes name their Service with
+                // `blockOwnerDeletion`.
+                PolicyRule::new(&["update"], &[""], &["services/finalizers"]),
+                PolicyRule::new(
+                    &["get", "list", "create", "update", "delete"],
+                    &["discovery.k8s.io"],
+                    &["endpointslices"],
+                ),
+            ],
+            "disruption-controller" => vec![
+                PolicyRule::new(
+                    &["get", "list", "watch"],
+                    &["extensions", "apps"],
+                    &["deployments"],
+                ),
+                PolicyRule::new(
+                    &["get", "list", "watch"],
+                    &["apps", "extensions"],
+                    &["replicasets"],
+                ),
+                PolicyRule::new(
+                    &["get", "list", "watch"],
+                    &[""],
+                    &["replicationcontrollers"],
+                ),
+                PolicyRule::new(
+                    &["get", "list", "watch"],
+                    &["policy"],
+                    &["poddisruptionbudgets"],
+                ),
+                PolicyRule::new(&["get", "list", "watch"], &["apps"], &["statefulsets"]),
+                PolicyRule::new(&["update"], &["policy"], &["poddisruptionbudgets/status"]),
+                PolicyRule::new(&["get"], &["*"], &["*/scale"]),
+                PolicyRule::new(&["patch", "update"], &[""], &["pods/status"]),
             ],
             "pod-garbage-collector" => vec![
                 PolicyRule::new(&["list", "watch", "delete"], &[""], &["pods"]),

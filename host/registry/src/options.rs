@@ -113,6 +113,9 @@ pub struct Preconditions {
     /// `propagationPolicy` (or the legacy `orphanDependents`); `None`: the
     /// object's own GC finalizers, else the resource's default.
     pub propagation: Option<Propagation>,
+    /// `gracePeriodSeconds`: how long a resource deleted gracefully (pods)
+    /// has before it goes; `None`: the object's own default.
+    pub grace_period_seconds: Option<i64>,
 }
 
 /// What a delete does to the objects that name the deleted one in their

@@ -157,6 +157,52 @@ fn now() -> String {
     meta::timestamp(chrono::Utc::now())
 }
 
+/// What a delete does to an object already marked for deletion.
+#[derive(Debug, PartialEq)]
+enum Grace {
+    /// Its grace period runs on: the delete changes nothing.
+    Pending,
+    /// The request's shorter period moves the deletion earlier.
+    Shorten { timestamp: String, period: i64 },
+    /// No grace period (or one of 0): only finalizers can hold it.
+    Over,
+}
+
+/// Upstream's `BeforeDelete` for an object that is terminating: only a
+/// shorter grace period may be asked for; the deletion moves back by the
+/// difference, never into the past (a period that has run out becomes 1 s,
+/// so that its kubelet still makes the final delete).
+fn shorten_grace(cur: &Value, requested: Option<i64>) -> Grace {
+    let existing = cur["metadata"]["deletionGracePeriodSeconds"]
+        .as_i64()
+        .unwrap_or(0);
+    if existing <= 0 {
+        return Grace::Over;
+    }
+    let Some(mut period) = requested.map(|p| if p < 0 { 1 } else { p }) else {
+        return Grace::Pending;
+    };
+    if period >= existing {
+        return Grace::Pending;
+    }
+    let now = chrono::Utc::now();
+    let marked = meta::str_field(cur, "deletionTimestamp")
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .unwrap_or(now);
+    let mut at = marked - chrono::Duration::seconds(existing) + chrono::Duration::seconds(period);
+    if at < now {
+        at = now;
+        if period != 0 {
+            period = 1;
+        }
+    }
+    Grace::Shorten {
+        timestamp: meta::timestamp(at),
+        period,
+    }
+}
+
 /// True once nothing holds a deleted object any more.
 fn ready_to_delete(info: &Resource, obj: &Value) -> bool {
     meta::str_field(obj, "deletionTimestamp").is_some()
@@ -915,16 +961,54 @@ impl Objects {
             }
             let terminating = meta::str_field(&cur, "deletionTimestamp").is_some();
             let held = !finalizers.is_empty() || info.strategy.holds_deletion(&marked);
-            if terminating && !gc_changed {
-                return Ok(Deleted::Pending(shown));
-            }
-            if (terminating && held) || (!terminating && info.strategy.graceful_delete(&marked)) {
-                if !terminating {
-                    let m = meta::metadata_mut(&mut marked);
-                    m.insert("deletionTimestamp".into(), json!(now()));
-                    m.insert("deletionGracePeriodSeconds".into(), json!(0));
-                    info.strategy.prepare_for_delete(&mut marked);
+            // Graceful deletion (upstream's `BeforeDelete`): a period that
+            // has not run out marks the object and leaves it.
+            let mark = if terminating {
+                match shorten_grace(&cur, pre.grace_period_seconds) {
+                    Grace::Pending => return Ok(Deleted::Pending(shown)),
+                    Grace::Shorten { timestamp, period } => {
+                        let m = meta::metadata_mut(&mut marked);
+                        m.insert("deletionTimestamp".into(), json!(timestamp));
+                        m.insert("deletionGracePeriodSeconds".into(), json!(period));
+                        period > 0 || held
+                    }
+                    // Not (or no longer) graceful: finalizers decide.
+                    Grace::Over if !gc_changed => return Ok(Deleted::Pending(shown)),
+                    Grace::Over => held,
                 }
+            } else {
+                match info
+                    .strategy
+                    .grace_period(&cur, pre.grace_period_seconds)
+                    .map(|p| p.max(0))
+                {
+                    Some(period) if period > 0 || held => {
+                        let at = chrono::Utc::now() + chrono::Duration::seconds(period);
+                        let m = meta::metadata_mut(&mut marked);
+                        m.insert("deletionTimestamp".into(), json!(meta::timestamp(at)));
+                        m.insert("deletionGracePeriodSeconds".into(), json!(period));
+                        if let Some(g) = m
+                            .get("generation")
+                            .and_then(Value::as_i64)
+                            .filter(|g| *g > 0)
+                        {
+                            m.insert("generation".into(), json!(g + 1));
+                        }
+                        info.strategy.prepare_for_delete(&mut marked);
+                        true
+                    }
+                    Some(_) => false,
+                    None if info.strategy.graceful_delete(&marked) => {
+                        let m = meta::metadata_mut(&mut marked);
+                        m.insert("deletionTimestamp".into(), json!(now()));
+                        m.insert("deletionGracePeriodSeconds".into(), json!(0));
+                        info.strategy.prepare_for_delete(&mut marked);
+                        true
+                    }
+                    None => false,
+                }
+            };
+            if mark {
                 if opts.dry_run {
                     return Ok(Deleted::Pending(present(info, marked).await?));
                 }
@@ -970,7 +1054,7 @@ impl Objects {
         info: &Resource,
         ns: Option<&str>,
         p: &ListParams,
-        propagation: Option<crate::options::Propagation>,
+        pre: &Preconditions,
         opts: &WriteOptions,
     ) -> Result<ListOutcome> {
         let mut listed = self
@@ -994,7 +1078,8 @@ impl Objects {
                     obj_ns.as_deref(),
                     &name,
                     &Preconditions {
-                        propagation,
+                        propagation: pre.propagation,
+                        grace_period_seconds: pre.grace_period_seconds,
                         ..Default::default()
                     },
                     opts,
@@ -1137,4 +1222,68 @@ fn track_managed_fields(
     let now = now();
     let m = manager(info, subresource, opts, &api_version, &now);
     managed::record_update(old, new, merge_schema(info), &m);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn terminating(seconds_ahead: i64, period: i64) -> Value {
+        let at = chrono::Utc::now() + chrono::Duration::seconds(seconds_ahead);
+        json!({"metadata": {
+            "deletionTimestamp": meta::timestamp(at),
+            "deletionGracePeriodSeconds": period,
+        }})
+    }
+
+    #[test]
+    fn only_a_shorter_grace_period_changes_a_terminating_object() {
+        let cur = terminating(30, 30);
+        assert_eq!(shorten_grace(&cur, None), Grace::Pending);
+        assert_eq!(shorten_grace(&cur, Some(30)), Grace::Pending);
+        assert_eq!(shorten_grace(&cur, Some(60)), Grace::Pending);
+        match shorten_grace(&cur, Some(10)) {
+            Grace::Shorten { period, timestamp } => {
+                assert_eq!(period, 10);
+                let at = chrono::DateTime::parse_from_rfc3339(&timestamp).unwrap();
+                let ahead = at.with_timezone(&chrono::Utc) - chrono::Utc::now();
+                assert!((8..=10).contains(&ahead.num_seconds()), "{ahead:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            shorten_grace(&cur, Some(0)),
+            Grace::Shorten { period: 0, .. }
+        ));
+        // A negative period is one second.
+        assert!(matches!(
+            shorten_grace(&cur, Some(-5)),
+            Grace::Shorten { period: 1, .. }
+        ));
+    }
+
+    #[test]
+    fn a_run_out_grace_period_is_never_moved_into_the_past() {
+        // Marked 60 s ago with 30 s: asking for 5 s would land 85 s ago.
+        let cur = terminating(-30, 30);
+        match shorten_grace(&cur, Some(5)) {
+            Grace::Shorten { period, timestamp } => {
+                assert_eq!(period, 1, "still graceful, so its kubelet deletes it");
+                let at = chrono::DateTime::parse_from_rfc3339(&timestamp).unwrap();
+                assert!((chrono::Utc::now() - at.with_timezone(&chrono::Utc)).num_seconds() <= 1);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            shorten_grace(&cur, Some(0)),
+            Grace::Shorten { period: 0, .. }
+        ));
+    }
+
+    #[test]
+    fn no_grace_period_leaves_it_to_finalizers() {
+        assert_eq!(shorten_grace(&terminating(0, 0), Some(10)), Grace::Over);
+        let no_period = json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}});
+        assert_eq!(shorten_grace(&no_period, None), Grace::Over);
+    }
 }

@@ -138,6 +138,17 @@ pub trait Strategy: Send + Sync {
         !meta::finalizers(obj).is_empty()
     }
 
+    /// The grace period a delete of `obj` gets, for resources deleted
+    /// gracefully (upstream's `CheckGracefulDelete`); `requested` is the
+    /// request's `gracePeriodSeconds`. `None`: the resource has no grace
+    /// period (it goes at once unless finalizers hold it). A positive
+    /// period marks the object (`deletionTimestamp` that far ahead,
+    /// `deletionGracePeriodSeconds`) and leaves it for another actor (a
+    /// pod's kubelet) to delete with a period of 0.
+    fn grace_period(&self, _obj: &Value, _requested: Option<i64>) -> Option<i64> {
+        None
+    }
+
     /// What a delete does to dependents when the request does not say
     /// (upstream's `DefaultGarbageCollectionPolicy`).
     fn default_propagation(&self, _info: &ResourceInfo) -> crate::options::Propagation {

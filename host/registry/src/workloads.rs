@@ -339,7 +339,7 @@ fn validate_pod_spec(spec: &Value, path: &str, out: &mut Vec<Cause>) {
 }
 
 /// Whether `labels` satisfy a `LabelSelector` (or a plain label map).
-fn selects(selector: &Value, labels: &Value) -> bool {
+pub(crate) fn selects(selector: &Value, labels: &Value) -> bool {
     let label = |k: &str| labels.get(k).and_then(Value::as_str);
     let map = match selector.get("matchLabels") {
         Some(m) => m,
@@ -373,7 +373,8 @@ fn selects(selector: &Value, labels: &Value) -> bool {
     labels_match && expressions_match
 }
 
-fn selector_is_empty(selector: &Value) -> bool {
+/// Whether a selector is null or has no requirement.
+pub(crate) fn selector_is_empty(selector: &Value) -> bool {
     let empty = |v: &Value| {
         v.as_object().is_none_or(Map::is_empty) && v.as_array().is_none_or(Vec::is_empty)
     };
@@ -483,6 +484,27 @@ impl Strategy for Workloads {
             }
             _ => crate::options::Propagation::Background,
         }
+    }
+
+    /// Upstream's pod `CheckGracefulDelete`: the request's period, else
+    /// `terminationGracePeriodSeconds`; 0 for a pod no node runs (not
+    /// scheduled) or one that has finished; a negative period is 1 s.
+    fn grace_period(&self, obj: &Value, requested: Option<i64>) -> Option<i64> {
+        if self.0 != Kind::Pod {
+            return None;
+        }
+        let mut period = requested
+            .or_else(|| obj["spec"]["terminationGracePeriodSeconds"].as_i64())
+            .unwrap_or(0);
+        if obj["spec"]["nodeName"].as_str().is_none_or(str::is_empty)
+            || matches!(
+                obj["status"]["phase"].as_str(),
+                Some("Succeeded" | "Failed")
+            )
+        {
+            period = 0;
+        }
+        Some(if period < 0 { 1 } else { period })
     }
 
     fn prepare_for_create(&self, obj: &mut Value, _user: &UserInfo) {
@@ -786,11 +808,40 @@ impl crate::strategy::Creater for PodBinding {
     }
 }
 
-/// `pods/eviction`: deletes a pod unless a PodDisruptionBudget that
-/// selects it allows no disruption (429, as upstream). No controller
-/// computes budgets' status here, so a budget allows what its
-/// `status.disruptionsAllowed` says (none when unset).
+/// `pods/eviction` (upstream's eviction REST): deletes a pod unless the
+/// one PodDisruptionBudget that selects it allows no disruption (429).
+/// A pod that has finished, is pending or is already being deleted goes
+/// without a budget check; two budgets selecting the pod are an error, as
+/// upstream; a budget the disruption controller has not yet processed
+/// (`observedGeneration` behind) refuses. An eviction that a budget allows
+/// takes one of its `disruptionsAllowed` and records the pod in
+/// `disruptedPods` (a compare-and-swap write of the budget's status, so
+/// two evictions never spend the same disruption) before the pod is
+/// deleted. A pod that is not ready may go without spending one when the
+/// budget is healthy anyway (`unhealthyPodEvictionPolicy`
+/// `IfHealthyBudget`, the default) or always (`AlwaysAllow`).
 pub struct PodEviction(pub crate::store::Objects);
+
+fn too_many(message: String) -> ApiError {
+    ApiError::Custom {
+        code: 429,
+        reason: "TooManyRequests".into(),
+        message: "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+        causes: vec![Cause {
+            reason: "DisruptionBudget".into(),
+            field: String::new(),
+            message,
+        }],
+    }
+}
+
+fn pod_ready(pod: &Value) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
 
 #[async_trait::async_trait]
 impl crate::strategy::Creater for PodEviction {
@@ -802,38 +853,6 @@ impl crate::strategy::Creater for PodEviction {
         let name = req.name.unwrap_or_default();
         let pods = self.0.resources.builtin("", "v1", "pods");
         let pod = self.0.get(&pods, req.namespace, name).await?;
-        let budgets = self
-            .0
-            .resources
-            .builtin("policy", "v1", "poddisruptionbudgets");
-        let listed = self
-            .0
-            .list(&budgets, req.namespace, &Default::default())
-            .await?;
-        for pdb in &listed.items {
-            let selector = &pdb["spec"]["selector"];
-            if selector_is_empty(selector) || !selects(selector, &pod["metadata"]["labels"]) {
-                continue;
-            }
-            if pdb["status"]["disruptionsAllowed"].as_i64().unwrap_or(0) < 1 {
-                let pdb_name = meta::name(pdb).unwrap_or_default();
-                return Err(ApiError::Custom {
-                    code: 429,
-                    reason: "TooManyRequests".into(),
-                    message: "Cannot evict pod as it would violate the pod's disruption budget."
-                        .into(),
-                    causes: vec![Cause {
-                        reason: "DisruptionBudget".into(),
-                        field: String::new(),
-                        message: format!(
-                            "The disruption budget {pdb_name} needs {} healthy pods and has {} currently",
-                            pdb["status"]["desiredHealthy"].as_i64().unwrap_or(0),
-                            pdb["status"]["currentHealthy"].as_i64().unwrap_or(0)
-                        ),
-                    }],
-                });
-            }
-        }
         let mut opts = crate::options::WriteOptions::new(false, req.user.clone());
         opts.dry_run = body["deleteOptions"]["dryRun"]
             .as_array()
@@ -842,8 +861,17 @@ impl crate::strategy::Creater for PodEviction {
             uid: body["deleteOptions"]["preconditions"]["uid"]
                 .as_str()
                 .map(String::from),
+            grace_period_seconds: body["deleteOptions"]["gracePeriodSeconds"].as_i64(),
             ..Default::default()
         };
+        let ignore_budgets = matches!(
+            pod["status"]["phase"].as_str(),
+            Some("Succeeded" | "Failed" | "Pending")
+        ) || pod["metadata"]["deletionTimestamp"].is_string();
+        if !ignore_budgets {
+            self.spend_disruption(&req, &pod, name, opts.dry_run)
+                .await?;
+        }
         self.0
             .delete(&pods, req.namespace, name, &pre, &opts)
             .await?;
@@ -851,9 +879,140 @@ impl crate::strategy::Creater for PodEviction {
     }
 }
 
+impl PodEviction {
+    async fn spend_disruption(
+        &self,
+        req: &crate::strategy::CreateRequest<'_>,
+        pod: &Value,
+        name: &str,
+        dry_run: bool,
+    ) -> Result<(), ApiError> {
+        let budgets = self
+            .0
+            .resources
+            .builtin("policy", "v1", "poddisruptionbudgets");
+        let listed = self
+            .0
+            .list(&budgets, req.namespace, &Default::default())
+            .await?;
+        let matching: Vec<&Value> = listed
+            .items
+            .iter()
+            .filter(|pdb| {
+                let selector = &pdb["spec"]["selector"];
+                !selector_is_empty(selector) && selects(selector, &pod["metadata"]["labels"])
+            })
+            .collect();
+        let pdb = match matching.as_slice() {
+            [] => return Ok(()),
+            [one] => *one,
+            _ => {
+                return Err(ApiError::Internal(
+                    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+                        .into(),
+                ));
+            }
+        };
+        let pdb_name = meta::name(pdb).unwrap_or_default().to_string();
+        if !pod_ready(pod) {
+            let status = &pdb["status"];
+            let healthy = status["currentHealthy"].as_i64().unwrap_or(0);
+            let desired = status["desiredHealthy"].as_i64().unwrap_or(0);
+            let always = pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow";
+            if always || (healthy >= desired && desired > 0) {
+                return Ok(());
+            }
+        }
+        if dry_run {
+            return check_budget(pdb, &pdb_name).map(|_| ());
+        }
+        let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+        self.0
+            .guaranteed_update(
+                &budgets,
+                req.namespace,
+                &pdb_name,
+                Some("status"),
+                &crate::options::WriteOptions::new(false, crate::options::system_user("eviction")),
+                |cur| {
+                    let allowed = check_budget(cur, &pdb_name)?;
+                    let mut new = cur.clone();
+                    new["status"]["disruptionsAllowed"] = json!(allowed - 1);
+                    if !new["status"]["disruptedPods"].is_object() {
+                        new["status"]["disruptedPods"] = json!({});
+                    }
+                    new["status"]["disruptedPods"][name] = json!(now);
+                    Ok(new)
+                },
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+/// The disruptions `pdb` allows now (at least one), or why none.
+fn check_budget(pdb: &Value, pdb_name: &str) -> Result<i64, ApiError> {
+    let status = &pdb["status"];
+    if status["observedGeneration"].as_i64().unwrap_or(0)
+        < pdb["metadata"]["generation"].as_i64().unwrap_or(0)
+    {
+        return Err(too_many(format!(
+            "The disruption budget {pdb_name} is still being processed by the server."
+        )));
+    }
+    let allowed = status["disruptionsAllowed"].as_i64().unwrap_or(0);
+    if allowed < 0 {
+        return Err(ApiError::Forbidden(
+            Target::new("policy", "poddisruptionbudgets", pdb_name),
+            "pdb disruptions allowed is negative".into(),
+        ));
+    }
+    if status["disruptedPods"]
+        .as_object()
+        .is_some_and(|m| m.len() > 2000)
+    {
+        return Err(ApiError::Forbidden(
+            Target::new("policy", "poddisruptionbudgets", pdb_name),
+            "DisruptedPods map too big - too many evictions not confirmed by PDB controller".into(),
+        ));
+    }
+    if allowed == 0 {
+        return Err(too_many(format!(
+            "The disruption budget {pdb_name} needs {} healthy pods and has {} currently",
+            status["desiredHealthy"].as_i64().unwrap_or(0),
+            status["currentHealthy"].as_i64().unwrap_or(0)
+        )));
+    }
+    Ok(allowed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pods_get_upstreams_grace_period() {
+        let pods = Workloads(Kind::Pod);
+        let bound = json!({"spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 30}, "status": {"phase": "Running"}});
+        assert_eq!(pods.grace_period(&bound, None), Some(30));
+        assert_eq!(pods.grace_period(&bound, Some(5)), Some(5));
+        assert_eq!(pods.grace_period(&bound, Some(0)), Some(0));
+        assert_eq!(pods.grace_period(&bound, Some(-3)), Some(1));
+        let mut unscheduled = bound.clone();
+        unscheduled["spec"]["nodeName"] = json!("");
+        assert_eq!(pods.grace_period(&unscheduled, Some(30)), Some(0));
+        for phase in ["Succeeded", "Failed"] {
+            let mut done = bound.clone();
+            done["status"]["phase"] = json!(phase);
+            assert_eq!(pods.grace_period(&done, None), Some(0), "{phase}");
+        }
+        let no_default = json!({"spec": {"nodeName": "n1"}});
+        assert_eq!(pods.grace_period(&no_default, None), Some(0));
+        assert_eq!(
+            Workloads(Kind::Deployment).grace_period(&bound, Some(30)),
+            None
+        );
+    }
 
     #[test]
     fn pod_specs_are_defaulted_as_upstream() {

@@ -61,6 +61,9 @@ pub struct ServeArgs {
     /// `node-lifecycle-controller` (node `Ready` from Leases and status,
     /// node taints), `taint-eviction-controller` (deletes pods from
     /// `NoExecute`-tainted nodes), `pod-garbage-collector-controller`,
+    /// `endpoints-controller` and `endpointslice-controller` (a selector
+    /// Service's Endpoints and EndpointSlices from its pods),
+    /// `disruption-controller` (PodDisruptionBudgets' status),
     /// `wasm-controllers` (runs `Controller` objects' components),
     /// `policy-audit` (checks stored objects against admission plugins and
     /// policies, writes policy reports).

@@ -735,7 +735,7 @@ async fn delete_collection(call: &Call<'_>, body: Body) -> Result<Response> {
     let out = call
         .state
         .objects
-        .delete_collection(call.res, call.ns, &params, pre.propagation, &opts)
+        .delete_collection(call.res, call.ns, &params, &pre, &opts)
         .await?;
     Ok(json_response(StatusCode::OK, &list_body(call.res, out)))
 }
@@ -779,6 +779,19 @@ fn delete_options(
                 .map_err(ApiError::BadRequest)?;
         policy = doc["propagationPolicy"].as_str().map(String::from);
         orphan = doc["orphanDependents"].as_bool();
+        pre.grace_period_seconds = match &doc["gracePeriodSeconds"] {
+            Value::Null => None,
+            v => Some(v.as_i64().ok_or_else(|| {
+                ApiError::BadRequest(format!("gracePeriodSeconds: expected an integer, got {v}"))
+            })?),
+        };
+    }
+    if let Some(g) = q.get("gracePeriodSeconds") {
+        pre.grace_period_seconds = Some(g.parse().map_err(|_| {
+            ApiError::BadRequest(format!(
+                "gracePeriodSeconds: invalid value {g:?}: expected an integer"
+            ))
+        })?);
     }
     // The query's values win over the body's, as upstream decodes both
     // into one DeleteOptions with the query last.

@@ -691,8 +691,8 @@ fn start_controllers(
     pki: &crate::tls::Pki,
 ) -> anyhow::Result<()> {
     use wasm_apiserver_registry::controllers::{
-        Client, apiservice, bootstrap, certificates, gc, hostname, leader, nodelifecycle, podgc,
-        policy_audit, serviceaccounts, wasm,
+        Client, apiservice, bootstrap, certificates, disruption, endpoints, gc, hostname, leader,
+        nodelifecycle, podgc, policy_audit, serviceaccounts, wasm,
     };
     let ca_pem = &pki.ca_pem;
     let objects = &state.objects;
@@ -768,6 +768,21 @@ fn start_controllers(
                 startup_grace: args.node_startup_grace_period,
             },
             node_lifecycle,
+            leadership.clone(),
+            &state.controllers,
+        );
+    }
+    endpoints::spawn(
+        args.controller_enabled(endpoints::ENDPOINTS)
+            .then(|| client(endpoints::ENDPOINTS_SA)),
+        args.controller_enabled(endpoints::SLICES)
+            .then(|| client(endpoints::SLICES)),
+        leadership.clone(),
+        &state.controllers,
+    );
+    if args.controller_enabled(disruption::NAME) {
+        disruption::spawn(
+            client(disruption::NAME),
             leadership.clone(),
             &state.controllers,
         );

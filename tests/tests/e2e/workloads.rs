@@ -563,10 +563,34 @@ fn pods_are_bound_and_evicted_as_upstream() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(r#"nodes "node-1" not found"#), "{stderr}");
 
-    // A budget with no disruptions allowed blocks the eviction (429).
+    // A budget with no disruptions allowed blocks the eviction of a
+    // running pod (429); the disruption controller computes it.
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "patch",
+            "pod",
+            "guarded",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}"#,
+        ],
+    );
     let pdb = r#"{"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "keep"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}}"#;
     kubectl_stdin(&server, None, &["apply", "-f", "-"], pdb);
+    wasm_apiserver_e2e::poll_until(
+        std::time::Duration::from_secs(20),
+        "the budget's status",
+        || {
+            let b = get(&server, "pdb", "keep");
+            (b["status"]["observedGeneration"] == b["metadata"]["generation"]
+                && b["status"]["currentHealthy"] == 1)
+                .then_some(())
+        },
+    );
     let eviction = |pod: &str| {
         format!(
             r#"{{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {{"name": "{pod}"}}}}"#
@@ -609,11 +633,24 @@ fn pods_are_bound_and_evicted_as_upstream() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Evicted, it is deleted gracefully: bound to a node, it waits for
+    // that node's kubelet (none here) for its termination grace period.
+    let evicted = get(&server, "pod", "free");
+    assert!(
+        evicted["metadata"]["deletionTimestamp"].is_string(),
+        "{evicted}"
+    );
+    assert_eq!(evicted["metadata"]["deletionGracePeriodSeconds"], 30);
+    kubectl_ok(
+        &server,
+        None,
+        &["delete", "pod", "free", "--grace-period=0", "--force"],
+    );
     assert!(
         !kubectl(&server, None, &["get", "pod", "free"])
             .status
             .success(),
-        "evicted"
+        "force-deleted"
     );
 }
 

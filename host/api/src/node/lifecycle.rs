@@ -488,6 +488,21 @@ pub fn taint_new_node(node: &mut Value) -> bool {
     true
 }
 
+/// The taint that says a node is out of service for good.
+pub const TAINT_OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+
+/// Whether the pod garbage collector may force delete the terminating pods
+/// of `node` (upstream's `gcTerminating`): it is not `Ready` and carries
+/// the `out-of-service` taint.
+pub fn out_of_service(node: &Value) -> bool {
+    ready_status(node) != Some("True")
+        && node["spec"]["taints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["key"] == TAINT_OUT_OF_SERVICE)
+}
+
 /// Whether a pod has finished (`Succeeded` or `Failed`).
 pub fn terminated(pod: &Value) -> bool {
     matches!(
@@ -538,6 +553,19 @@ mod tests {
             ]);
         }
         n
+    }
+
+    #[test]
+    fn out_of_service_needs_the_taint_and_a_node_not_ready() {
+        let node = |ready: &str, taint: Option<&str>| {
+            json!({"spec": {"taints": taint.map(|k| vec![json!({"key": k, "effect": "NoExecute"})]).unwrap_or_default()},
+                   "status": {"conditions": [{"type": "Ready", "status": ready}]}})
+        };
+        assert!(out_of_service(&node("False", Some(TAINT_OUT_OF_SERVICE))));
+        assert!(out_of_service(&node("Unknown", Some(TAINT_OUT_OF_SERVICE))));
+        assert!(!out_of_service(&node("True", Some(TAINT_OUT_OF_SERVICE))));
+        assert!(!out_of_service(&node("False", Some("other"))));
+        assert!(!out_of_service(&node("False", None)));
     }
 
     #[test]

@@ -27,6 +27,8 @@ pub mod availability;
 pub mod background;
 pub mod bootstrap;
 pub mod certificates;
+pub mod disruption;
+pub mod endpoints;
 pub mod extension_auth;
 pub mod gc;
 pub mod leader;

@@ -12,9 +12,15 @@
 //!   gets phase `Failed` and a `DisruptionTarget` condition
 //!   (`DeletionByPodGC`), then is deleted.
 //!
-//! Upstream's two other passes are about pods stuck terminating, which
-//! here only finalizers make (pods are deleted at once, there being no
-//! kubelet to wait for), so they are not run.
+//! * pods terminating on a node that is not `Ready` and is tainted
+//!   `node.kubernetes.io/out-of-service` (its kubelet will not finish
+//!   them) are force deleted (upstream's `gcTerminating`).
+//!
+//! Every delete here is forced (a grace period of 0), as upstream's: no
+//! kubelet is left to finish a graceful one. Upstream's pass for
+//! unscheduled terminating pods is not run: a pod no node runs is deleted
+//! at once (only finalizers hold one, and a forced delete does not lift
+//! them either).
 
 use super::Client;
 use super::leader::Leadership;
@@ -59,14 +65,29 @@ impl PodGc {
             .list(&pods_info, None, &ListParams::default())
             .await?
             .items;
-        let nodes: HashSet<String> = self
+        let node_objects = self
             .client
             .list(&nodes_info, None, &ListParams::default())
             .await?
-            .items
+            .items;
+        let nodes: HashSet<String> = node_objects
             .iter()
             .filter_map(|n| meta::name(n).map(String::from))
             .collect();
+        // Terminating pods of out-of-service nodes.
+        let out_of_service: HashSet<&str> = node_objects
+            .iter()
+            .filter(|n| lifecycle::out_of_service(n))
+            .filter_map(meta::name)
+            .collect();
+        for pod in &pods {
+            let on_out_of_service = pod["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| out_of_service.contains(n));
+            if on_out_of_service && meta::str_field(pod, "deletionTimestamp").is_some() {
+                self.delete(pod, None).await;
+            }
+        }
         // Terminated pods beyond the threshold.
         let terminated: Vec<&Value> = pods.iter().filter(|p| lifecycle::terminated(p)).collect();
         let mut deleted = HashSet::new();
@@ -149,8 +170,11 @@ impl PodGc {
                 }
             }
         }
+        // A forced delete, as upstream's: no kubelet is left to finish a
+        // graceful one.
         let pre = Preconditions {
             uid: meta::str_field(pod, "uid").map(String::from),
+            grace_period_seconds: Some(0),
             ..Default::default()
         };
         match self.client.delete(&info, Some(ns), name, &pre).await {

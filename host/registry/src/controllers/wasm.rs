@@ -528,6 +528,9 @@ impl Writes for ControllerWrites {
             uid: options.uid.clone(),
             resource_version,
             propagation,
+            // The WIT's delete options carry no grace period: the
+            // resource's default.
+            grace_period_seconds: None,
         };
         self.client
             .delete(&res, ns, name, &pre)
