@@ -35,6 +35,7 @@ pub mod rbac;
 pub mod report;
 pub mod request;
 pub mod resource;
+pub mod scheduler;
 pub mod schema;
 pub mod selector;
 pub mod table;

@@ -32,6 +32,7 @@ mod policy_kit;
 mod python_client;
 mod registry_trust;
 mod resource_handlers;
+mod scheduling;
 mod server_side_apply;
 mod snapshots;
 mod storage_space;
