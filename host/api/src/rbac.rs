@@ -1398,7 +1398,11 @@ pub fn bootstrap_policy() -> Vec<Value> {
         "system:kube-scheduler",
         &[],
         vec![
-            PolicyRule::new(&["create", "patch", "update"], &["", "events.k8s.io"], &["events"]),
+            PolicyRule::new(
+                &["create", "patch", "update"],
+                &["", "events.k8s.io"],
+                &["events"],
+            ),
             PolicyRule::new(&["create"], &["coordination.k8s.io"], &["leases"]),
             PolicyRule::new(&["get", "update"], &["coordination.k8s.io"], &["leases"])
                 .names(&["kube-scheduler"]),
@@ -1410,12 +1414,24 @@ pub fn bootstrap_policy() -> Vec<Value> {
             PolicyRule::new(READ, &["apps", "extensions"], &["replicasets"]),
             PolicyRule::new(READ, &["apps"], &["statefulsets"]),
             PolicyRule::new(READ, &["policy"], &["poddisruptionbudgets"]),
-            PolicyRule::new(READ, &[""], &["persistentvolumeclaims", "persistentvolumes"]),
+            PolicyRule::new(
+                READ,
+                &[""],
+                &["persistentvolumeclaims", "persistentvolumes"],
+            ),
             PolicyRule::new(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
-            PolicyRule::new(&["create"], &["authorization.k8s.io"], &["subjectaccessreviews"]),
+            PolicyRule::new(
+                &["create"],
+                &["authorization.k8s.io"],
+                &["subjectaccessreviews"],
+            ),
             PolicyRule::new(READ, &["storage.k8s.io"], &["csinodes"]),
             PolicyRule::new(READ, &[""], &["namespaces"]),
-            PolicyRule::new(READ, &["storage.k8s.io"], &["csidrivers", "csistoragecapacities"]),
+            PolicyRule::new(
+                READ,
+                &["storage.k8s.io"],
+                &["csidrivers", "csistoragecapacities"],
+            ),
         ],
     ));
     let mut out = aggregate(&roles);
@@ -1428,7 +1444,8 @@ pub fn bootstrap_policy() -> Vec<Value> {
         json!([{"kind": "User", "apiGroup": GROUP, "name": KUBELET_CLIENT_USER}]);
     out.push(kubelet_client);
     let mut scheduler = cluster_role_binding("system:kube-scheduler", "system:kube-scheduler", &[]);
-    scheduler["subjects"] = json!([{"kind": "User", "apiGroup": GROUP, "name": "system:kube-scheduler"}]);
+    scheduler["subjects"] =
+        json!([{"kind": "User", "apiGroup": GROUP, "name": "system:kube-scheduler"}]);
     out.push(scheduler);
     out.extend(controller_roles());
     out.extend(certificate_roles());

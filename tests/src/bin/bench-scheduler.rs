@@ -36,9 +36,8 @@ impl Options {
         };
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
-            let mut value = || -> anyhow::Result<usize> {
-                Ok(args.next().context("a value")?.parse()?)
-            };
+            let mut value =
+                || -> anyhow::Result<usize> { Ok(args.next().context("a value")?.parse()?) };
             match a.as_str() {
                 "--nodes" => o.nodes = value()?,
                 "--pods" => o.pods = value()?,
@@ -191,8 +190,10 @@ async fn run(server: &Server, o: &Options) -> anyhow::Result<()> {
         all.as_secs_f64(),
     );
     println!(
-        "bound per second: {overall:.0} from the first create, {:.0} between the first and the last binding",
-        (o.pods - 1) as f64 / window
+        "bound per second: {overall:.0} from the first create, {:.0} between the first and the last binding; \
+         the last bound {:.3} s after the last create",
+        (o.pods - 1) as f64 / window,
+        all.as_secs_f64() - created.as_secs_f64(),
     );
     println!(
         "spread: {} nodes used, {min}..{max} pods per node",

@@ -57,7 +57,12 @@ fn add_node(server: &Server, name: &str, cpu: &str, labels: &[(&str, &str)], tai
         server,
         None,
         &[
-            "patch", "node", name, "--subresource=status", "--type=merge", "-p",
+            "patch",
+            "node",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
             &status.to_string(),
         ],
     );
@@ -115,14 +120,27 @@ fn pods_spread_over_two_nodes() {
             "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}),
     );
     for i in 0..6 {
-        apply(&server, &pod(&format!("web-{i}"), "100m", json!({"app": "web"}), json!({})));
+        apply(
+            &server,
+            &pod(
+                &format!("web-{i}"),
+                "100m",
+                json!({"app": "web"}),
+                json!({}),
+            ),
+        );
     }
     let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
     for i in 0..6 {
-        *per_node.entry(bound(&server, &format!("web-{i}"))).or_default() += 1;
+        *per_node
+            .entry(bound(&server, &format!("web-{i}")))
+            .or_default() += 1;
     }
     assert_eq!(per_node.len(), 2, "{per_node:?}");
-    assert!(per_node.values().all(|n| (2..=4).contains(n)), "{per_node:?}");
+    assert!(
+        per_node.values().all(|n| (2..=4).contains(n)),
+        "{per_node:?}"
+    );
     // Upstream's `Scheduled` Event, from default-scheduler.
     let node = bound(&server, "web-0");
     let ev = poll_until(WAIT, "the Scheduled event", || {
@@ -156,19 +174,34 @@ fn node_selector_and_taints_are_honoured() {
     apply(&server, &pod("plain", "100m", json!({}), json!({})));
     apply(
         &server,
-        &pod("wants-hdd", "100m", json!({}), json!({
-            "nodeSelector": {"disk": "hdd"},
-            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
-        })),
+        &pod(
+            "wants-hdd",
+            "100m",
+            json!({}),
+            json!({
+                "nodeSelector": {"disk": "hdd"},
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+            }),
+        ),
     );
     apply(
         &server,
-        &pod("wants-ssd", "100m", json!({}), json!({"nodeSelector": {"disk": "ssd"}})),
+        &pod(
+            "wants-ssd",
+            "100m",
+            json!({}),
+            json!({"nodeSelector": {"disk": "ssd"}}),
+        ),
     );
     // Untolerated taint on gpu, selector mismatch on ssd: never bound.
     apply(
         &server,
-        &pod("hdd-untolerated", "100m", json!({}), json!({"nodeSelector": {"disk": "hdd"}})),
+        &pod(
+            "hdd-untolerated",
+            "100m",
+            json!({}),
+            json!({"nodeSelector": {"disk": "hdd"}}),
+        ),
     );
     assert_eq!(bound(&server, "plain"), "ssd");
     assert_eq!(bound(&server, "wants-hdd"), "gpu");
@@ -260,7 +293,11 @@ fn pod_no_node_fits_stays_pending_until_a_node_fits() {
     });
     assert_eq!(nodes.iter().flatten().collect::<Vec<_>>(), vec!["large"]);
     // Deleting a bound pod frees its CPU: the pending one is retried.
-    kubectl_ok(&server, None, &["delete", "pod", "big", "--grace-period=0", "--force"]);
+    kubectl_ok(
+        &server,
+        None,
+        &["delete", "pod", "big", "--grace-period=0", "--force"],
+    );
     poll_until(WAIT, "the second big pod bound", || {
         let a = kubectl_json(&server, None, &["get", "pod", "big-2"]);
         let b = kubectl_json(&server, None, &["get", "pod", "big-3"]);
@@ -283,11 +320,20 @@ fn topology_spread_do_not_schedule() {
     let mut counts: BTreeMap<&str, i32> = BTreeMap::new();
     for i in 0..6 {
         let name = format!("s-{i}");
-        apply(&server, &pod(&name, "100m", json!({"app": "spread"}), spread.clone()));
+        apply(
+            &server,
+            &pod(&name, "100m", json!({"app": "spread"}), spread.clone()),
+        );
         let z = zone_of(&bound(&server, &name));
         *counts.entry(z).or_default() += 1;
-        let (z1, z2) = (counts.get("z1").copied().unwrap_or(0), counts.get("z2").copied().unwrap_or(0));
-        assert!((z1 - z2).abs() <= 1, "skew above 1 after {name}: {counts:?}");
+        let (z1, z2) = (
+            counts.get("z1").copied().unwrap_or(0),
+            counts.get("z2").copied().unwrap_or(0),
+        );
+        assert!(
+            (z1 - z2).abs() <= 1,
+            "skew above 1 after {name}: {counts:?}"
+        );
     }
     assert_eq!(counts, BTreeMap::from([("z1", 3), ("z2", 3)]));
     // A node without the zone label is never chosen for such a pod.
@@ -295,8 +341,13 @@ fn topology_spread_do_not_schedule() {
     for n in ["a", "b", "c"] {
         kubectl_ok(&server, None, &["cordon", n]);
     }
-    apply(&server, &pod("s-x", "100m", json!({"app": "spread"}), spread.clone()));
-    let cond = poll_until(WAIT, "s-x's condition", || scheduled_condition(&server, "s-x"));
+    apply(
+        &server,
+        &pod("s-x", "100m", json!({"app": "spread"}), spread.clone()),
+    );
+    let cond = poll_until(WAIT, "s-x's condition", || {
+        scheduled_condition(&server, "s-x")
+    });
     assert_eq!(
         cond["message"],
         "0/4 nodes are available: 1 node(s) didn't match pod topology spread constraints \
@@ -311,7 +362,12 @@ fn another_scheduler_s_pods_are_left_alone() {
     add_node(&server, "node-a", "4", &[], json!([]));
     apply(
         &server,
-        &pod("theirs", "100m", json!({}), json!({"schedulerName": "my-scheduler"})),
+        &pod(
+            "theirs",
+            "100m",
+            json!({}),
+            json!({"schedulerName": "my-scheduler"}),
+        ),
     );
     apply(&server, &pod("ours", "100m", json!({}), json!({})));
     assert_eq!(bound(&server, "ours"), "node-a");

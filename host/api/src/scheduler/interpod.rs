@@ -74,7 +74,10 @@ impl Plugin for InterPodAffinity {
                     }
                 }
                 if !pod.required_affinity.is_empty()
-                    && pod.required_affinity.iter().all(|t| t.matches(existing, ns))
+                    && pod
+                        .required_affinity
+                        .iter()
+                        .all(|t| t.matches(existing, ns))
                 {
                     for t in &pod.required_affinity {
                         if let Some(v) = node.labels.get(&t.topology_key) {
@@ -88,7 +91,9 @@ impl Plugin for InterPodAffinity {
                     if let Some(v) = node.labels.get(&t.topology_key)
                         && t.matches(existing, ns)
                     {
-                        *s.anti.entry((t.topology_key.clone(), v.clone())).or_default() += 1;
+                        *s.anti
+                            .entry((t.topology_key.clone(), v.clone()))
+                            .or_default() += 1;
                     }
                 }
             }
@@ -118,9 +123,9 @@ impl Plugin for InterPodAffinity {
                 }
             }
         }
-        if !pods_exist
-            && !(s.affinity.is_empty() && pod.required_affinity.iter().all(|t| t.matches(pod, ns)))
-        {
+        let first_of_group =
+            s.affinity.is_empty() && pod.required_affinity.iter().all(|t| t.matches(pod, ns));
+        if !pods_exist && !first_of_group {
             return Status::new(Code::UnschedulableAndUnresolvable, ERR_REASON_AFFINITY);
         }
         for t in &pod.required_anti_affinity {
@@ -148,7 +153,8 @@ impl Plugin for InterPodAffinity {
         _: &[&NodeInfo],
         cluster: &Cluster,
     ) -> Status {
-        let preferred = !pod.preferred_affinity.is_empty() || !pod.preferred_anti_affinity.is_empty();
+        let preferred =
+            !pod.preferred_affinity.is_empty() || !pod.preferred_anti_affinity.is_empty();
         if !preferred && cluster.nodes().iter().all(|n| n.pods_with_affinity == 0) {
             return Status::skip();
         }
@@ -274,7 +280,12 @@ mod tests {
         p["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
             json!([term("cache", ZONE_LABEL)]);
         let err = fw.schedule(&PodInfo::new(&p), &c).unwrap_err();
-        assert!(err.message().starts_with("0/2 nodes are available: 2 node(s) didn't match pod affinity rules."), "{}", err.message());
+        assert!(
+            err.message()
+                .starts_with("0/2 nodes are available: 2 node(s) didn't match pod affinity rules."),
+            "{}",
+            err.message()
+        );
         // The first pod of a group that matches its own term goes anywhere.
         let mut first = app("cache-0", "cache");
         first["spec"]["affinity"] = p["spec"]["affinity"].clone();
@@ -298,7 +309,12 @@ mod tests {
         loner["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term("web", ZONE_LABEL)]}});
         c.add_pod("b1", Arc::new(PodInfo::new(&loner)));
         for _ in 0..4 {
-            assert_eq!(fw.schedule(&PodInfo::new(&app("w", "web")), &c).unwrap().node, "a1");
+            assert_eq!(
+                fw.schedule(&PodInfo::new(&app("w", "web")), &c)
+                    .unwrap()
+                    .node,
+                "a1"
+            );
         }
         let s = {
             let info = PodInfo::new(&app("w", "web"));

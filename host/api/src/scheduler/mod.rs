@@ -99,7 +99,8 @@ impl Resources {
                 "ephemeral-storage" => r.ephemeral_storage = quantity(q, false).unwrap_or(0),
                 "pods" => r.pods = quantity(q, false).unwrap_or(0),
                 n if is_scalar(n) => {
-                    r.scalar.insert(n.to_string(), quantity(q, false).unwrap_or(0));
+                    r.scalar
+                        .insert(n.to_string(), quantity(q, false).unwrap_or(0));
                 }
                 _ => {}
             }
@@ -328,9 +329,10 @@ impl NodeSelectorTerm {
         self.expressions
             .iter()
             .all(|r| r.matches(node.labels.get(&r.key).map(String::as_str)))
-            && self.fields.iter().all(|r| {
-                r.key == "metadata.name" && r.matches(Some(node.name.as_str()))
-            })
+            && self
+                .fields
+                .iter()
+                .all(|r| r.key == "metadata.name" && r.matches(Some(node.name.as_str())))
     }
 }
 
@@ -393,7 +395,11 @@ impl AffinityTerm {
                         .get(&pod.namespace)
                         .is_some_and(|labels| s.matches(labels))
             });
-        in_ns && self.selector.as_ref().is_some_and(|s| s.matches(&pod.labels))
+        in_ns
+            && self
+                .selector
+                .as_ref()
+                .is_some_and(|s| s.matches(&pod.labels))
     }
 }
 
@@ -537,18 +543,18 @@ impl PodInfo {
                 .map(NodeSelectorTerm::parse)
                 .collect()
         });
-        let preferred_node_affinity = node_affinity
-            ["preferredDuringSchedulingIgnoredDuringExecution"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|p| {
-                (
-                    p["weight"].as_i64().unwrap_or(0),
-                    NodeSelectorTerm::parse(&p["preference"]),
-                )
-            })
-            .collect();
+        let preferred_node_affinity =
+            node_affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    (
+                        p["weight"].as_i64().unwrap_or(0),
+                        NodeSelectorTerm::parse(&p["preference"]),
+                    )
+                })
+                .collect();
         let terms = |v: &Value| -> Vec<AffinityTerm> {
             v["requiredDuringSchedulingIgnoredDuringExecution"]
                 .as_array()
@@ -677,7 +683,10 @@ impl NodeInfo {
     pub fn set_node(&mut self, node: &Value) {
         self.name = crate::meta::name(node).unwrap_or_default().to_string();
         self.labels = crate::meta::labels(node);
-        self.taints = node["spec"]["taints"].as_array().cloned().unwrap_or_default();
+        self.taints = node["spec"]["taints"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         self.unschedulable = node["spec"]["unschedulable"].as_bool().unwrap_or(false);
         let status = &node["status"];
         self.allocatable = if status["allocatable"].is_object() {
@@ -1302,7 +1311,7 @@ impl Framework {
                 ties = 1;
             } else if totals[i] == totals[best] {
                 ties += 1;
-                if self.random() % ties == 0 {
+                if self.random().is_multiple_of(ties) {
                     best = i;
                 }
             }

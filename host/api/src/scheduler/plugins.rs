@@ -84,7 +84,12 @@ impl Plugin for TaintToleration {
         let tolerations: Vec<&serde_json::Value> = pod
             .tolerations
             .iter()
-            .filter(|t| matches!(t["effect"].as_str(), None | Some("") | Some("PreferNoSchedule")))
+            .filter(|t| {
+                matches!(
+                    t["effect"].as_str(),
+                    None | Some("") | Some("PreferNoSchedule")
+                )
+            })
             .collect();
         node.taints
             .iter()
@@ -153,7 +158,8 @@ impl Plugin for NodeAffinity {
 pub struct NodePorts;
 
 /// Its reason (`ErrReason`).
-pub const ERR_REASON_NODE_PORTS: &str = "node(s) didn't have free ports for the requested pod ports";
+pub const ERR_REASON_NODE_PORTS: &str =
+    "node(s) didn't have free ports for the requested pod ports";
 
 impl Plugin for NodePorts {
     fn name(&self) -> &str {
@@ -270,7 +276,10 @@ impl Plugin for BalancedAllocation {
         let a = &node.allocatable;
         let mut fractions = Vec::with_capacity(2);
         for (requested, allocatable) in [
-            (node.requested.milli_cpu + pod.requests.milli_cpu, a.milli_cpu),
+            (
+                node.requested.milli_cpu + pod.requests.milli_cpu,
+                a.milli_cpu,
+            ),
             (node.requested.memory + pod.requests.memory, a.memory),
         ] {
             if allocatable == 0 {
@@ -314,8 +323,7 @@ mod tests {
         assert_eq!(s.code, Code::UnschedulableAndUnresolvable);
         assert_eq!(s.reasons, vec![ERR_REASON_UNSCHEDULABLE]);
         let mut p = pod("p", "", "");
-        p["spec"]["tolerations"] =
-            json!([{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}]);
+        p["spec"]["tolerations"] = json!([{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}]);
         assert!(filter(&NodeUnschedulable, &p, &n).is_success());
     }
 
@@ -327,16 +335,27 @@ mod tests {
             {"key": "soft", "value": "x", "effect": "PreferNoSchedule"},
         ]);
         let s = filter(&TaintToleration, &pod("p", "", ""), &n);
-        assert_eq!(s.reasons, vec!["node(s) had untolerated taint {dedicated: gpu}"]);
+        assert_eq!(
+            s.reasons,
+            vec!["node(s) had untolerated taint {dedicated: gpu}"]
+        );
         let mut p = pod("p", "", "");
         p["spec"]["tolerations"] = json!([{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]);
         assert!(filter(&TaintToleration, &p, &n).is_success());
         // PreferNoSchedule is never filtered; scored by count, reversed.
         let mut scores = vec![2, 0, 1];
-        TaintToleration.normalize_score(&CycleState::default(), &PodInfo::default(), &[], &mut scores);
+        TaintToleration.normalize_score(
+            &CycleState::default(),
+            &PodInfo::default(),
+            &[],
+            &mut scores,
+        );
         assert_eq!(scores, vec![0, 100, 50]);
         let info = NodeInfo::new(&n);
-        assert_eq!(TaintToleration.score(&CycleState::default(), &PodInfo::new(&p), &info), 1);
+        assert_eq!(
+            TaintToleration.score(&CycleState::default(), &PodInfo::new(&p), &info),
+            1
+        );
     }
 
     #[test]
@@ -346,7 +365,10 @@ mod tests {
         n["metadata"]["labels"]["gen"] = json!("5");
         let mut p = pod("p", "", "");
         p["spec"]["nodeSelector"] = json!({"disk": "hdd"});
-        assert_eq!(filter(&NodeAffinity, &p, &n).reasons, vec![ERR_REASON_NODE_AFFINITY]);
+        assert_eq!(
+            filter(&NodeAffinity, &p, &n).reasons,
+            vec![ERR_REASON_NODE_AFFINITY]
+        );
         p["spec"]["nodeSelector"] = json!({"disk": "ssd"});
         assert!(filter(&NodeAffinity, &p, &n).is_success());
         // Terms are ORed, expressions ANDed; Gt compares integers; an
@@ -356,7 +378,8 @@ mod tests {
             {"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["4"]}, {"key": "disk", "operator": "In", "values": ["ssd"]}]},
         ]}}});
         assert!(filter(&NodeAffinity, &p, &n).is_success());
-        p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = json!([{}]);
+        p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] =
+            json!([{}]);
         assert!(!filter(&NodeAffinity, &p, &n).is_success());
         p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] =
             json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a"]}]}]);
@@ -386,13 +409,18 @@ mod tests {
         used["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80, "hostPort": 8080}]);
         c.add_pod("a", Arc::new(PodInfo::new(&used)));
         let mut p = pod("p", "", "");
-        p["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80, "hostPort": 8080, "hostIP": "10.0.0.1"}]);
+        p["spec"]["containers"][0]["ports"] =
+            json!([{"containerPort": 80, "hostPort": 8080, "hostIP": "10.0.0.1"}]);
         let info = PodInfo::new(&p);
         let s = NodePorts.filter(&CycleState::default(), &info, &c.nodes()[0]);
         assert_eq!(s.reasons, vec![ERR_REASON_NODE_PORTS]);
         p["spec"]["containers"][0]["ports"][0]["protocol"] = json!("UDP");
         let info = PodInfo::new(&p);
-        assert!(NodePorts.filter(&CycleState::default(), &info, &c.nodes()[0]).is_success());
+        assert!(
+            NodePorts
+                .filter(&CycleState::default(), &info, &c.nodes()[0])
+                .is_success()
+        );
     }
 
     #[test]
@@ -410,7 +438,9 @@ mod tests {
         c.add_pod("b", Arc::new(PodInfo::new(&pod("x", "", ""))));
         let info = PodInfo::new(&pod("p", "", ""));
         assert_eq!(
-            NodeResourcesFit.filter(&CycleState::default(), &info, &c.nodes()[0]).reasons,
+            NodeResourcesFit
+                .filter(&CycleState::default(), &info, &c.nodes()[0])
+                .reasons,
             vec!["Too many pods"]
         );
         // Extended resources.
@@ -419,7 +449,9 @@ mod tests {
         let info = PodInfo::new(&gpu);
         let c = cluster(&[node("c", "2", "2Gi")]);
         assert_eq!(
-            NodeResourcesFit.filter(&CycleState::default(), &info, &c.nodes()[0]).reasons,
+            NodeResourcesFit
+                .filter(&CycleState::default(), &info, &c.nodes()[0])
+                .reasons,
             vec!["Insufficient example.com/gpu"]
         );
     }
@@ -429,18 +461,25 @@ mod tests {
         // Upstream's TestLeastAllocatedScoringStrategy "nothing scheduled,
         // resources requested, differently sized nodes": node1 4000m/10000,
         // node2 6000m/10000, pod 3000m/5000 → 37 and 50.
-        let mk = |name: &str, cpu: i64, mem: i64| {
-            let mut n = NodeInfo::default();
-            n.name = name.into();
-            n.allocatable.milli_cpu = cpu;
-            n.allocatable.memory = mem;
-            n.allocatable.pods = 110;
-            n
+        let mk = |name: &str, cpu: i64, mem: i64| NodeInfo {
+            name: name.into(),
+            allocatable: super::super::Resources {
+                milli_cpu: cpu,
+                memory: mem,
+                pods: 110,
+                ..Default::default()
+            },
+            ..Default::default()
         };
-        let mut p = PodInfo::default();
-        p.requests.milli_cpu = 3000;
-        p.requests.memory = 5000;
-        p.non_zero = (3000, 5000);
+        let p = PodInfo {
+            requests: super::super::Resources {
+                milli_cpu: 3000,
+                memory: 5000,
+                ..Default::default()
+            },
+            non_zero: (3000, 5000),
+            ..Default::default()
+        };
         let s = CycleState::default();
         assert_eq!(NodeResourcesFit.score(&s, &p, &mk("1", 4000, 10000)), 37);
         assert_eq!(NodeResourcesFit.score(&s, &p, &mk("2", 6000, 10000)), 50);

@@ -300,7 +300,8 @@ mod tests {
         q.add_or_update("low", 0, t);
         q.add_or_update("high", 10, t + Duration::from_millis(1));
         q.add_or_update("low2", 0, t + Duration::from_millis(2));
-        let order: Vec<&str> = std::iter::from_fn(|| q.pop(t + Duration::from_secs(1)).map(|p| p.0)).collect();
+        let order: Vec<&str> =
+            std::iter::from_fn(|| q.pop(t + Duration::from_secs(1)).map(|p| p.0)).collect();
         assert_eq!(order, vec!["high", "low", "low2"]);
     }
 

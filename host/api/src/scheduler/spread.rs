@@ -117,10 +117,13 @@ impl Plugin for PodTopologySpread {
                     count_matching(node, &c.selector, &pod.namespace);
             }
         }
-        state.write(NAME, FilterState {
-            constraints,
-            counts,
-        });
+        state.write(
+            NAME,
+            FilterState {
+                constraints,
+                counts,
+            },
+        );
         Status::success()
     }
 
@@ -214,12 +217,15 @@ impl Plugin for PodTopologySpread {
                 }
             }
         }
-        state.write(SCORE_STATE, ScoreState {
-            constraints,
-            ignored,
-            counts,
-            weights,
-        });
+        state.write(
+            SCORE_STATE,
+            ScoreState {
+                constraints,
+                ignored,
+                counts,
+                weights,
+            },
+        );
         Status::success()
     }
 
@@ -356,7 +362,10 @@ mod tests {
         c.set_node(&node("a", "100", "100Gi"));
         c.set_node(&node("b", "100", "100Gi"));
         for i in 0..3 {
-            c.add_pod("a", Arc::new(PodInfo::new(&labelled(&format!("w{i}"), "web"))));
+            c.add_pod(
+                "a",
+                Arc::new(PodInfo::new(&labelled(&format!("w{i}"), "web"))),
+            );
         }
         let mut fw = Framework::default_profile();
         let mut p = labelled("new", "web");
@@ -365,7 +374,8 @@ mod tests {
         // No constraints of its own: the system defaults spread by what
         // selects it.
         let mut info = PodInfo::new(&labelled("new", "web"));
-        info.default_spread_selector = super::super::label_selector(&json!({"matchLabels": {"app": "web"}}));
+        info.default_spread_selector =
+            super::super::label_selector(&json!({"matchLabels": {"app": "web"}}));
         for _ in 0..5 {
             assert_eq!(fw.schedule(&info, &c).unwrap().node, "b");
         }
@@ -375,12 +385,15 @@ mod tests {
     fn normalize_matches_upstream() {
         // min 2, max 8: (8 + 2 - s) * 100 / 8.
         let mut state = CycleState::default();
-        state.write(SCORE_STATE, ScoreState {
-            constraints: vec![],
-            ignored: HashSet::new(),
-            counts: vec![],
-            weights: vec![],
-        });
+        state.write(
+            SCORE_STATE,
+            ScoreState {
+                constraints: vec![],
+                ignored: HashSet::new(),
+                counts: vec![],
+                weights: vec![],
+            },
+        );
         let mut scores = vec![2, 8, 5];
         PodTopologySpread.normalize_score(&state, &PodInfo::default(), &[], &mut scores);
         assert_eq!(scores, vec![100, 25, 62]);

@@ -560,7 +560,16 @@ impl Client {
             },
             Err(e) => Err(e),
         };
-        self.audited("create", info, ns, Some(name), Some(sub), at, outcome, itself)
+        self.audited(
+            "create",
+            info,
+            ns,
+            Some(name),
+            Some(sub),
+            at,
+            outcome,
+            itself,
+        )
     }
 
     /// Reads, changes and writes (compare-and-swap, retried) an object or

@@ -11,7 +11,8 @@
 //!   selectors make upstream's default spread constraints, and the
 //!   Namespaces' labels (namespace selectors of affinity terms);
 //! * **the scheduling queue** (`scheduler::queue`): unbound pods whose
-//!   `schedulerName` is `default-scheduler` and that are not terminating;
+//!   `schedulerName` is `default-scheduler`, that are not terminating and
+//!   have no `schedulingGates`;
 //!   failed pods wait in backoff or as unschedulable until a cluster event
 //!   that could make them fit (a node added, or changed in labels, taints,
 //!   `unschedulable` or allocatable; a bound pod deleted or finished; a
@@ -162,7 +163,10 @@ impl State {
     fn pod_changed(&mut self, pod: Value, deleted: bool, now: Instant) -> bool {
         let key = pod_key(&pod);
         let uid = meta::str_field(&pod, "uid").unwrap_or_default().to_string();
-        let node = pod["spec"]["nodeName"].as_str().unwrap_or_default().to_string();
+        let node = pod["spec"]["nodeName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         let terminal = wasm_apiserver_api::node::lifecycle::terminated(&pod);
         if deleted || (!node.is_empty() && terminal) {
             // Its resources are free again.
@@ -194,16 +198,18 @@ impl State {
         let ours = pod["spec"]["schedulerName"]
             .as_str()
             .is_none_or(|s| s.is_empty() || s == NAME);
-        if !ours || pod["metadata"]["deletionTimestamp"].is_string() || terminal {
+        // A pod with scheduling gates waits for them to go (upstream's
+        // SchedulingGates PreEnqueue plugin).
+        let gated = pod["spec"]["schedulingGates"]
+            .as_array()
+            .is_some_and(|g| !g.is_empty());
+        if !ours || gated || pod["metadata"]["deletionTimestamp"].is_string() || terminal {
             self.pending.remove(&key);
             self.queue.delete(&key);
             return false;
         }
         let priority = pod["spec"]["priority"].as_i64().unwrap_or(0);
-        let changed = self
-            .pending
-            .get(&key)
-            .is_none_or(|old| updated(old, &pod));
+        let changed = self.pending.get(&key).is_none_or(|old| updated(old, &pod));
         self.pending.insert(key.clone(), pod);
         if !changed {
             // Only its status moved (our own condition, say): no reason to
@@ -325,7 +331,15 @@ impl Scheduler {
                 lock(&self.state).queue.done(&key);
                 lock(&self.last_failure).remove(&key);
                 let message = format!("Successfully assigned {}/{} to {node}", key.0, key.1);
-                record(&self.client, &pod, "Normal", "Scheduled", "Binding", &message).await;
+                record(
+                    &self.client,
+                    &pod,
+                    "Normal",
+                    "Scheduled",
+                    "Binding",
+                    &message,
+                )
+                .await;
                 // Upstream's binding sets `PodScheduled=True` in the same
                 // write; this server's binding writes only the spec, so a
                 // pod that was unschedulable has its condition turned here.
@@ -349,8 +363,15 @@ impl Scheduler {
                 self.wake.notify_one();
                 if !matches!(e, ApiError::NotFound(_)) {
                     let message = format!("Binding rejected: {e}");
-                    record(&self.client, &pod, "Warning", "FailedScheduling", "Scheduling", &message)
-                        .await;
+                    record(
+                        &self.client,
+                        &pod,
+                        "Warning",
+                        "FailedScheduling",
+                        "Scheduling",
+                        &message,
+                    )
+                    .await;
                 }
             }
         }
@@ -388,17 +409,24 @@ impl Scheduler {
         let repeat = {
             let mut last = lock(&self.last_failure);
             let now = Instant::now();
-            let repeat = last
-                .get(&key)
-                .is_some_and(|(m, at)| *m == message && now.duration_since(*at) < REPEAT_EVENT_AFTER);
+            let repeat = last.get(&key).is_some_and(|(m, at)| {
+                *m == message && now.duration_since(*at) < REPEAT_EVENT_AFTER
+            });
             if !repeat {
                 last.insert(key.clone(), (message.clone(), now));
             }
             repeat
         };
         if !repeat {
-            record(&self.client, &pod, "Warning", "FailedScheduling", "Scheduling", &message)
-                .await;
+            record(
+                &self.client,
+                &pod,
+                "Warning",
+                "FailedScheduling",
+                "Scheduling",
+                &message,
+            )
+            .await;
         }
         if scheduled_condition(&pod).is_some_and(|c| {
             c["status"] == "False" && c["reason"] == reason && c["message"] == message.as_str()
@@ -593,13 +621,19 @@ impl super::RenderMetrics for Stats {
     }
 
     fn render(&self, out: &mut String) {
-        for (result, n) in ["scheduled", "unschedulable", "error"].iter().zip(&self.attempts) {
+        for (result, n) in ["scheduled", "unschedulable", "error"]
+            .iter()
+            .zip(&self.attempts)
+        {
             out.push_str(&format!(
                 "scheduler_schedule_attempts_total{{profile=\"{NAME}\",result=\"{result}\"}} {}\n",
                 n.load(Ordering::Relaxed)
             ));
         }
-        for (queue, n) in ["active", "backoff", "unschedulable"].iter().zip(&self.pending) {
+        for (queue, n) in ["active", "backoff", "unschedulable"]
+            .iter()
+            .zip(&self.pending)
+        {
             out.push_str(&format!(
                 "scheduler_pending_pods{{queue=\"{queue}\"}} {}\n",
                 n.load(Ordering::Relaxed)
@@ -829,7 +863,14 @@ mod tests {
         dying["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
         st.pod_changed(dying, false, now);
         st.pod_changed(pod("d", "n1"), false, now);
+        let mut gated = pod("e", "");
+        gated["spec"]["schedulingGates"] = json!([{"name": "wait"}]);
+        st.pod_changed(gated.clone(), false, now);
         assert_eq!(st.queue.lengths(), (1, 0, 0));
+        gated["spec"]["schedulingGates"] = json!([]);
+        st.pod_changed(gated, false, now);
+        assert_eq!(st.queue.lengths(), (2, 0, 0));
+        st.queue.delete(&("ns".to_string(), "e".to_string()));
         assert_eq!(st.cluster.pod_count(), 1);
         // Finished pods free their node.
         let mut done = pod("d", "n1");
@@ -859,10 +900,10 @@ mod tests {
     #[test]
     fn default_selector_merges_services_and_owner() {
         let mut s = Selectors::default();
-        s.services
-            .entry("ns".into())
-            .or_default()
-            .insert("svc".into(), [("app".to_string(), "web".to_string())].into());
+        s.services.entry("ns".into()).or_default().insert(
+            "svc".into(),
+            [("app".to_string(), "web".to_string())].into(),
+        );
         s.owners.insert(
             ("ReplicaSet".into(), "ns".into(), "web-1".into()),
             sched::label_selector(&json!({"matchLabels": {"pod-template-hash": "1"}})).unwrap(),
@@ -888,7 +929,10 @@ mod tests {
         assert_eq!(p["status"]["conditions"].as_array().unwrap().len(), 1);
         set_condition(&mut p, "True", None, "t3");
         let c = &p["status"]["conditions"][0];
-        assert_eq!((c["status"].as_str(), c["lastTransitionTime"].as_str()), (Some("True"), Some("t3")));
+        assert_eq!(
+            (c["status"].as_str(), c["lastTransitionTime"].as_str()),
+            (Some("True"), Some("t3"))
+        );
         assert!(c.get("message").is_none());
     }
 }
