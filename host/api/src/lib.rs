@@ -37,6 +37,7 @@ pub mod rbac;
 pub mod report;
 pub mod request;
 pub mod resource;
+pub mod scheduler;
 pub mod schema;
 pub mod selector;
 pub mod table;

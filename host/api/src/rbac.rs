@@ -1446,6 +1446,47 @@ pub fn bootstrap_policy() -> Vec<Value> {
             ),
         ],
     ));
+    // Upstream's role for kube-scheduler (`policy.go`), bound to its user.
+    roles.push(cluster_role(
+        "system:kube-scheduler",
+        &[],
+        vec![
+            PolicyRule::new(
+                &["create", "patch", "update"],
+                &["", "events.k8s.io"],
+                &["events"],
+            ),
+            PolicyRule::new(&["create"], &["coordination.k8s.io"], &["leases"]),
+            PolicyRule::new(&["get", "update"], &["coordination.k8s.io"], &["leases"])
+                .names(&["kube-scheduler"]),
+            PolicyRule::new(READ, &[""], &["nodes"]),
+            PolicyRule::new(&["get", "list", "watch", "delete"], &[""], &["pods"]),
+            PolicyRule::new(&["create"], &[""], &["pods/binding", "bindings"]),
+            PolicyRule::new(&["patch", "update"], &[""], &["pods/status"]),
+            PolicyRule::new(READ, &[""], &["services", "replicationcontrollers"]),
+            PolicyRule::new(READ, &["apps", "extensions"], &["replicasets"]),
+            PolicyRule::new(READ, &["apps"], &["statefulsets"]),
+            PolicyRule::new(READ, &["policy"], &["poddisruptionbudgets"]),
+            PolicyRule::new(
+                READ,
+                &[""],
+                &["persistentvolumeclaims", "persistentvolumes"],
+            ),
+            PolicyRule::new(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
+            PolicyRule::new(
+                &["create"],
+                &["authorization.k8s.io"],
+                &["subjectaccessreviews"],
+            ),
+            PolicyRule::new(READ, &["storage.k8s.io"], &["csinodes"]),
+            PolicyRule::new(READ, &[""], &["namespaces"]),
+            PolicyRule::new(
+                READ,
+                &["storage.k8s.io"],
+                &["csidrivers", "csistoragecapacities"],
+            ),
+        ],
+    ));
     let mut out = aggregate(&roles);
     let mut kubelet_client = cluster_role_binding(
         "system:kube-apiserver-kubelet-client",
@@ -1455,6 +1496,10 @@ pub fn bootstrap_policy() -> Vec<Value> {
     kubelet_client["subjects"] =
         json!([{"kind": "User", "apiGroup": GROUP, "name": KUBELET_CLIENT_USER}]);
     out.push(kubelet_client);
+    let mut scheduler = cluster_role_binding("system:kube-scheduler", "system:kube-scheduler", &[]);
+    scheduler["subjects"] =
+        json!([{"kind": "User", "apiGroup": GROUP, "name": "system:kube-scheduler"}]);
+    out.push(scheduler);
     out.extend(controller_roles());
     out.extend(certificate_roles());
     out.extend([

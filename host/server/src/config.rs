@@ -70,6 +70,12 @@ pub struct ServeArgs {
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
 
+    /// Turns off the built-in scheduler (`default-scheduler`, as
+    /// kube-scheduler: binds pods without `spec.nodeName` whose
+    /// `schedulerName` is `default-scheduler`), k3s's flag.
+    #[arg(long)]
+    pub disable_scheduler: bool,
+
     /// Time between full passes of the background policy audit (objects
     /// that change are checked as they change).
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
@@ -479,6 +485,7 @@ impl ServeArgs {
             service_account_issuer: Vec::new(),
             advertise_address: None,
             controllers: vec!["*".into()],
+            disable_scheduler: false,
             audit_interval: Duration::from_secs(3600),
             audit_cpu_budget: 0.5,
             report_format: Default::default(),

@@ -692,7 +692,7 @@ fn start_controllers(
 ) -> anyhow::Result<()> {
     use wasm_apiserver_registry::controllers::{
         Client, apiservice, bootstrap, certificates, disruption, endpoints, gc, hostname, leader,
-        nodelifecycle, podgc, policy_audit, serviceaccounts, wasm,
+        nodelifecycle, podgc, policy_audit, scheduler, serviceaccounts, wasm,
     };
     let ca_pem = &pki.ca_pem;
     let objects = &state.objects;
@@ -783,6 +783,20 @@ fn start_controllers(
     if args.controller_enabled(disruption::NAME) {
         disruption::spawn(
             client(disruption::NAME),
+            leadership.clone(),
+            &state.controllers,
+        );
+    }
+    if !args.disable_scheduler {
+        scheduler::spawn(
+            Client::with_user(
+                objects.clone(),
+                scheduler::MANAGER,
+                scheduler::user(),
+                Some(authorize.clone()),
+            )
+            .with_audit(audit.clone()),
+            scheduler::Config::default(),
             leadership.clone(),
             &state.controllers,
         );

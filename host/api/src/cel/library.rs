@@ -589,6 +589,13 @@ pub struct Quantity(i128);
 
 opaque!(Quantity, "kubernetes.Quantity");
 
+impl Quantity {
+    /// The quantity as a count of nano-units.
+    pub fn nanos(self) -> i128 {
+        self.0
+    }
+}
+
 const NANO: i128 = 1_000_000_000;
 
 /// Parses a quantity as upstream's `resource.ParseQuantity` does: a signed

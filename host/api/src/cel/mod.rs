@@ -49,7 +49,7 @@ mod structs;
 
 pub(crate) use structs::children;
 
-pub use library::parse_quantity;
+pub use library::{Quantity, parse_quantity};
 
 use crate::error::Cause;
 use cel::{Context, Env, Program};

@@ -37,6 +37,7 @@ pub mod nodelifecycle;
 pub mod podgc;
 pub mod policy_audit;
 pub mod queue;
+pub mod scheduler;
 pub mod serviceaccounts;
 pub mod wasm;
 
@@ -524,6 +525,49 @@ impl Client {
             ns,
             name.as_deref(),
             None,
+            at,
+            outcome,
+            itself,
+        )
+    }
+
+    /// Creates a computed subresource of object `name` (`pods/binding`):
+    /// `create` on `<plural>/<sub>` as RBAC sees it, answered by the
+    /// resource's REST object for it.
+    pub async fn create_subresource(
+        &self,
+        info: &Resource,
+        ns: Option<&str>,
+        name: &str,
+        sub: &str,
+        body: Value,
+    ) -> Result<Value> {
+        let at = chrono::Utc::now();
+        let outcome = match self.check("create", info, ns, Some(name), Some(sub)) {
+            Ok(()) => match info.subresource_creaters.get(sub) {
+                Some(creater) => {
+                    let req = crate::strategy::CreateRequest {
+                        info: &info.info,
+                        namespace: ns,
+                        name: Some(name),
+                        user: &self.user,
+                    };
+                    creater.create(req, body).await
+                }
+                None => Err(ApiError::NotFound(Target::new(
+                    &info.group,
+                    &format!("{}/{sub}", info.plural),
+                    name,
+                ))),
+            },
+            Err(e) => Err(e),
+        };
+        self.audited(
+            "create",
+            info,
+            ns,
+            Some(name),
+            Some(sub),
             at,
             outcome,
             itself,
