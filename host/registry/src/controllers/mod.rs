@@ -27,8 +27,10 @@ pub mod availability;
 pub mod background;
 pub mod bootstrap;
 pub mod certificates;
+pub mod cronjob;
 pub mod extension_auth;
 pub mod gc;
+pub mod job;
 pub mod leader;
 pub mod node_graph;
 pub mod nodelifecycle;
@@ -36,6 +38,7 @@ pub mod podgc;
 pub mod policy_audit;
 pub mod queue;
 pub mod serviceaccounts;
+pub mod ttlafterfinished;
 pub mod wasm;
 
 use crate::options::{Deleted, ListOutcome, ListParams, Preconditions, WriteOptions};
