@@ -452,11 +452,18 @@ mod tests {
             Some(at("2024-01-11T00:00:00Z"))
         );
         // Spring forward: 02:30 does not exist on 2024-03-10 in New York;
-        // the day's run is at 03:30 EDT (07:30 UTC) as Go's time.Date puts it.
+        // as robfig's walk (its "2012-03-11 … 0 30 2 11 Mar ?" case), that
+        // day has no run and the next is 02:30 EDT the day after.
         let s = parse("30 2 * * *", ny).unwrap();
         assert_eq!(
             s.next(at("2024-03-10T05:00:00Z")),
-            Some(at("2024-03-10T07:30:00Z"))
+            Some(at("2024-03-11T06:30:00Z"))
+        );
+        // Fall back: 01:30 happens twice on 2024-11-03; the first counts.
+        let s = parse("30 1 * * *", ny).unwrap();
+        assert_eq!(
+            s.next(at("2024-11-03T04:00:00Z")),
+            Some(at("2024-11-03T05:30:00Z"))
         );
         assert!(parse("TZ=Nowhere/City * * * * *", Tz::UTC).is_err());
     }

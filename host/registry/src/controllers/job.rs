@@ -658,7 +658,7 @@ impl JobController {
     ) -> (i64, Option<ApiError>) {
         let job = s.job.clone();
         let key = s.key.clone();
-        let mut active = active_pods.len() as i64;
+        let active = active_pods.len() as i64;
         if batch::suspended(&job) {
             let mut order = active_pods.to_vec();
             order.sort_by(|a, b| batch::remove_order(a, b));
