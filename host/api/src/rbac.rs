@@ -1027,7 +1027,9 @@ fn controller_roles() -> Vec<Value> {
                     &["cronjobs"],
                 ),
                 PolicyRule::new(
-                    &["get", "list", "watch", "create", "update", "delete", "patch"],
+                    &[
+                        "get", "list", "watch", "create", "update", "delete", "patch",
+                    ],
                     &["batch"],
                     &["jobs"],
                 ),

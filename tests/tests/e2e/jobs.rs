@@ -62,14 +62,23 @@ fn jobs_of(server: &Server, cronjob: &str) -> Vec<Value> {
         .filter(|j| {
             j["metadata"]["ownerReferences"]
                 .as_array()
-                .is_some_and(|r| r.iter().any(|r| r["kind"] == "CronJob" && r["name"] == cronjob))
+                .is_some_and(|r| {
+                    r.iter()
+                        .any(|r| r["kind"] == "CronJob" && r["name"] == cronjob)
+                })
         })
         .collect()
 }
 
 /// A CronJob firing every minute; `extra_spec` goes in its spec,
 /// `pod_annotations` and `pod_spec` in its pods'.
-fn cronjob(name: &str, policy: &str, extra_spec: &str, pod_annotations: &str, pod_spec: &str) -> String {
+fn cronjob(
+    name: &str,
+    policy: &str,
+    extra_spec: &str,
+    pod_annotations: &str,
+    pod_spec: &str,
+) -> String {
     format!(
         r#"{{"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {{"name": "{name}"}},
   "spec": {{"schedule": "* * * * *", "concurrencyPolicy": "{policy}", {extra_spec}
@@ -103,10 +112,21 @@ fn suspended_job_makes_no_pods_until_resumed() {
     kubectl_ok(
         &server,
         None,
-        &["patch", "job", "later", "--type=merge", "-p", r#"{"spec":{"suspend":false}}"#],
+        &[
+            "patch",
+            "job",
+            "later",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"suspend":false}}"#,
+        ],
     );
     let pods = poll_until(WAIT, "two pods after resuming", || {
-        let pods = items(&kubectl_json(&server, None, &["get", "pods", "-l", "job-name=later"]));
+        let pods = items(&kubectl_json(
+            &server,
+            None,
+            &["get", "pods", "-l", "job-name=later"],
+        ));
         (pods.len() == 2).then_some(pods)
     });
     for p in &pods {
@@ -115,7 +135,10 @@ fn suspended_job_makes_no_pods_until_resumed() {
             "{p}"
         );
         let owner = &p["metadata"]["ownerReferences"][0];
-        assert_eq!((owner["kind"].as_str(), owner["controller"].as_bool()), (Some("Job"), Some(true)));
+        assert_eq!(
+            (owner["kind"].as_str(), owner["controller"].as_bool()),
+            (Some("Job"), Some(true))
+        );
         assert!(p["metadata"]["generateName"] == "later-", "{p}");
     }
     let job = poll_until(WAIT, "Suspended=False and active=2", || {
@@ -124,26 +147,45 @@ fn suspended_job_makes_no_pods_until_resumed() {
             .as_array()
             .into_iter()
             .flatten()
-            .any(|c| c["type"] == "Suspended" && c["status"] == "False" && c["reason"] == "JobResumed");
+            .any(|c| {
+                c["type"] == "Suspended" && c["status"] == "False" && c["reason"] == "JobResumed"
+            });
         (resumed && job["status"]["active"] == 2).then_some(job)
     });
     assert!(job["status"]["startTime"].is_string(), "{job}");
     let reasons = event_reasons(&server, "later");
     assert!(reasons.contains(&"Resumed".to_string()), "{reasons:?}");
-    assert!(reasons.contains(&"SuccessfulCreate".to_string()), "{reasons:?}");
+    assert!(
+        reasons.contains(&"SuccessfulCreate".to_string()),
+        "{reasons:?}"
+    );
 
     // Suspending again deletes the pods (their finalizers removed first).
     kubectl_ok(
         &server,
         None,
-        &["patch", "job", "later", "--type=merge", "-p", r#"{"spec":{"suspend":true}}"#],
+        &[
+            "patch",
+            "job",
+            "later",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"suspend":true}}"#,
+        ],
     );
     poll_until(WAIT, "the pods deleted on suspension", || {
-        let pods = items(&kubectl_json(&server, None, &["get", "pods", "-l", "job-name=later"]));
+        let pods = items(&kubectl_json(
+            &server,
+            None,
+            &["get", "pods", "-l", "job-name=later"],
+        ));
         pods.is_empty().then_some(())
     });
     let reasons = event_reasons(&server, "later");
-    assert!(reasons.contains(&"SuccessfulDelete".to_string()), "{reasons:?}");
+    assert!(
+        reasons.contains(&"SuccessfulDelete".to_string()),
+        "{reasons:?}"
+    );
 }
 
 #[test]
@@ -159,22 +201,38 @@ fn active_deadline_fails_the_job() {
     let out = kubectl(
         &server,
         None,
-        &["wait", "--for=condition=failed", "job/slow", "--timeout=60s"],
+        &[
+            "wait",
+            "--for=condition=failed",
+            "job/slow",
+            "--timeout=60s",
+        ],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let job = kubectl_json(&server, None, &["get", "job", "slow"]);
     let failed = condition(&job, "Failed").unwrap();
     assert_eq!(failed["reason"], "DeadlineExceeded");
-    assert_eq!(failed["message"], "Job was active longer than specified deadline");
+    assert_eq!(
+        failed["message"],
+        "Job was active longer than specified deadline"
+    );
     let target = condition(&job, "FailureTarget").expect("the interim FailureTarget condition");
     assert_eq!(target["reason"], "DeadlineExceeded");
     // Its pod was deleted and counted as failed.
     assert_eq!(job["status"]["failed"], 1, "{job}");
     assert!(job["status"]["active"].is_null(), "{job}");
     poll_until(WAIT, "the pod gone", || {
-        items(&kubectl_json(&server, None, &["get", "pods", "-l", "job-name=slow"]))
-            .is_empty()
-            .then_some(())
+        items(&kubectl_json(
+            &server,
+            None,
+            &["get", "pods", "-l", "job-name=slow"],
+        ))
+        .is_empty()
+        .then_some(())
     });
     assert!(event_reasons(&server, "slow").contains(&"DeadlineExceeded".to_string()));
 }
@@ -189,7 +247,11 @@ fn cronjob_forbid_keeps_one_job_and_create_job_from_cronjob() {
         (jobs.len() == 1).then(|| jobs[0].clone())
     });
     let name = first["metadata"]["name"].as_str().unwrap().to_string();
-    let minutes: i64 = name.strip_prefix("tick-").unwrap().parse().expect("minutes since epoch");
+    let minutes: i64 = name
+        .strip_prefix("tick-")
+        .unwrap()
+        .parse()
+        .expect("minutes since epoch");
     assert!(minutes > 28_000_000, "{name}");
     let stamp = first["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"]
         .as_str()
@@ -204,13 +266,26 @@ fn cronjob_forbid_keeps_one_job_and_create_job_from_cronjob() {
     assert_eq!(cj["status"]["active"][0]["name"], name.as_str(), "{cj}");
     assert!(cj["status"]["lastScheduleTime"].is_string(), "{cj}");
     let reasons = event_reasons(&server, "tick");
-    assert!(reasons.contains(&"SuccessfulCreate".to_string()), "{reasons:?}");
-    assert!(reasons.contains(&"JobAlreadyActive".to_string()), "{reasons:?}");
+    assert!(
+        reasons.contains(&"SuccessfulCreate".to_string()),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&"JobAlreadyActive".to_string()),
+        "{reasons:?}"
+    );
 
     // kubectl's own Job from the CronJob's template.
-    kubectl_ok(&server, None, &["create", "job", "manual", "--from=cronjob/tick"]);
+    kubectl_ok(
+        &server,
+        None,
+        &["create", "job", "manual", "--from=cronjob/tick"],
+    );
     let manual = kubectl_json(&server, None, &["get", "job", "manual"]);
-    assert_eq!(manual["metadata"]["annotations"]["cronjob.kubernetes.io/instantiate"], "manual");
+    assert_eq!(
+        manual["metadata"]["annotations"]["cronjob.kubernetes.io/instantiate"],
+        "manual"
+    );
     assert_eq!(manual["metadata"]["ownerReferences"][0]["name"], "tick");
     // The controller notices a Job it did not create.
     poll_until(WAIT, "UnexpectedJob", || {
@@ -222,9 +297,20 @@ fn cronjob_forbid_keeps_one_job_and_create_job_from_cronjob() {
     kubectl_ok(
         &server,
         None,
-        &["patch", "cronjob", "tick", "--type=merge", "-p", r#"{"spec":{"suspend":true}}"#],
+        &[
+            "patch",
+            "cronjob",
+            "tick",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"suspend":true}}"#,
+        ],
     );
-    kubectl_ok(&server, None, &["delete", "job", &name, "manual", "--wait=false"]);
+    kubectl_ok(
+        &server,
+        None,
+        &["delete", "job", &name, "manual", "--wait=false"],
+    );
     std::thread::sleep(Duration::from_secs(3));
     assert!(jobs_of(&server, "tick").is_empty());
 }
@@ -249,9 +335,17 @@ fn cronjob_replace_deletes_the_running_job() {
     });
     assert_eq!(seen.len(), 1, "{seen:?}");
     let reasons = event_reasons(&server, "swap");
-    assert!(reasons.contains(&"SuccessfulDelete".to_string()), "{reasons:?}");
+    assert!(
+        reasons.contains(&"SuccessfulDelete".to_string()),
+        "{reasons:?}"
+    );
     let cj = kubectl_json(&server, None, &["get", "cronjob", "swap"]);
-    assert!(cj["status"]["active"].as_array().is_some_and(|a| a.len() == 1), "{cj}");
+    assert!(
+        cj["status"]["active"]
+            .as_array()
+            .is_some_and(|a| a.len() == 1),
+        "{cj}"
+    );
 }
 
 #[test]
@@ -260,7 +354,13 @@ fn cronjob_schedules_and_time_zones_are_validated() {
     let out = kubectl(
         &server,
         None,
-        &["create", "cronjob", "bad", "--image=busybox", "--schedule=61 * * * *"],
+        &[
+            "create",
+            "cronjob",
+            "bad",
+            "--image=busybox",
+            "--schedule=61 * * * *",
+        ],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());

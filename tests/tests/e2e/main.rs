@@ -17,6 +17,7 @@ mod discovery_apis;
 mod disk_full;
 mod etcd_replicas;
 mod flowcontrol;
+mod jobs;
 mod kube_rs;
 mod kube_rs_crd;
 mod kubectl;

@@ -86,9 +86,9 @@ const DOW: Bounds = Bounds {
 };
 
 fn parse_int(s: &str) -> Result<u32, String> {
-    let n: i64 = s
-        .parse()
-        .map_err(|_| format!("failed to parse int from {s}: strconv.Atoi: parsing {s:?}: invalid syntax"))?;
+    let n: i64 = s.parse().map_err(|_| {
+        format!("failed to parse int from {s}: strconv.Atoi: parsing {s:?}: invalid syntax")
+    })?;
     if n < 0 {
         return Err(format!("negative number ({n}) not allowed: {s}"));
     }
@@ -405,28 +405,60 @@ mod tests {
         // robfig's TestNext cases that a five-field schedule can express.
         let cases = [
             ("* * * * *", "2012-07-09T14:45:00Z", "2012-07-09T14:46:00Z"),
-            ("*/15 * * * *", "2012-07-09T14:45:00Z", "2012-07-09T15:00:00Z"),
-            ("*/15 * * * *", "2012-07-09T14:59:59Z", "2012-07-09T15:00:00Z"),
+            (
+                "*/15 * * * *",
+                "2012-07-09T14:45:00Z",
+                "2012-07-09T15:00:00Z",
+            ),
+            (
+                "*/15 * * * *",
+                "2012-07-09T14:59:59Z",
+                "2012-07-09T15:00:00Z",
+            ),
             ("0 * * * *", "2012-07-09T14:59:59Z", "2012-07-09T15:00:00Z"),
             ("0 0 * * *", "2012-07-09T23:59:59Z", "2012-07-10T00:00:00Z"),
             ("0 0 1 * *", "2012-07-09T00:00:00Z", "2012-08-01T00:00:00Z"),
             ("0 0 * 7 *", "2012-07-09T23:59:59Z", "2012-07-10T00:00:00Z"),
-            ("0 0 * Jul *", "2012-07-31T23:59:59Z", "2013-07-01T00:00:00Z"),
+            (
+                "0 0 * Jul *",
+                "2012-07-31T23:59:59Z",
+                "2013-07-01T00:00:00Z",
+            ),
             // Leap year.
-            ("0 0 29 Feb *", "2012-07-31T23:59:59Z", "2016-02-29T00:00:00Z"),
+            (
+                "0 0 29 Feb *",
+                "2012-07-31T23:59:59Z",
+                "2016-02-29T00:00:00Z",
+            ),
             // Day of week: Sunday.
             ("0 0 * * 0", "2012-07-09T00:00:00Z", "2012-07-15T00:00:00Z"),
-            ("0 0 * * sun", "2012-07-09T00:00:00Z", "2012-07-15T00:00:00Z"),
+            (
+                "0 0 * * sun",
+                "2012-07-09T00:00:00Z",
+                "2012-07-15T00:00:00Z",
+            ),
             // Both restricted: either matches (Friday the 13th comes first).
             ("0 0 15 * 5", "2012-07-09T00:00:00Z", "2012-07-13T00:00:00Z"),
             // A stepped day-of-month is not a star: OR with the weekday.
-            ("0 0 */10 * 0", "2012-07-09T00:00:00Z", "2012-07-11T00:00:00Z"),
+            (
+                "0 0 */10 * 0",
+                "2012-07-09T00:00:00Z",
+                "2012-07-11T00:00:00Z",
+            ),
             ("@hourly", "2012-07-09T14:45:00Z", "2012-07-09T15:00:00Z"),
             ("@weekly", "2012-07-09T14:45:00Z", "2012-07-15T00:00:00Z"),
-            ("@every 90s", "2012-07-09T14:45:00.5Z", "2012-07-09T14:46:30Z"),
+            (
+                "@every 90s",
+                "2012-07-09T14:45:00.5Z",
+                "2012-07-09T14:46:30Z",
+            ),
         ];
         for (spec, from, want) in cases {
-            assert_eq!(next(spec, from).as_deref(), Some(want), "{spec} after {from}");
+            assert_eq!(
+                next(spec, from).as_deref(),
+                Some(want),
+                "{spec} after {from}"
+            );
         }
         // Never.
         assert_eq!(next("0 0 30 Feb *", "2012-07-09T00:00:00Z"), None);
@@ -476,8 +508,14 @@ mod tests {
             ("60 * * * *", "end of range (60) above maximum (59): 60"),
             ("* * 0 * *", "beginning of range (0) below minimum (1): 0"),
             ("* * * * 7", "end of range (7) above maximum (6): 7"),
-            ("5-1 * * * *", "beginning of range (5) beyond end of range (1): 5-1"),
-            ("*/0 * * * *", "step of range should be a positive number: */0"),
+            (
+                "5-1 * * * *",
+                "beginning of range (5) beyond end of range (1): 5-1",
+            ),
+            (
+                "*/0 * * * *",
+                "step of range should be a positive number: */0",
+            ),
             ("1-2-3 * * * *", "too many hyphens: 1-2-3"),
             (
                 "a * * * *",

@@ -265,7 +265,10 @@ pub fn validate(spec: &Value) -> Vec<(&'static str, String)> {
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '+'))
         });
         if tz.is_empty() {
-            out.push(("spec.timeZone", "timeZone must be nil or non-empty string".into()));
+            out.push((
+                "spec.timeZone",
+                "timeZone must be nil or non-empty string".into(),
+            ));
         } else if bad_part {
             out.push(("spec.timeZone", format!("unknown time zone {tz}")));
         } else if tz.eq_ignore_ascii_case("local") {
@@ -323,14 +326,24 @@ mod tests {
         let (_, t, m, _) = most_recent(&c, at("2016-05-19T11:01:00Z"), &s(&c), false);
         assert_eq!((t, m), (Some(at("2016-05-19T11:00:00Z")), Missed::None));
         // Last scheduled 11:00, now 14:05: three missed, most recent 14:00.
-        let c = cj("0 * * * *", "2016-05-19T10:30:00Z", Some("2016-05-19T11:00:00Z"), None);
+        let c = cj(
+            "0 * * * *",
+            "2016-05-19T10:30:00Z",
+            Some("2016-05-19T11:00:00Z"),
+            None,
+        );
         let (_, t, m, _) = most_recent(&c, at("2016-05-19T14:05:00Z"), &s(&c), false);
         assert_eq!((t, m), (Some(at("2016-05-19T14:00:00Z")), Missed::Few));
         // Hundreds missed.
         let (_, t, m, _) = most_recent(&c, at("2016-06-30T14:05:00Z"), &s(&c), false);
         assert_eq!((t, m), (Some(at("2016-06-30T14:00:00Z")), Missed::Many));
         // A deadline moves the earliest time up: the 12:00 slot is past it.
-        let c = cj("0 * * * *", "2016-05-19T10:30:00Z", Some("2016-05-19T11:00:00Z"), Some(600));
+        let c = cj(
+            "0 * * * *",
+            "2016-05-19T10:30:00Z",
+            Some("2016-05-19T11:00:00Z"),
+            Some(600),
+        );
         let (earliest, t, _, _) = most_recent(&c, at("2016-05-19T14:05:00Z"), &s(&c), true);
         assert_eq!(earliest, at("2016-05-19T13:55:00Z"));
         assert_eq!(t, Some(at("2016-05-19T14:00:00Z")));
@@ -346,7 +359,12 @@ mod tests {
 
     #[test]
     fn next_delays_and_deadlines() {
-        let c = cj("*/5 * * * *", "2024-01-01T00:00:00Z", Some("2024-01-01T00:05:00Z"), Some(30));
+        let c = cj(
+            "*/5 * * * *",
+            "2024-01-01T00:00:00Z",
+            Some("2024-01-01T00:05:00Z"),
+            Some(30),
+        );
         let s = schedule(&c).unwrap();
         assert_eq!(
             next_delay(&c, at("2024-01-01T00:07:00Z"), &s),
@@ -357,21 +375,36 @@ mod tests {
             next_time(&c, at("2024-01-01T00:10:10Z"), &s).0,
             Some(at("2024-01-01T00:10:00Z"))
         );
-        assert!(!too_late(&c, at("2024-01-01T00:10:00Z"), at("2024-01-01T00:10:20Z")));
-        assert!(too_late(&c, at("2024-01-01T00:10:00Z"), at("2024-01-01T00:10:40Z")));
+        assert!(!too_late(
+            &c,
+            at("2024-01-01T00:10:00Z"),
+            at("2024-01-01T00:10:20Z")
+        ));
+        assert!(too_late(
+            &c,
+            at("2024-01-01T00:10:00Z"),
+            at("2024-01-01T00:10:40Z")
+        ));
     }
 
     #[test]
     fn jobs_from_templates() {
         let mut c = cj("0 9 * * *", "2024-01-01T00:00:00Z", None, None);
         c["spec"]["timeZone"] = json!("Asia/Tokyo");
-        c["spec"]["jobTemplate"] = json!({"metadata": {"labels": {"a": "b"}}, "spec": {"template": {}}});
+        c["spec"]["jobTemplate"] =
+            json!({"metadata": {"labels": {"a": "b"}}, "spec": {"template": {}}});
         let (text, warn) = format_schedule(&c);
         assert_eq!((text.as_str(), warn), ("TZ=Asia/Tokyo 0 9 * * *", false));
-        let t = schedule(&c).unwrap().next(at("2024-01-01T12:00:00Z")).unwrap();
+        let t = schedule(&c)
+            .unwrap()
+            .next(at("2024-01-01T12:00:00Z"))
+            .unwrap();
         assert_eq!(t, at("2024-01-02T00:00:00Z"));
         let job = job_from_template(&c, t);
-        assert_eq!(job["metadata"]["name"], format!("hello-{}", t.timestamp() / 60));
+        assert_eq!(
+            job["metadata"]["name"],
+            format!("hello-{}", t.timestamp() / 60)
+        );
         assert_eq!(
             job["metadata"]["annotations"][SCHEDULED_TIMESTAMP],
             "2024-01-02T09:00:00+09:00"
@@ -400,12 +433,21 @@ mod tests {
         let v = |s: Value| validate(&s).into_iter().map(|(_, m)| m).collect::<Vec<_>>();
         assert!(v(json!({"schedule": "*/1 * * * *"})).is_empty());
         assert!(v(json!({"schedule": "0 9 * * *", "timeZone": "Europe/Paris"})).is_empty());
-        assert_eq!(v(json!({"schedule": "0 9 * * *", "timeZone": "Mars/Olympus"})), vec!["unknown time zone Mars/Olympus"]);
-        assert_eq!(v(json!({"schedule": "0 9 * * *", "timeZone": "../etc"})), vec!["unknown time zone ../etc"]);
+        assert_eq!(
+            v(json!({"schedule": "0 9 * * *", "timeZone": "Mars/Olympus"})),
+            vec!["unknown time zone Mars/Olympus"]
+        );
+        assert_eq!(
+            v(json!({"schedule": "0 9 * * *", "timeZone": "../etc"})),
+            vec!["unknown time zone ../etc"]
+        );
         assert_eq!(
             v(json!({"schedule": "TZ=UTC 0 9 * * *", "timeZone": "UTC"})),
             vec!["cannot use both timeZone field and TZ or CRON_TZ in schedule"]
         );
-        assert_eq!(v(json!({"schedule": "61 * * * *"})), vec!["end of range (61) above maximum (59): 61"]);
+        assert_eq!(
+            v(json!({"schedule": "61 * * * *"})),
+            vec!["end of range (61) above maximum (59): 61"]
+        );
     }
 }

@@ -141,7 +141,11 @@ mod tests {
         // Disrupted: ignored, whatever the exit code.
         let out = matches(
             &policy,
-            &failed_pod(42, None, json!([{"type": "DisruptionTarget", "status": "True"}])),
+            &failed_pod(
+                42,
+                None,
+                json!([{"type": "DisruptionTarget", "status": "True"}]),
+            ),
         );
         assert_eq!(out.action.as_deref(), Some("Ignore"));
         assert!(!out.count_failed);
@@ -149,7 +153,9 @@ mod tests {
         let out = matches(&policy, &failed_pod(42, None, json!([])));
         assert_eq!(
             out.fail_job.as_deref(),
-            Some("Container main for pod ns/p failed with exit code 42 matching FailJob rule at index 1")
+            Some(
+                "Container main for pod ns/p failed with exit code 42 matching FailJob rule at index 1"
+            )
         );
         // 3 is not in [1, 2]: counted by the rule.
         let out = matches(&policy, &failed_pod(3, None, json!([])));

@@ -232,10 +232,7 @@ mod tests {
         let active = [&a, &b];
         assert_eq!(first_pending(&succeeded, &active, 3, 10), vec![2, 5, 6]);
         assert_eq!(first_pending(&succeeded, &active, 3, 6), vec![2, 5]);
-        assert_eq!(
-            first_pending(&Intervals::default(), &[], 2, 5),
-            vec![0, 1]
-        );
+        assert_eq!(first_pending(&Intervals::default(), &[], 2, 5), vec![0, 1]);
         assert!(first_pending(&succeeded, &active, 0, 10).is_empty());
     }
 

@@ -151,11 +151,17 @@ pub fn completions(job: &Value) -> Option<u32> {
 }
 
 pub fn parallelism(job: &Value) -> u32 {
-    job["spec"]["parallelism"].as_u64().unwrap_or(1).min(u64::from(u32::MAX)) as u32
+    job["spec"]["parallelism"]
+        .as_u64()
+        .unwrap_or(1)
+        .min(u64::from(u32::MAX)) as u32
 }
 
 pub fn backoff_limit(job: &Value) -> u32 {
-    job["spec"]["backoffLimit"].as_u64().unwrap_or(6).min(u64::from(u32::MAX)) as u32
+    job["spec"]["backoffLimit"]
+        .as_u64()
+        .unwrap_or(6)
+        .min(u64::from(u32::MAX)) as u32
 }
 
 fn phase(pod: &Value) -> &str {
@@ -288,18 +294,18 @@ fn max_restarts(pod: &Value) -> u64 {
 /// first (unscheduled, pending, not ready, ready for less time,
 /// more restarts, newer).
 pub fn remove_order(a: &Value, b: &Value) -> Ordering {
-    let assigned = |p: &Value| p["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+    let assigned = |p: &Value| {
+        p["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty())
+    };
     let rank = |p: &Value| match phase(p) {
         "Pending" => 0,
         "Unknown" => 1,
         "Running" => 2,
         _ => 3,
     };
-    let created = |p: &Value| {
-        p["metadata"]["creationTimestamp"]
-            .as_str()
-            .and_then(time)
-    };
+    let created = |p: &Value| p["metadata"]["creationTimestamp"].as_str().and_then(time);
     assigned(a)
         .cmp(&assigned(b))
         .then(rank(a).cmp(&rank(b)))
@@ -320,7 +326,11 @@ pub fn pod_finish_time(pod: &Value) -> Option<DateTime<Utc>> {
     let statuses = pod["status"]["containerStatuses"].as_array();
     let from_containers = statuses.filter(|s| !s.is_empty()).and_then(|s| {
         s.iter()
-            .map(|c| c["state"]["terminated"]["finishedAt"].as_str().and_then(time))
+            .map(|c| {
+                c["state"]["terminated"]["finishedAt"]
+                    .as_str()
+                    .and_then(time)
+            })
             .try_fold(None::<DateTime<Utc>>, |acc, t| {
                 let t = t?;
                 Some(Some(acc.map_or(t, |a| a.max(t))))
@@ -337,7 +347,9 @@ pub fn pod_finish_time(pod: &Value) -> Option<DateTime<Utc>> {
                 .and_then(time)
         })
         .or_else(|| {
-            let at = pod["metadata"]["deletionTimestamp"].as_str().and_then(time)?;
+            let at = pod["metadata"]["deletionTimestamp"]
+                .as_str()
+                .and_then(time)?;
             let grace = pod["metadata"]["deletionGracePeriodSeconds"]
                 .as_i64()
                 .unwrap_or(0);
@@ -422,7 +434,10 @@ pub fn pod_from_template(job: &Value, index: Option<u32>) -> Value {
         }],
     });
     for key in ["labels", "annotations"] {
-        if let Some(m) = template["metadata"][key].as_object().filter(|m| !m.is_empty()) {
+        if let Some(m) = template["metadata"][key]
+            .as_object()
+            .filter(|m| !m.is_empty())
+        {
             metadata[key] = Value::Object(m.clone());
         }
     }
@@ -486,10 +501,38 @@ mod tests {
         let now = "2024-01-01T00:00:00Z";
         let mut list = Vec::new();
         // False is never added.
-        assert!(!ensure_condition(&mut list, "Suspended", "False", "JobResumed", "Job resumed", now));
-        assert!(ensure_condition(&mut list, "Suspended", "True", "JobSuspended", "Job suspended", now));
-        assert!(!ensure_condition(&mut list, "Suspended", "True", "JobSuspended", "Job suspended", now));
-        assert!(ensure_condition(&mut list, "Suspended", "False", "JobResumed", "Job resumed", now));
+        assert!(!ensure_condition(
+            &mut list,
+            "Suspended",
+            "False",
+            "JobResumed",
+            "Job resumed",
+            now
+        ));
+        assert!(ensure_condition(
+            &mut list,
+            "Suspended",
+            "True",
+            "JobSuspended",
+            "Job suspended",
+            now
+        ));
+        assert!(!ensure_condition(
+            &mut list,
+            "Suspended",
+            "True",
+            "JobSuspended",
+            "Job suspended",
+            now
+        ));
+        assert!(ensure_condition(
+            &mut list,
+            "Suspended",
+            "False",
+            "JobResumed",
+            "Job resumed",
+            now
+        ));
         assert_eq!(list.len(), 1);
         assert_eq!(list[0]["status"], "False");
         let job = json!({"status": {"conditions": [
@@ -499,7 +542,10 @@ mod tests {
         assert_eq!(finished(&job), Some("Complete"));
         assert!(success_criteria_met(&job));
         assert_eq!(finish_time(&job), Some(at(now)));
-        assert_eq!(finished(&json!({"status": {"conditions": [{"type": "Failed", "status": "False"}]}})), None);
+        assert_eq!(
+            finished(&json!({"status": {"conditions": [{"type": "Failed", "status": "False"}]}})),
+            None
+        );
     }
 
     #[test]
@@ -518,11 +564,13 @@ mod tests {
     fn failed_and_terminating() {
         let job = json!({"spec": {}});
         let failed_job = json!({"spec": {"podReplacementPolicy": "Failed"}});
-        let terminating = json!({"metadata": {"deletionTimestamp": "x"}, "status": {"phase": "Running"}});
+        let terminating =
+            json!({"metadata": {"deletionTimestamp": "x"}, "status": {"phase": "Running"}});
         assert!(pod_failed(&terminating, &job));
         assert!(!pod_failed(&terminating, &failed_job));
         assert!(pod_terminating(&terminating) && !pod_active(&terminating));
-        let done = json!({"metadata": {"deletionTimestamp": "x"}, "status": {"phase": "Succeeded"}});
+        let done =
+            json!({"metadata": {"deletionTimestamp": "x"}, "status": {"phase": "Succeeded"}});
         assert!(!pod_failed(&done, &job) && !pod_terminating(&done));
     }
 
@@ -532,19 +580,43 @@ mod tests {
         let now = at("2024-01-01T00:01:00Z");
         let base = Duration::from_secs(10);
         let max = Duration::from_secs(600);
-        let rec = |n, last: &str| Backoff { failures: n, last_failure: Some(at(last)) };
+        let rec = |n, last: &str| Backoff {
+            failures: n,
+            last_failure: Some(at(last)),
+        };
         assert_eq!(Backoff::default().remaining(now, base, max), Duration::ZERO);
-        assert_eq!(rec(1, "2024-01-01T00:01:00Z").remaining(now, base, max), Duration::from_secs(10));
-        assert_eq!(rec(1, "2024-01-01T00:00:55Z").remaining(now, base, max), Duration::from_secs(5));
-        assert_eq!(rec(3, "2024-01-01T00:01:00Z").remaining(now, base, max), Duration::from_secs(40));
-        assert_eq!(rec(1, "2024-01-01T00:00:00Z").remaining(now, base, max), Duration::ZERO);
-        assert_eq!(rec(20, "2024-01-01T00:01:00Z").remaining(now, base, max), max);
+        assert_eq!(
+            rec(1, "2024-01-01T00:01:00Z").remaining(now, base, max),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            rec(1, "2024-01-01T00:00:55Z").remaining(now, base, max),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            rec(3, "2024-01-01T00:01:00Z").remaining(now, base, max),
+            Duration::from_secs(40)
+        );
+        assert_eq!(
+            rec(1, "2024-01-01T00:00:00Z").remaining(now, base, max),
+            Duration::ZERO
+        );
+        assert_eq!(
+            rec(20, "2024-01-01T00:01:00Z").remaining(now, base, max),
+            max
+        );
         // A success resets the count to the failures after it.
         let r = rec(4, "2024-01-01T00:00:00Z").observe(
             &[at("2024-01-01T00:00:30Z")],
             &[at("2024-01-01T00:00:20Z"), at("2024-01-01T00:00:40Z")],
         );
-        assert_eq!(r, Backoff { failures: 1, last_failure: Some(at("2024-01-01T00:00:40Z")) });
+        assert_eq!(
+            r,
+            Backoff {
+                failures: 1,
+                last_failure: Some(at("2024-01-01T00:00:40Z"))
+            }
+        );
         let r = r.observe(&[], &[at("2024-01-01T00:00:50Z")]);
         assert_eq!(r.failures, 2);
     }
@@ -590,7 +662,10 @@ mod tests {
         assert_eq!(pod["metadata"]["finalizers"], json!([TRACKING_FINALIZER]));
         assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "u1");
         assert_eq!(pod["spec"]["hostname"], "pi-2");
-        assert_eq!(pod["spec"]["containers"][0]["env"][0]["name"], COMPLETION_INDEX_ENV);
+        assert_eq!(
+            pod["spec"]["containers"][0]["env"][0]["name"],
+            COMPLETION_INDEX_ENV
+        );
         let plain = pod_from_template(&job, None);
         assert_eq!(plain["metadata"]["generateName"], "pi-");
         assert!(plain["spec"]["hostname"].is_null());
@@ -601,14 +676,23 @@ mod tests {
         let job = json!({"spec": {"ttlSecondsAfterFinished": 30}, "status": {"conditions": [
             {"type": "Complete", "status": "True", "lastTransitionTime": "2024-01-01T00:00:00Z"}]}});
         assert_eq!(ttl_expires_at(&job), Some(at("2024-01-01T00:00:30Z")));
-        assert_eq!(ttl_expires_at(&json!({"spec": {"ttlSecondsAfterFinished": 30}})), None);
+        assert_eq!(
+            ttl_expires_at(&json!({"spec": {"ttlSecondsAfterFinished": 30}})),
+            None
+        );
     }
 
     #[test]
     fn deadlines() {
         let job = json!({"spec": {"activeDeadlineSeconds": 10}, "status": {"startTime": "2024-01-01T00:00:00Z"}});
-        assert_eq!(deadline_left(&job, at("2024-01-01T00:00:04Z")), Some(Duration::from_secs(6)));
-        assert_eq!(deadline_left(&job, at("2024-01-01T00:00:20Z")), Some(Duration::ZERO));
+        assert_eq!(
+            deadline_left(&job, at("2024-01-01T00:00:04Z")),
+            Some(Duration::from_secs(6))
+        );
+        assert_eq!(
+            deadline_left(&job, at("2024-01-01T00:00:20Z")),
+            Some(Duration::ZERO)
+        );
         let mut suspended = job.clone();
         suspended["spec"]["suspend"] = json!(true);
         assert_eq!(deadline_left(&suspended, at("2024-01-01T00:00:20Z")), None);

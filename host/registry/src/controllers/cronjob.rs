@@ -133,7 +133,10 @@ impl Cache {
         let p = job.as_ref().and_then(parent);
         if let Some(job) = job {
             if let Some(p) = &p {
-                self.children.entry(p.clone()).or_default().insert(key.clone());
+                self.children
+                    .entry(p.clone())
+                    .or_default()
+                    .insert(key.clone());
             }
             self.jobs.insert(key, job);
         }
@@ -150,7 +153,10 @@ struct CronJobController {
 }
 
 fn active(cj: &Value) -> Vec<Value> {
-    cj["status"]["active"].as_array().cloned().unwrap_or_default()
+    cj["status"]["active"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
 }
 
 fn set_active(cj: &mut Value, refs: Vec<Value>) {
@@ -238,7 +244,12 @@ impl CronJobController {
         }
         remove_active(cj, uid(job));
         self.client
-            .event(cj, "Normal", "SuccessfulDelete", &format!("Deleted job {name}"))
+            .event(
+                cj,
+                "Normal",
+                "SuccessfulDelete",
+                &format!("Deleted job {name}"),
+            )
             .await;
         true
     }
@@ -268,11 +279,19 @@ impl CronJobController {
 
     /// Upstream's `syncCronJob`: when to look again, whether the status
     /// changed.
-    async fn sync_cronjob(&self, cj: &mut Value, jobs: &[Value]) -> Result<(Option<Duration>, bool)> {
+    async fn sync_cronjob(
+        &self,
+        cj: &mut Value,
+        jobs: &[Value],
+    ) -> Result<(Option<Duration>, bool)> {
         let now = self.clock.now();
         let mut update = false;
         let (ns, name) = key_of(cj);
-        let cronjobs = self.client.objects.resources.builtin("batch", "v1", "cronjobs");
+        let cronjobs = self
+            .client
+            .objects
+            .resources
+            .builtin("batch", "v1", "cronjobs");
         for j in jobs {
             let found = in_active(cj, uid(j));
             let finished = batch::finished(j);
@@ -310,7 +329,9 @@ impl CronJobController {
             } else if finished == Some("Complete")
                 && let Some(done) = j["status"]["completionTime"].as_str()
             {
-                let last = cj["status"]["lastSuccessfulTime"].as_str().and_then(batch::time);
+                let last = cj["status"]["lastSuccessfulTime"]
+                    .as_str()
+                    .and_then(batch::time);
                 if last.is_none_or(|l| batch::time(done).is_some_and(|d| d > l)) {
                     cj["status"]["lastSuccessfulTime"] = json!(done);
                     update = true;
@@ -327,7 +348,12 @@ impl CronJobController {
             match self.client.get(&self.jobs_info(), Some(&ns), &jname).await {
                 Err(ApiError::NotFound(_)) => {
                     self.client
-                        .event(cj, "Normal", "MissingJob", &format!("Active job went missing: {jname}"))
+                        .event(
+                            cj,
+                            "Normal",
+                            "MissingJob",
+                            &format!("Active job went missing: {jname}"),
+                        )
                         .await;
                     remove_active(cj, r["uid"].as_str().unwrap_or_default());
                     update = true;
@@ -343,7 +369,12 @@ impl CronJobController {
             && let Err(e) = cj_logic::zone(cj)
         {
             self.client
-                .event(cj, "Warning", "UnknownTimeZone", &format!("invalid timeZone: {tz:?}: {e}"))
+                .event(
+                    cj,
+                    "Warning",
+                    "UnknownTimeZone",
+                    &format!("invalid timeZone: {tz:?}: {e}"),
+                )
                 .await;
             return Ok((None, update));
         }
@@ -369,7 +400,10 @@ impl CronJobController {
                         cj,
                         "Warning",
                         "UnparseableSchedule",
-                        &format!("unparseable schedule: {:?} : {e}", cj["spec"]["schedule"].as_str().unwrap_or_default()),
+                        &format!(
+                            "unparseable schedule: {:?} : {e}",
+                            cj["spec"]["schedule"].as_str().unwrap_or_default()
+                        ),
                     )
                     .await;
                 return Ok((None, update));
@@ -382,7 +416,10 @@ impl CronJobController {
                     cj,
                     "Warning",
                     "InvalidSchedule",
-                    &format!("invalid schedule: {} : {e}", cj["spec"]["schedule"].as_str().unwrap_or_default()),
+                    &format!(
+                        "invalid schedule: {} : {e}",
+                        cj["spec"]["schedule"].as_str().unwrap_or_default()
+                    ),
                 )
                 .await;
             return Ok((None, update));
@@ -416,7 +453,9 @@ impl CronJobController {
             return Ok((next(cj), update));
         }
         let job_name = cj_logic::job_name(cj, scheduled);
-        let last = cj["status"]["lastScheduleTime"].as_str().and_then(batch::time);
+        let last = cj["status"]["lastScheduleTime"]
+            .as_str()
+            .and_then(batch::time);
         if active(cj).iter().any(|r| r["name"] == job_name.as_str()) || last == Some(scheduled) {
             return Ok((next(cj), update));
         }
@@ -453,7 +492,11 @@ impl CronJobController {
             }
         }
         let request = cj_logic::job_from_template(cj, scheduled);
-        let created = match self.client.create(&self.jobs_info(), Some(&ns), request).await {
+        let created = match self
+            .client
+            .create(&self.jobs_info(), Some(&ns), request)
+            .await
+        {
             Ok(job) => {
                 self.client
                     .event(
@@ -466,7 +509,10 @@ impl CronJobController {
                 job
             }
             Err(ApiError::AlreadyExists(_)) => {
-                let job = self.client.get(&self.jobs_info(), Some(&ns), &job_name).await?;
+                let job = self
+                    .client
+                    .get(&self.jobs_info(), Some(&ns), &job_name)
+                    .await?;
                 if parent(&job).as_deref() != Some(uid(cj)) || in_active(cj, uid(&job)) {
                     return Ok((None, update));
                 }
@@ -475,7 +521,12 @@ impl CronJobController {
             }
             Err(e) => {
                 self.client
-                    .event(cj, "Warning", "FailedCreate", &format!("Error creating job: {e}"))
+                    .event(
+                        cj,
+                        "Warning",
+                        "FailedCreate",
+                        &format!("Error creating job: {e}"),
+                    )
                     .await;
                 return Err(e);
             }
@@ -519,11 +570,16 @@ impl Reconcile for CronJobController {
         };
         if cleaned || synced {
             let (ns, name) = key.clone();
-            let cronjobs = self.client.objects.resources.builtin("batch", "v1", "cronjobs");
+            let cronjobs = self
+                .client
+                .objects
+                .resources
+                .builtin("batch", "v1", "cronjobs");
             // The status as computed, on the object it was computed from.
             let mut obj = cj.clone();
             obj["status"] = copy["status"].clone();
-            if meta::str_field(&copy, "resourceVersion") != meta::str_field(&cj, "resourceVersion") {
+            if meta::str_field(&copy, "resourceVersion") != meta::str_field(&cj, "resourceVersion")
+            {
                 obj["metadata"]["resourceVersion"] = copy["metadata"]["resourceVersion"].clone();
             }
             let out = self
@@ -589,7 +645,8 @@ pub fn spawn(client: Client, clock: Clock, leadership: Leadership, metrics: &Met
                     let parent_key = {
                         let mut c = lock(&c2);
                         let p = c.set_job(key.clone(), (!deleted).then(|| job.clone()));
-                        p.or_else(|| parent(&job)).and_then(|u| c.by_uid.get(&u).cloned())
+                        p.or_else(|| parent(&job))
+                            .and_then(|u| c.by_uid.get(&u).cloned())
                     };
                     if let Some(k) = parent_key {
                         q1.add(k);

@@ -414,7 +414,14 @@ impl JobController {
                 let (pns, pname) = key_of(&pod);
                 match self
                     .client
-                    .patch(&pods_info, Some(&pns), &pname, None, PatchType::Json, &patch)
+                    .patch(
+                        &pods_info,
+                        Some(&pns),
+                        &pname,
+                        None,
+                        PatchType::Json,
+                        &patch,
+                    )
                     .await
                 {
                     Ok(_) | Err(ApiError::NotFound(_)) => {}
@@ -432,7 +439,11 @@ impl JobController {
         // Recheck the Job with a read of the store before adopting.
         let fresh = self
             .client
-            .get(&self.resources("jobs"), Some(&ns), meta::name(job).unwrap_or_default())
+            .get(
+                &self.resources("jobs"),
+                Some(&ns),
+                meta::name(job).unwrap_or_default(),
+            )
             .await?;
         if uid(&fresh) != uid(job) || fresh["metadata"]["deletionTimestamp"].is_string() {
             return Ok(out);
@@ -459,7 +470,14 @@ impl JobController {
             let (pns, pname) = key_of(&pod);
             match self
                 .client
-                .patch(&pods_info, Some(&pns), &pname, None, PatchType::Json, &patch)
+                .patch(
+                    &pods_info,
+                    Some(&pns),
+                    &pname,
+                    None,
+                    PatchType::Json,
+                    &patch,
+                )
                 .await
             {
                 Ok(adopted) => out.push(adopted),
@@ -510,8 +528,7 @@ impl JobController {
     /// Deletes active pods of a finished Job, keeping their finalizers
     /// (`deleteActivePods`). Ready pods deleted, pods deleted, first error.
     async fn delete_active(&self, pods: &[&Value]) -> (i64, i64, Option<ApiError>) {
-        let results =
-            futures::future::join_all(pods.iter().map(|p| self.delete_pod(p))).await;
+        let results = futures::future::join_all(pods.iter().map(|p| self.delete_pod(p))).await;
         let (mut ready, mut deleted, mut err) = (0, 0, None);
         for (p, r) in pods.iter().zip(results) {
             match r {
@@ -628,7 +645,12 @@ impl JobController {
                         failed = true;
                         self.expectations.created(key);
                         self.client
-                            .event(job, "Warning", "FailedCreate", &format!("Error creating: {e}"))
+                            .event(
+                                job,
+                                "Warning",
+                                "FailedCreate",
+                                &format!("Error creating: {e}"),
+                            )
                             .await;
                         first_err.get_or_insert(e);
                     }
@@ -737,7 +759,13 @@ impl JobController {
         let (ns, name) = key_of(job);
         let out = self
             .client
-            .replace(&self.resources("jobs"), Some(&ns), &name, Some("status"), job.clone())
+            .replace(
+                &self.resources("jobs"),
+                Some(&ns),
+                &name,
+                Some("status"),
+                job.clone(),
+            )
             .await?;
         lock(&self.cache).newer_job(&out);
         *job = out;
@@ -749,7 +777,8 @@ impl JobController {
         let is_indexed = batch::indexed(&s.job);
         let completions = batch::completions(&s.job).unwrap_or(0);
         if is_indexed {
-            s.pods.sort_by_key(|p| indexed::completion_index(p).map_or(-1, i64::from));
+            s.pods
+                .sort_by_key(|p| indexed::completion_index(p).map_or(-1, i64::from));
         }
         let mut with_finalizer: HashSet<String> = s
             .pods
@@ -766,7 +795,8 @@ impl JobController {
         let mut un_f = uncounted(&s.job, "failed");
         let mut reached_max = false;
         let job_deleting = s.job["metadata"]["deletionTimestamp"].is_string();
-        let failing = s.finished.is_some() && condition_type(&s.finished) != Some("SuccessCriteriaMet");
+        let failing =
+            s.finished.is_some() && condition_type(&s.finished) != Some("SuccessCriteriaMet");
         let policy = s.job["spec"]["podFailurePolicy"].clone();
         for pod in &s.pods {
             let pu = uid(pod).to_string();
@@ -797,7 +827,8 @@ impl JobController {
                 let ix = indexed::completion_index(pod);
                 let valid = !is_indexed || ix.is_some_and(|ix| ix < completions);
                 if !s.uncounted_failed.contains(&pu) && !un_f.contains(&pu) && valid {
-                    let counts = !policy.is_object() || failure_policy::matches(&policy, pod).count_failed;
+                    let counts =
+                        !policy.is_object() || failure_policy::matches(&policy, pod).count_failed;
                     if counts {
                         un_f.push(pu.clone());
                         needs_flush = true;
@@ -815,12 +846,18 @@ impl JobController {
             new_ix.sort_unstable();
             s.succeeded_ix = s.succeeded_ix.with(&new_ix);
             let text = s.succeeded_ix.to_string();
-            if s.job["status"]["completedIndexes"].as_str().unwrap_or_default() != text {
+            if s.job["status"]["completedIndexes"]
+                .as_str()
+                .unwrap_or_default()
+                != text
+            {
                 needs_flush = true;
             }
             set_counter(&mut s.job, "succeeded", i64::from(s.succeeded_ix.total()));
             if text.is_empty() {
-                s.job["status"].as_object_mut().map(|m| m.remove("completedIndexes"));
+                s.job["status"]
+                    .as_object_mut()
+                    .map(|m| m.remove("completedIndexes"));
             } else {
                 s.job["status"]["completedIndexes"] = json!(text);
             }
@@ -839,14 +876,18 @@ impl JobController {
                 Some("FailureTarget") => {
                     conditions.push(c);
                     needs_flush = true;
-                    s.finished = Some(batch::new_condition("Failed", "True", &reason, &message, &now));
+                    s.finished = Some(batch::new_condition(
+                        "Failed", "True", &reason, &message, &now,
+                    ));
                 }
                 Some("SuccessCriteriaMet") => {
                     if !batch::success_criteria_met(&s.job) {
                         conditions.push(c);
                         needs_flush = true;
                     }
-                    s.finished = Some(batch::new_condition("Complete", "True", &reason, &message, &now));
+                    s.finished = Some(batch::new_condition(
+                        "Complete", "True", &reason, &message, &now,
+                    ));
                 }
                 _ => {}
             }
@@ -1044,7 +1085,10 @@ impl JobController {
                 .collect();
             let active: Vec<&Value> = pods.iter().filter(|p| batch::pod_active(p)).collect();
             (
-                new_s.iter().filter_map(|p| batch::pod_finish_time(p)).collect::<Vec<_>>(),
+                new_s
+                    .iter()
+                    .filter_map(|p| batch::pod_finish_time(p))
+                    .collect::<Vec<_>>(),
                 new_f
                     .iter()
                     .filter(|p| {
@@ -1084,10 +1128,12 @@ impl JobController {
                     &now_s,
                 ));
             } else if job["spec"]["podFailurePolicy"].is_object()
-                && let Some(msg) = pods
-                    .iter()
-                    .filter(|p| batch::pod_failed(p, &job))
-                    .find_map(|p| failure_policy::matches(&job["spec"]["podFailurePolicy"], p).fail_job)
+                && let Some(msg) =
+                    pods.iter()
+                        .filter(|p| batch::pod_failed(p, &job))
+                        .find_map(|p| {
+                            failure_policy::matches(&job["spec"]["podFailurePolicy"], p).fail_job
+                        })
             {
                 finished = Some(batch::new_condition(
                     "FailureTarget",
@@ -1126,7 +1172,12 @@ impl JobController {
         let (mut prev_ix, mut cur_ix) = (Intervals::default(), Intervals::default());
         if is_indexed {
             let c = completions.unwrap_or(0);
-            prev_ix = Intervals::parse(job["status"]["completedIndexes"].as_str().unwrap_or_default(), c);
+            prev_ix = Intervals::parse(
+                job["status"]["completedIndexes"]
+                    .as_str()
+                    .unwrap_or_default(),
+                c,
+            );
             let mut fresh: Vec<u32> = pods
                 .iter()
                 .filter(|p| batch::pod_succeeded(p) && batch::has_tracking_finalizer(p))
@@ -1150,7 +1201,12 @@ impl JobController {
             terminating,
             backoff,
         };
-        let active_pods: Vec<Value> = s.pods.iter().filter(|p| batch::pod_active(p)).cloned().collect();
+        let active_pods: Vec<Value> = s
+            .pods
+            .iter()
+            .filter(|p| batch::pod_active(p))
+            .cloned()
+            .collect();
         let active_refs: Vec<&Value> = active_pods.iter().collect();
         let mut active = active_refs.len() as i64;
         let mut ready = ready;
@@ -1168,7 +1224,9 @@ impl JobController {
         } else {
             let mut managed = false;
             if satisfied && !s.job["metadata"]["deletionTimestamp"].is_string() {
-                let (a, err) = self.manage(&mut s, &active_refs, succeeded, &mut ready).await;
+                let (a, err) = self
+                    .manage(&mut s, &active_refs, succeeded, &mut ready)
+                    .await;
                 active = a;
                 manage_err = err;
                 managed = true;
@@ -1228,7 +1286,11 @@ impl JobController {
             || active != counter(&s.job, "active")
             || s.job["status"]["ready"].as_i64() != Some(ready)
             || s.job["status"]["terminating"].as_i64() != Some(s.terminating)
-            || s.job["status"]["startTime"] != lock(&self.cache).jobs.get(key).map_or(Value::Null, |j| j["status"]["startTime"].clone());
+            || s.job["status"]["startTime"]
+                != lock(&self.cache)
+                    .jobs
+                    .get(key)
+                    .map_or(Value::Null, |j| j["status"]["startTime"].clone());
         set_counter(&mut s.job, "active", active);
         set_counter(&mut s.job, "ready", ready);
         set_counter(&mut s.job, "terminating", s.terminating);
@@ -1283,12 +1345,7 @@ impl Reconcile for JobController {
 
 /// What a pod event means for the Jobs (upstream's `addPod`, `updatePod`,
 /// `deletePod`): the items to queue.
-fn on_pod(
-    ctrl: &JobController,
-    cache: &mut Cache,
-    pod: Value,
-    deleted: bool,
-) -> Vec<Item> {
+fn on_pod(ctrl: &JobController, cache: &mut Cache, pod: Value, deleted: bool) -> Vec<Item> {
     let key = key_of(&pod);
     let old = cache.set_pod(key.clone(), (!deleted).then(|| pod.clone()));
     let mut out = Vec::new();

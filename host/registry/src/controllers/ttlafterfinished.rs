@@ -128,7 +128,8 @@ impl Reconcile for Ttl {
         tracing::info!(job = %format!("{ns}/{name}"), "cleaning up job after its TTL");
         let pre = Preconditions {
             uid: meta::str_field(&fresh, "uid").map(String::from),
-            resource_version: meta::str_field(&fresh, "resourceVersion").and_then(|v| v.parse().ok()),
+            resource_version: meta::str_field(&fresh, "resourceVersion")
+                .and_then(|v| v.parse().ok()),
             propagation: Some(Propagation::Foreground),
         };
         match self.client.delete(&info, Some(ns), name, &pre).await {
