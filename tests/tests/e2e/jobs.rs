@@ -390,3 +390,297 @@ fn cronjob_schedules_and_time_zones_are_validated() {
     "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}}}"#,
     );
 }
+
+/// Finishes a pod as its kubelet would: phase `Succeeded` (code 0) or
+/// `Failed`, its container terminated with `code`.
+fn finish(server: &Server, pod: &str, code: i32) {
+    let phase = if code == 0 { "Succeeded" } else { "Failed" };
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ");
+    let status = format!(
+        r#"{{"status": {{"phase": "{phase}", "containerStatuses": [{{"name": "c", "image": "busybox",
+  "imageID": "", "ready": false, "restartCount": 0,
+  "state": {{"terminated": {{"exitCode": {code}, "finishedAt": "{now}", "startedAt": "{now}"}}}}}}]}}}}"#
+    );
+    kubectl_ok(
+        server,
+        None,
+        &[
+            "patch",
+            "pod",
+            pod,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status,
+        ],
+    );
+}
+
+fn pods_of(server: &Server, job: &str) -> Vec<Value> {
+    items(&kubectl_json(
+        server,
+        None,
+        &["get", "pods", "-l", &format!("job-name={job}")],
+    ))
+}
+
+fn unfinished(pod: &Value) -> bool {
+    pod["metadata"]["deletionTimestamp"].is_null()
+        && !matches!(
+            pod["status"]["phase"].as_str(),
+            Some("Succeeded" | "Failed")
+        )
+}
+
+fn simple_job(name: &str, spec: &str) -> String {
+    format!(
+        r#"{{"apiVersion": "batch/v1", "kind": "Job", "metadata": {{"name": "{name}"}},
+  "spec": {{{spec} "template": {{"spec": {{"restartPolicy": "Never",
+    "containers": [{{"name": "c", "image": "busybox"}}]}}}}}}}}"#
+    )
+}
+
+#[test]
+fn job_counts_completions_within_parallelism() {
+    // The pods' kubelet is played by the test: it finishes them one by one.
+    let server = Server::start();
+    apply(
+        &server,
+        &simple_job("pi", r#""completions": 4, "parallelism": 2,"#),
+    );
+    let mut finished = BTreeSet::new();
+    for round in 0..4 {
+        let running: Vec<String> = poll_until(WAIT, "the pods parallelism allows", || {
+            let pods = pods_of(&server, "pi");
+            let running: Vec<String> = pods
+                .iter()
+                .filter(|p| unfinished(p))
+                .filter_map(|p| p["metadata"]["name"].as_str().map(String::from))
+                .collect();
+            assert!(running.len() <= 2, "more than 2 pods running: {running:?}");
+            let want = 2.min(4 - round);
+            (running.len() == want).then_some(running)
+        });
+        finish(&server, &running[0], 0);
+        finished.insert(running[0].clone());
+    }
+    let out = kubectl(
+        &server,
+        None,
+        &[
+            "wait",
+            "--for=condition=complete",
+            "job/pi",
+            "--timeout=60s",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.diagnostics()
+    );
+    let job = kubectl_json(&server, None, &["get", "job", "pi"]);
+    assert_eq!(job["status"]["succeeded"], 4, "{job}");
+    assert!(
+        job["status"]["failed"].is_null() && job["status"]["active"].is_null(),
+        "{job}"
+    );
+    assert!(job["status"]["completionTime"].is_string(), "{job}");
+    let met = condition(&job, "SuccessCriteriaMet").expect("SuccessCriteriaMet first");
+    assert_eq!(met["reason"], "CompletionsReached");
+    let pods = pods_of(&server, "pi");
+    assert_eq!(pods.len(), 4, "{pods:?}");
+    for p in &pods {
+        // Counted: the tracking finalizer is gone, the pod stays.
+        assert!(
+            p["metadata"]["finalizers"]
+                .as_array()
+                .is_none_or(|f| f.is_empty()),
+            "{p}"
+        );
+    }
+    let reasons = event_reasons(&server, "pi");
+    assert!(reasons.contains(&"Completed".to_string()), "{reasons:?}");
+    assert_eq!(
+        reasons.iter().filter(|r| *r == "SuccessfulCreate").count(),
+        4,
+        "{reasons:?}"
+    );
+    let table = kubectl_ok(&server, None, &["get", "job", "pi"]);
+    assert!(
+        table.contains("Complete") && table.contains("4/4"),
+        "{table}"
+    );
+}
+
+#[test]
+fn backoff_limit_and_pod_failure_policy_fail_jobs() {
+    let server = Server::start_with_args(&["--job-pod-failure-backoff=100ms"]);
+    apply(&server, &simple_job("flaky", r#""backoffLimit": 1,"#));
+    for _ in 0..2 {
+        let pod = poll_until(WAIT, "a running pod", || {
+            pods_of(&server, "flaky")
+                .iter()
+                .find(|p| unfinished(p))
+                .and_then(|p| p["metadata"]["name"].as_str().map(String::from))
+        });
+        finish(&server, &pod, 1);
+    }
+    let out = kubectl(
+        &server,
+        None,
+        &[
+            "wait",
+            "--for=condition=failed",
+            "job/flaky",
+            "--timeout=60s",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.diagnostics()
+    );
+    let job = kubectl_json(&server, None, &["get", "job", "flaky"]);
+    let failed = condition(&job, "Failed").unwrap();
+    assert_eq!(failed["reason"], "BackoffLimitExceeded");
+    assert_eq!(
+        failed["message"],
+        "Job has reached the specified backoff limit"
+    );
+    assert_eq!(job["status"]["failed"], 2, "{job}");
+    assert!(condition(&job, "FailureTarget").is_some(), "{job}");
+    assert_eq!(pods_of(&server, "flaky").len(), 2);
+    assert!(event_reasons(&server, "flaky").contains(&"BackoffLimitExceeded".to_string()));
+
+    // Exit code 42 fails the Job at once, whatever the backoff limit.
+    apply(
+        &server,
+        &simple_job(
+            "strict",
+            r#""backoffLimit": 6, "podFailurePolicy": {"rules": [
+                {"action": "FailJob", "onExitCodes": {"containerName": "c", "operator": "In", "values": [42]}}]},"#,
+        ),
+    );
+    let pod = poll_until(WAIT, "the pod", || {
+        pods_of(&server, "strict")
+            .first()
+            .and_then(|p| p["metadata"]["name"].as_str().map(String::from))
+    });
+    finish(&server, &pod, 42);
+    let out = kubectl(
+        &server,
+        None,
+        &[
+            "wait",
+            "--for=condition=failed",
+            "job/strict",
+            "--timeout=60s",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job = kubectl_json(&server, None, &["get", "job", "strict"]);
+    let failed = condition(&job, "Failed").unwrap();
+    assert_eq!(failed["reason"], "PodFailurePolicy");
+    assert_eq!(
+        failed["message"],
+        format!(
+            "Container c for pod default/{pod} failed with exit code 42 matching FailJob rule at index 0"
+        )
+    );
+    assert_eq!(pods_of(&server, "strict").len(), 1);
+}
+
+#[test]
+fn indexed_job_completes_every_index_and_ttl_deletes_it() {
+    let server = Server::start();
+    apply(
+        &server,
+        &simple_job(
+            "ix",
+            r#""completions": 3, "parallelism": 3, "completionMode": "Indexed", "ttlSecondsAfterFinished": 2,"#,
+        ),
+    );
+    let pods = poll_until(WAIT, "three indexed pods", || {
+        let pods = pods_of(&server, "ix");
+        (pods.len() == 3).then_some(pods)
+    });
+    let mut indexes = BTreeSet::new();
+    for p in &pods {
+        let ix = p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"],
+            ix.as_str()
+        );
+        assert_eq!(p["spec"]["hostname"], format!("ix-{ix}"));
+        assert!(
+            p["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("ix-{ix}-")),
+            "{p}"
+        );
+        assert_eq!(
+            p["spec"]["containers"][0]["env"][0]["name"], "JOB_COMPLETION_INDEX",
+            "{p}"
+        );
+        indexes.insert(ix);
+    }
+    assert_eq!(
+        indexes,
+        BTreeSet::from(["0".into(), "1".into(), "2".into()])
+    );
+    // Index 1 first: completedIndexes shows it alone.
+    let by_ix = |ix: &str| {
+        pods.iter()
+            .find(|p| {
+                p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == ix
+            })
+            .and_then(|p| p["metadata"]["name"].as_str())
+            .unwrap()
+            .to_string()
+    };
+    finish(&server, &by_ix("1"), 0);
+    poll_until(WAIT, "completedIndexes 1", || {
+        let job = kubectl_json(&server, None, &["get", "job", "ix"]);
+        (job["status"]["completedIndexes"] == "1").then_some(())
+    });
+    finish(&server, &by_ix("0"), 0);
+    finish(&server, &by_ix("2"), 0);
+    let out = kubectl(
+        &server,
+        None,
+        &[
+            "wait",
+            "--for=condition=complete",
+            "job/ix",
+            "--timeout=60s",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job = kubectl_json(&server, None, &["get", "job", "ix"]);
+    assert_eq!(job["status"]["completedIndexes"], "0-2", "{job}");
+    assert_eq!(job["status"]["succeeded"], 3, "{job}");
+    // ttlSecondsAfterFinished: the Job and its pods go.
+    poll_until(WAIT, "the Job deleted after its TTL", || {
+        let out = kubectl(&server, None, &["get", "job", "ix"]);
+        (!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("NotFound"))
+            .then_some(())
+    });
+    poll_until(WAIT, "its pods deleted", || {
+        pods_of(&server, "ix").is_empty().then_some(())
+    });
+}
