@@ -1181,7 +1181,7 @@ impl JobController {
             let mut fresh: Vec<u32> = pods
                 .iter()
                 .filter(|p| batch::pod_succeeded(p) && batch::has_tracking_finalizer(p))
-                .filter_map(|p| indexed::completion_index(p))
+                .filter_map(indexed::completion_index)
                 .filter(|ix| *ix < c)
                 .collect();
             fresh.sort_unstable();
