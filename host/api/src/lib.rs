@@ -9,12 +9,14 @@
 //! rendering for `kubectl get` ([`table`]) and the
 //! OpenAPI document kubectl reads ([`openapi`]), and access control:
 //! authentication rules ([`authn`]), RBAC ([`rbac`]) and audit policy and
-//! events ([`audit`]).
+//! events ([`audit`]); the decisions of the Job, CronJob and
+//! TTL-after-finished controllers ([`batch`]).
 
 pub mod admission;
 pub mod admission_policy;
 pub mod audit;
 pub mod authn;
+pub mod batch;
 pub mod builtin;
 pub mod cel;
 pub mod controller;

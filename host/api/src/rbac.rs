@@ -817,6 +817,9 @@ pub const CONTROLLERS: &[&str] = &[
     "endpoint-controller",
     "endpointslice-controller",
     "disruption-controller",
+    "job-controller",
+    "cronjob-controller",
+    "ttl-after-finished-controller",
     // Ours: runs `Controller` objects (each as its own ServiceAccount); it
     // only records the Events about their failures.
     "wasm-controller-manager",
@@ -1056,6 +1059,42 @@ fn controller_roles() -> Vec<Value> {
                 PolicyRule::new(&["get"], &["*"], &["*/scale"]),
                 PolicyRule::new(&["patch", "update"], &[""], &["pods/status"]),
             ],
+            "job-controller" => vec![
+                PolicyRule::new(
+                    &["get", "list", "watch", "update", "patch"],
+                    &["batch"],
+                    &["jobs"],
+                ),
+                PolicyRule::new(&["update"], &["batch"], &["jobs/status"]),
+                PolicyRule::new(&["update"], &["batch"], &["jobs/finalizers"]),
+                PolicyRule::new(
+                    &["list", "watch", "create", "delete", "patch"],
+                    &[""],
+                    &["pods"],
+                ),
+            ],
+            "cronjob-controller" => vec![
+                PolicyRule::new(
+                    &["get", "list", "watch", "update"],
+                    &["batch"],
+                    &["cronjobs"],
+                ),
+                PolicyRule::new(
+                    &[
+                        "get", "list", "watch", "create", "update", "delete", "patch",
+                    ],
+                    &["batch"],
+                    &["jobs"],
+                ),
+                PolicyRule::new(&["update"], &["batch"], &["cronjobs/status"]),
+                PolicyRule::new(&["update"], &["batch"], &["cronjobs/finalizers"]),
+                PolicyRule::new(&["list", "delete"], &[""], &["pods"]),
+            ],
+            "ttl-after-finished-controller" => vec![PolicyRule::new(
+                &["get", "list", "watch", "delete"],
+                &["batch"],
+                &["jobs"],
+            )],
             "pod-garbage-collector" => vec![
                 PolicyRule::new(&["list", "watch", "delete"], &[""], &["pods"]),
                 PolicyRule::new(&["get", "list"], &[""], &["nodes"]),

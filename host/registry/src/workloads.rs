@@ -435,6 +435,17 @@ impl Workloads {
         match self.0 {
             Kind::Pod => validate_pod_spec(&obj["spec"], "spec", out),
             Kind::Service => validate_service(&obj["spec"], out),
+            Kind::CronJob => {
+                // `schedule` and `timeZone` as kube-apiserver checks them.
+                for (field, message) in wasm_apiserver_api::batch::cronjob::validate(&obj["spec"]) {
+                    let value = &obj["spec"][field.trim_start_matches("spec.")];
+                    out.push(if message.is_empty() {
+                        Cause::missing(field)
+                    } else {
+                        invalid(field, value, &message)
+                    });
+                }
+            }
             _ => {}
         }
     }

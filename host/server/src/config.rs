@@ -64,6 +64,9 @@ pub struct ServeArgs {
     /// `endpoints-controller` and `endpointslice-controller` (a selector
     /// Service's Endpoints and EndpointSlices from its pods),
     /// `disruption-controller` (PodDisruptionBudgets' status),
+    /// `job-controller` (runs Jobs' pods), `cronjob-controller` (Jobs on
+    /// CronJobs' schedules), `ttl-after-finished-controller` (deletes
+    /// finished Jobs after `ttlSecondsAfterFinished`),
     /// `wasm-controllers` (runs `Controller` objects' components),
     /// `policy-audit` (checks stored objects against admission plugins and
     /// policies, writes policy reports).
@@ -116,6 +119,16 @@ pub struct ServeArgs {
     /// this server's flag).
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     pub pod_gc_period: Duration,
+
+    /// The Job controller's first pod-failure backoff, doubled per failure
+    /// (upstream's fixed 10 s; for tests).
+    #[arg(long, default_value = "10s", value_parser = parse_duration, hide = true)]
+    pub job_pod_failure_backoff: Duration,
+
+    /// How many times as fast as the wall clock the CronJob controller's
+    /// clock runs (tests: a minute's schedule in seconds).
+    #[arg(long, default_value_t = 1.0, hide = true)]
+    pub cronjob_controller_clock_speed: f64,
 
     /// How long a node must be missing before the pod garbage collector
     /// deletes its pods (upstream's fixed 40 s; this server's flag).
@@ -498,6 +511,8 @@ impl ServeArgs {
             terminated_pod_gc_threshold: 12500,
             pod_gc_period: Duration::from_secs(20),
             pod_gc_orphan_quarantine: Duration::from_secs(40),
+            job_pod_failure_backoff: Duration::from_secs(10),
+            cronjob_controller_clock_speed: 1.0,
             leader_elect_lease_duration: Duration::from_secs(15),
             leader_elect_renew_deadline: Duration::from_secs(10),
             leader_elect_retry_period: Duration::from_secs(2),

@@ -691,8 +691,9 @@ fn start_controllers(
     pki: &crate::tls::Pki,
 ) -> anyhow::Result<()> {
     use wasm_apiserver_registry::controllers::{
-        Client, apiservice, bootstrap, certificates, disruption, endpoints, gc, hostname, leader,
-        nodelifecycle, podgc, policy_audit, scheduler, serviceaccounts, wasm,
+        Client, apiservice, bootstrap, certificates, cronjob, disruption, endpoints, gc, hostname,
+        job, leader, nodelifecycle, podgc, policy_audit, scheduler, serviceaccounts,
+        ttlafterfinished, wasm,
     };
     let ca_pem = &pki.ca_pem;
     let objects = &state.objects;
@@ -810,6 +811,32 @@ fn start_controllers(
                 quarantine: args.pod_gc_orphan_quarantine,
             },
             leadership.clone(),
+        );
+    }
+    if args.controller_enabled(job::NAME) {
+        job::spawn(
+            client(job::NAME),
+            job::Config {
+                backoff_base: args.job_pod_failure_backoff,
+                ..Default::default()
+            },
+            leadership.clone(),
+            &state.controllers,
+        );
+    }
+    if args.controller_enabled(cronjob::NAME) {
+        cronjob::spawn(
+            client(cronjob::NAME),
+            cronjob::Clock::new(args.cronjob_controller_clock_speed),
+            leadership.clone(),
+            &state.controllers,
+        );
+    }
+    if args.controller_enabled(ttlafterfinished::NAME) {
+        ttlafterfinished::spawn(
+            client(ttlafterfinished::NAME),
+            leadership.clone(),
+            &state.controllers,
         );
     }
     if args.controller_enabled("serviceaccount-controller")

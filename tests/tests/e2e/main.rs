@@ -18,6 +18,7 @@ mod disk_full;
 mod disruption_budgets;
 mod etcd_replicas;
 mod flowcontrol;
+mod jobs;
 mod kube_rs;
 mod kube_rs_crd;
 mod kubectl;
