@@ -20,6 +20,7 @@ pub mod batch;
 pub mod builtin;
 pub mod cel;
 pub mod controller;
+pub mod daemonset;
 pub mod discovery;
 pub mod disruption;
 pub mod encode;

@@ -817,6 +817,7 @@ pub const CONTROLLERS: &[&str] = &[
     "endpoint-controller",
     "endpointslice-controller",
     "disruption-controller",
+    "daemon-set-controller",
     "job-controller",
     "cronjob-controller",
     "ttl-after-finished-controller",
@@ -1031,6 +1032,33 @@ fn controller_roles() -> Vec<Value> {
                     &["get", "list", "create", "update", "delete"],
                     &["discovery.k8s.io"],
                     &["endpointslices"],
+                ),
+            ],
+            "daemon-set-controller" => vec![
+                PolicyRule::new(
+                    &["get", "list", "watch"],
+                    &["extensions", "apps"],
+                    &["daemonsets"],
+                ),
+                PolicyRule::new(&["update"], &["extensions", "apps"], &["daemonsets/status"]),
+                PolicyRule::new(
+                    &["update"],
+                    &["extensions", "apps"],
+                    &["daemonsets/finalizers"],
+                ),
+                PolicyRule::new(&["list", "watch"], &[""], &["nodes"]),
+                PolicyRule::new(
+                    &["list", "watch", "create", "delete", "patch"],
+                    &[""],
+                    &["pods"],
+                ),
+                PolicyRule::new(&["create"], &[""], &["pods/binding"]),
+                PolicyRule::new(
+                    &[
+                        "get", "list", "watch", "create", "delete", "update", "patch",
+                    ],
+                    &["apps"],
+                    &["controllerrevisions"],
                 ),
             ],
             "disruption-controller" => vec![

@@ -691,8 +691,8 @@ fn start_controllers(
     pki: &crate::tls::Pki,
 ) -> anyhow::Result<()> {
     use wasm_apiserver_registry::controllers::{
-        Client, apiservice, bootstrap, certificates, cronjob, disruption, endpoints, gc, hostname,
-        job, leader, nodelifecycle, podgc, policy_audit, scheduler, serviceaccounts,
+        Client, apiservice, bootstrap, certificates, cronjob, daemonset, disruption, endpoints, gc,
+        hostname, job, leader, nodelifecycle, podgc, policy_audit, scheduler, serviceaccounts,
         ttlafterfinished, wasm,
     };
     let ca_pem = &pki.ca_pem;
@@ -781,6 +781,13 @@ fn start_controllers(
         leadership.clone(),
         &state.controllers,
     );
+    if args.controller_enabled(daemonset::CONTROLLER) {
+        daemonset::spawn(
+            client(daemonset::NAME),
+            leadership.clone(),
+            &state.controllers,
+        );
+    }
     if args.controller_enabled(disruption::NAME) {
         disruption::spawn(
             client(disruption::NAME),

@@ -13,6 +13,7 @@ mod consistency;
 mod context_aware;
 mod controllers;
 mod crds;
+mod daemonsets;
 mod discovery_apis;
 mod disk_full;
 mod disruption_budgets;

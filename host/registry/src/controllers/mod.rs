@@ -28,6 +28,7 @@ pub mod background;
 pub mod bootstrap;
 pub mod certificates;
 pub mod cronjob;
+pub mod daemonset;
 pub mod disruption;
 pub mod endpoints;
 pub mod extension_auth;
