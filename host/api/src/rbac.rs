@@ -814,6 +814,9 @@ pub const CONTROLLERS: &[&str] = &[
     // the node controller's role upstream too).
     "node-controller",
     "pod-garbage-collector",
+    "replicaset-controller",
+    "replication-controller",
+    "deployment-controller",
     // Ours: runs `Controller` objects (each as its own ServiceAccount); it
     // only records the Events about their failures.
     "wasm-controller-manager",
@@ -1002,6 +1005,65 @@ fn controller_roles() -> Vec<Value> {
                 PolicyRule::new(&["patch", "update"], &[""], &["nodes/status"]),
                 PolicyRule::new(&["patch", "update"], &[""], &["pods/status"]),
                 PolicyRule::new(&["list", "get", "delete"], &[""], &["pods"]),
+            ],
+            "replicaset-controller" => vec![
+                PolicyRule::new(
+                    &["get", "list", "watch", "update"],
+                    &["apps", "extensions"],
+                    &["replicasets"],
+                ),
+                PolicyRule::new(
+                    &["update"],
+                    &["apps", "extensions"],
+                    &["replicasets/status"],
+                ),
+                PolicyRule::new(
+                    &["update"],
+                    &["apps", "extensions"],
+                    &["replicasets/finalizers"],
+                ),
+                PolicyRule::new(
+                    &["list", "watch", "patch", "create", "delete"],
+                    &[""],
+                    &["pods"],
+                ),
+            ],
+            "replication-controller" => vec![
+                PolicyRule::new(
+                    &["get", "list", "watch", "update"],
+                    &[""],
+                    &["replicationcontrollers"],
+                ),
+                PolicyRule::new(&["update"], &[""], &["replicationcontrollers/status"]),
+                PolicyRule::new(&["update"], &[""], &["replicationcontrollers/finalizers"]),
+                PolicyRule::new(
+                    &["list", "watch", "patch", "create", "delete"],
+                    &[""],
+                    &["pods"],
+                ),
+            ],
+            "deployment-controller" => vec![
+                PolicyRule::new(
+                    &["get", "list", "watch", "update"],
+                    &["apps", "extensions"],
+                    &["deployments"],
+                ),
+                PolicyRule::new(
+                    &["update"],
+                    &["apps", "extensions"],
+                    &["deployments/status"],
+                ),
+                PolicyRule::new(
+                    &["update"],
+                    &["apps", "extensions"],
+                    &["deployments/finalizers"],
+                ),
+                PolicyRule::new(
+                    &["get", "list", "watch", "create", "update", "patch", "delete"],
+                    &["apps", "extensions"],
+                    &["replicasets"],
+                ),
+                PolicyRule::new(&["get", "list", "watch", "update"], &[""], &["pods"]),
             ],
             "pod-garbage-collector" => vec![
                 PolicyRule::new(&["list", "watch", "delete"], &[""], &["pods"]),

@@ -61,6 +61,9 @@ pub struct ServeArgs {
     /// `node-lifecycle-controller` (node `Ready` from Leases and status,
     /// node taints), `taint-eviction-controller` (deletes pods from
     /// `NoExecute`-tainted nodes), `pod-garbage-collector-controller`,
+    /// `replicaset-controller`, `replicationcontroller-controller` (keep
+    /// their count of pods), `deployment-controller` (rollouts through
+    /// ReplicaSets),
     /// `wasm-controllers` (runs `Controller` objects' components),
     /// `policy-audit` (checks stored objects against admission plugins and
     /// policies, writes policy reports).

@@ -691,8 +691,8 @@ fn start_controllers(
     pki: &crate::tls::Pki,
 ) -> anyhow::Result<()> {
     use wasm_apiserver_registry::controllers::{
-        Client, apiservice, bootstrap, certificates, gc, hostname, leader, nodelifecycle, podgc,
-        policy_audit, serviceaccounts, wasm,
+        Client, apiservice, bootstrap, certificates, deployment, gc, hostname, leader,
+        nodelifecycle, podgc, policy_audit, replicaset, serviceaccounts, wasm,
     };
     let ca_pem = &pki.ca_pem;
     let objects = &state.objects;
@@ -781,6 +781,23 @@ fn start_controllers(
                 quarantine: args.pod_gc_orphan_quarantine,
             },
             leadership.clone(),
+        );
+    }
+    for flavor in [replicaset::REPLICA_SET, replicaset::REPLICATION_CONTROLLER] {
+        if args.controller_enabled(flavor.controller) {
+            replicaset::spawn(
+                client(flavor.identity),
+                flavor,
+                leadership.clone(),
+                &state.controllers,
+            );
+        }
+    }
+    if args.controller_enabled(deployment::NAME) {
+        deployment::spawn(
+            client(deployment::NAME),
+            leadership.clone(),
+            &state.controllers,
         );
     }
     if args.controller_enabled("serviceaccount-controller")

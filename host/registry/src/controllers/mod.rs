@@ -27,6 +27,7 @@ pub mod availability;
 pub mod background;
 pub mod bootstrap;
 pub mod certificates;
+pub mod deployment;
 pub mod extension_auth;
 pub mod gc;
 pub mod leader;
@@ -35,6 +36,7 @@ pub mod nodelifecycle;
 pub mod podgc;
 pub mod policy_audit;
 pub mod queue;
+pub mod replicaset;
 pub mod serviceaccounts;
 pub mod wasm;
 
