@@ -1059,7 +1059,9 @@ fn controller_roles() -> Vec<Value> {
                     &["deployments/finalizers"],
                 ),
                 PolicyRule::new(
-                    &["get", "list", "watch", "create", "update", "patch", "delete"],
+                    &[
+                        "get", "list", "watch", "create", "update", "patch", "delete",
+                    ],
                     &["apps", "extensions"],
                     &["replicasets"],
                 ),

@@ -186,7 +186,10 @@ pub fn scaled_value(v: &Value, total: i64, round_up: bool) -> Result<i64, String
 }
 
 fn is_rolling(d: &Value) -> bool {
-    d["spec"]["strategy"]["type"].as_str().unwrap_or("RollingUpdate") == "RollingUpdate"
+    d["spec"]["strategy"]["type"]
+        .as_str()
+        .unwrap_or("RollingUpdate")
+        == "RollingUpdate"
 }
 
 /// `(maxSurge, maxUnavailable)` for `desired` replicas
@@ -257,7 +260,9 @@ pub fn old_scale_downs(d: &Value, old: &[&Value], new_rs: Option<&Value>) -> Vec
         return Vec::new();
     }
     let new_replicas = new_rs.map(replicas).unwrap_or(0);
-    let new_available = new_rs.map(|n| status_int(n, "availableReplicas")).unwrap_or(0);
+    let new_available = new_rs
+        .map(|n| status_int(n, "availableReplicas"))
+        .unwrap_or(0);
     let all_pods = old_pods + new_replicas;
     let min_available = replicas(d) - max_unavailable(d);
     let new_unavailable = new_replicas - new_available;
@@ -792,11 +797,7 @@ pub fn rollout_status(
 
 /// When to look again at a Deployment whose rollout has not progressed,
 /// so the deadline is noticed (`requeueStuckDeployment`).
-pub fn stuck_requeue(
-    d: &Value,
-    status: &Value,
-    now: DateTime<Utc>,
-) -> Option<std::time::Duration> {
+pub fn stuck_requeue(d: &Value, status: &Value, now: DateTime<Utc>) -> Option<std::time::Duration> {
     let deadline = progress_deadline(d)?;
     let c = condition(status, PROGRESSING)?;
     if complete(d, status) || c["reason"] == TIMED_OUT_REASON {
@@ -825,9 +826,21 @@ pub fn paused_condition(d: &Value, now: DateTime<Utc>) -> Option<Value> {
     let paused_now = cur.is_some_and(|c| c["reason"] == PAUSED_REASON);
     let paused = d["spec"]["paused"] == true;
     let c = if paused && !paused_now {
-        new_condition(PROGRESSING, "Unknown", PAUSED_REASON, "Deployment is paused", now)
+        new_condition(
+            PROGRESSING,
+            "Unknown",
+            PAUSED_REASON,
+            "Deployment is paused",
+            now,
+        )
     } else if !paused && paused_now {
-        new_condition(PROGRESSING, "Unknown", RESUMED_REASON, "Deployment is resumed", now)
+        new_condition(
+            PROGRESSING,
+            "Unknown",
+            RESUMED_REASON,
+            "Deployment is resumed",
+            now,
+        )
     } else {
         return None;
     };
@@ -914,7 +927,11 @@ mod tests {
         ];
         for (surge, unavailable, desired, want) in cases {
             let d = deployment(desired, surge.clone(), unavailable.clone());
-            assert_eq!(fenceposts(&d, desired), want, "{surge} {unavailable} {desired}");
+            assert_eq!(
+                fenceposts(&d, desired),
+                want,
+                "{surge} {unavailable} {desired}"
+            );
         }
         assert_eq!(scaled_value(&json!("50%"), 5, true), Ok(3));
         assert_eq!(scaled_value(&json!("50%"), 5, false), Ok(2));
@@ -1061,7 +1078,10 @@ mod tests {
         let later = now() + chrono::Duration::seconds(601);
         assert!(stuck_requeue(&d, &d["status"], now()).is_some());
         let s = rollout_status(&d, &[&new_rs], Some(&new_rs), later);
-        assert_eq!(condition(&s, PROGRESSING).unwrap()["reason"], TIMED_OUT_REASON);
+        assert_eq!(
+            condition(&s, PROGRESSING).unwrap()["reason"],
+            TIMED_OUT_REASON
+        );
         // Complete.
         let done = rs("web-abc", "2024-01-01T00:00:00Z", 2, 2);
         let s = rollout_status(&d, &[&done], Some(&done), now());
@@ -1091,10 +1111,7 @@ mod tests {
             .collect();
         sets[1]["status"]["replicas"] = json!(1);
         let refs: Vec<&Value> = sets.iter().collect();
-        let names: Vec<&str> = sets_to_clean_up(&d, &refs)
-            .into_iter()
-            .map(name)
-            .collect();
+        let names: Vec<&str> = sets_to_clean_up(&d, &refs).into_iter().map(name).collect();
         assert_eq!(names, ["r1"], "r2 still has a pod");
     }
 }

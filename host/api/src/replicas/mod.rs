@@ -67,8 +67,7 @@ pub fn pod_is_available(pod: &Value, min_ready_seconds: i64, now: DateTime<Utc>)
     if min_ready_seconds <= 0 {
         return true;
     }
-    pod_ready_since(pod)
-        .is_some_and(|t| t + chrono::Duration::seconds(min_ready_seconds) < now)
+    pod_ready_since(pod).is_some_and(|t| t + chrono::Duration::seconds(min_ready_seconds) < now)
 }
 
 /// The owner reference with `controller: true`, if any.
@@ -207,8 +206,15 @@ mod tests {
         assert!(pod_is_active(&p) && pod_is_ready(&p));
         assert!(pod_is_available(&p, 0, now));
         assert!(pod_is_available(&p, 59, now));
-        assert!(!pod_is_available(&p, 60, now), "ready for exactly 60 s is not > 60 s");
-        assert!(!pod_is_available(&ready_pod(false, "2024-01-01T00:00:00Z"), 0, now));
+        assert!(
+            !pod_is_available(&p, 60, now),
+            "ready for exactly 60 s is not > 60 s"
+        );
+        assert!(!pod_is_available(
+            &ready_pod(false, "2024-01-01T00:00:00Z"),
+            0,
+            now
+        ));
         let mut gone = p.clone();
         gone["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:30Z");
         assert!(!pod_is_active(&gone));

@@ -93,7 +93,12 @@ fn newer_first(
 fn deletion_order(a: (&Value, usize), b: (&Value, usize), now: DateTime<Utc>) -> Ordering {
     let (pa, ra) = a;
     let (pb, rb) = b;
-    let node = |p: &Value| p["spec"]["nodeName"].as_str().unwrap_or_default().to_string();
+    let node = |p: &Value| {
+        p["spec"]["nodeName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
     let (na, nb) = (node(pa), node(pb));
     // 1. Unassigned < assigned.
     if na != nb && (na.is_empty() || nb.is_empty()) {
@@ -126,7 +131,12 @@ fn deletion_order(a: (&Value, usize), b: (&Value, usize), now: DateTime<Utc>) ->
     if ra != rb {
         return rb.cmp(&ra);
     }
-    let uid = |p: &'_ Value| p["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+    let uid = |p: &'_ Value| {
+        p["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
     let (ua, ub) = (uid(pa), uid(pb));
     // 6. Ready for less time < more time.
     if ready_a && ready_b {
@@ -209,7 +219,10 @@ pub fn status(
     let (mut labeled, mut ready, mut available) = (0, 0, 0);
     for p in pods {
         let labels = &p["metadata"]["labels"];
-        if template.iter().all(|(k, v)| labels.get(k.as_str()) == Some(v)) {
+        if template
+            .iter()
+            .all(|(k, v)| labels.get(k.as_str()) == Some(v))
+        {
             labeled += 1;
         }
         if pod_is_ready(p) {
@@ -219,10 +232,7 @@ pub fn status(
             }
         }
     }
-    let mut conditions: Vec<Value> = status["conditions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let mut conditions: Vec<Value> = status["conditions"].as_array().cloned().unwrap_or_default();
     let has_failure = conditions.iter().any(|c| c["type"] == "ReplicaFailure");
     match failure {
         Some(f) if !has_failure => conditions.push(json!({
@@ -309,7 +319,12 @@ mod tests {
         let pending = pod("pending", "n1", "Pending", None);
         let unknown = pod("unknown", "n1", "Unknown", None);
         let running = pod("running", "n1", "Running", None);
-        let ready_recent = pod("ready-recent", "n2", "Running", Some("2024-01-01T00:59:00Z"));
+        let ready_recent = pod(
+            "ready-recent",
+            "n2",
+            "Running",
+            Some("2024-01-01T00:59:00Z"),
+        );
         let ready_old = pod("ready-old", "n2", "Running", Some("2024-01-01T00:00:00Z"));
         let pods = [
             &ready_old,
@@ -327,7 +342,13 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["unscheduled", "pending", "unknown", "running", "ready-recent"]
+            [
+                "unscheduled",
+                "pending",
+                "unknown",
+                "running",
+                "ready-recent"
+            ]
         );
     }
 

@@ -31,9 +31,7 @@
 
 use super::leader::Leadership;
 use super::queue::Queue;
-use super::replicaset::{
-    Children, Key, Owners, SpamFilter, claim, key_of, lock, recheck_owner,
-};
+use super::replicaset::{Children, Key, Owners, SpamFilter, claim, key_of, lock, recheck_owner};
 use super::{Action, Client, Metrics, Reconcile};
 use crate::options::Preconditions;
 use crate::resources::Resource;
@@ -242,7 +240,8 @@ impl Deployments {
             let mut rs = sets[i].clone();
             let annotated = rules::set_new_rs_annotations(d, &mut rs, new_revision, true);
             let min_ready = d["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
-            let min_ready_differs = rs["spec"]["minReadySeconds"].as_i64().unwrap_or(0) != min_ready;
+            let min_ready_differs =
+                rs["spec"]["minReadySeconds"].as_i64().unwrap_or(0) != min_ready;
             if annotated || min_ready_differs {
                 let (ns, n) = key_of(&rs);
                 let annotations = rs["metadata"]["annotations"].clone();
@@ -309,7 +308,10 @@ impl Deployments {
         {
             Ok(rs) => (rs, false),
             Err(ApiError::AlreadyExists(t)) => {
-                let found = self.client.get(&self.sets_info(), Some(&ns), &rs_name).await?;
+                let found = self
+                    .client
+                    .get(&self.sets_info(), Some(&ns), &rs_name)
+                    .await?;
                 let ours = shared::controller_uid(&found) == Some(uid(d))
                     && rules::equal_ignore_hash(&d["spec"]["template"], &found["spec"]["template"]);
                 if !ours {
@@ -390,7 +392,9 @@ impl Deployments {
         let status = rules::rollout_status(d, all, new_rs, now);
         if status == d["status"] {
             return Ok(match rules::stuck_requeue(d, &status, now) {
-                Some(after) => Action::RequeueAfter(after.max(std::time::Duration::from_millis(100))),
+                Some(after) => {
+                    Action::RequeueAfter(after.max(std::time::Duration::from_millis(100)))
+                }
                 None => Action::Done,
             });
         }
@@ -400,7 +404,12 @@ impl Deployments {
 
     /// Writes the counts and `Available` when they changed
     /// (`syncDeploymentStatus`).
-    async fn sync_status(&self, d: &mut Value, all: &[&Value], new_rs: Option<&Value>) -> Result<()> {
+    async fn sync_status(
+        &self,
+        d: &mut Value,
+        all: &[&Value],
+        new_rs: Option<&Value>,
+    ) -> Result<()> {
         let status = rules::calculate_status(d, all, new_rs, chrono::Utc::now());
         if status != d["status"] {
             self.write_status(d, status).await?;
@@ -417,7 +426,11 @@ impl Deployments {
                 uid: Some(uid(rs).to_string()),
                 ..Default::default()
             };
-            match self.client.delete(&self.sets_info(), Some(&ns), &n, &pre).await {
+            match self
+                .client
+                .delete(&self.sets_info(), Some(&ns), &n, &pre)
+                .await
+            {
                 Ok(_) | Err(ApiError::NotFound(_)) | Err(ApiError::Conflict(..)) => {}
                 Err(e) => return Err(e),
             }
@@ -443,7 +456,11 @@ impl Deployments {
                     .unwrap_or(replicas(rs))
             })
             .sum();
-        let op = if total_after >= total_before { "up" } else { "down" };
+        let op = if total_after >= total_before {
+            "up"
+        } else {
+            "down"
+        };
         for (n, size) in plan {
             let target = new_rs
                 .iter_mut()
@@ -673,7 +690,10 @@ fn on_pod(cache: &Mutex<Cache>, pod: &Value, deleted: bool) -> Option<Key> {
         c.pod_set.remove(&key);
     }
     if let Some(s) = &set {
-        c.pods_of_set.entry(s.clone()).or_default().insert(key.clone());
+        c.pods_of_set
+            .entry(s.clone())
+            .or_default()
+            .insert(key.clone());
         c.pod_set.insert(key, s.clone());
     }
     // Only a pod going away can unblock a Recreate rollout.

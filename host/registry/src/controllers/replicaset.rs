@@ -161,8 +161,8 @@ impl SpamFilter {
         let (tokens, last) = all
             .entry(object_uid.to_string())
             .or_insert((Self::BURST, now));
-        *tokens =
-            (*tokens + now.duration_since(*last).as_secs_f64() * Self::REFILL_PER_SEC).min(Self::BURST);
+        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * Self::REFILL_PER_SEC)
+            .min(Self::BURST);
         *last = now;
         if *tokens >= 1.0 {
             *tokens -= 1.0;
@@ -476,10 +476,11 @@ struct ReplicaSets {
 
 impl ReplicaSets {
     fn owner_info(&self) -> Arc<Resource> {
-        self.client
-            .objects
-            .resources
-            .builtin(self.flavor.group, self.flavor.version, self.flavor.plural)
+        self.client.objects.resources.builtin(
+            self.flavor.group,
+            self.flavor.version,
+            self.flavor.plural,
+        )
     }
 
     fn pods_info(&self) -> Arc<Resource> {
@@ -686,7 +687,11 @@ impl Reconcile for ReplicaSets {
             }
         };
         let Some(selector) = selector else {
-            tracing::debug!(?key, kind = self.flavor.kind, "selector does not parse; skipping");
+            tracing::debug!(
+                ?key,
+                kind = self.flavor.kind,
+                "selector does not parse; skipping"
+            );
             return Ok(Action::Done);
         };
         let needs_sync = lock(&self.expectations).satisfied(key, Instant::now());
@@ -900,7 +905,8 @@ pub fn spawn(client: Client, flavor: Flavor, leadership: Leadership, metrics: &M
                         .collect();
                     for k in gone {
                         if let Some(old) = c.pods.set(&k, None)
-                            && let Some(owner) = c.owners.resolve(replicas::controller_of(&old), flavor.kind)
+                            && let Some(owner) =
+                                c.owners.resolve(replicas::controller_of(&old), flavor.kind)
                         {
                             q3.add(owner);
                         }
