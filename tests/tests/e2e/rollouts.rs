@@ -21,8 +21,6 @@ use wasm_apiserver_e2e::{
     poll_until,
 };
 
-const ROLLOUT: Duration = Duration::from_secs(120);
-
 fn items(v: Value) -> Vec<Value> {
     v["items"].as_array().cloned().unwrap_or_default()
 }
