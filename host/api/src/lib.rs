@@ -37,6 +37,7 @@ pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod rbac;
+pub mod replicas;
 pub mod report;
 pub mod request;
 pub mod resource;

@@ -814,6 +814,9 @@ pub const CONTROLLERS: &[&str] = &[
     // the node controller's role upstream too).
     "node-controller",
     "pod-garbage-collector",
+    "replicaset-controller",
+    "replication-controller",
+    "deployment-controller",
     "endpoint-controller",
     "endpointslice-controller",
     "disruption-controller",
@@ -1123,6 +1126,67 @@ fn controller_roles() -> Vec<Value> {
                 &["batch"],
                 &["jobs"],
             )],
+            "replicaset-controller" => vec![
+                PolicyRule::new(
+                    &["get", "list", "watch", "update"],
+                    &["apps", "extensions"],
+                    &["replicasets"],
+                ),
+                PolicyRule::new(
+                    &["update"],
+                    &["apps", "extensions"],
+                    &["replicasets/status"],
+                ),
+                PolicyRule::new(
+                    &["update"],
+                    &["apps", "extensions"],
+                    &["replicasets/finalizers"],
+                ),
+                PolicyRule::new(
+                    &["list", "watch", "patch", "create", "delete"],
+                    &[""],
+                    &["pods"],
+                ),
+            ],
+            "replication-controller" => vec![
+                PolicyRule::new(
+                    &["get", "list", "watch", "update"],
+                    &[""],
+                    &["replicationcontrollers"],
+                ),
+                PolicyRule::new(&["update"], &[""], &["replicationcontrollers/status"]),
+                PolicyRule::new(&["update"], &[""], &["replicationcontrollers/finalizers"]),
+                PolicyRule::new(
+                    &["list", "watch", "patch", "create", "delete"],
+                    &[""],
+                    &["pods"],
+                ),
+            ],
+            "deployment-controller" => vec![
+                PolicyRule::new(
+                    &["get", "list", "watch", "update"],
+                    &["apps", "extensions"],
+                    &["deployments"],
+                ),
+                PolicyRule::new(
+                    &["update"],
+                    &["apps", "extensions"],
+                    &["deployments/status"],
+                ),
+                PolicyRule::new(
+                    &["update"],
+                    &["apps", "extensions"],
+                    &["deployments/finalizers"],
+                ),
+                PolicyRule::new(
+                    &[
+                        "get", "list", "watch", "create", "update", "patch", "delete",
+                    ],
+                    &["apps", "extensions"],
+                    &["replicasets"],
+                ),
+                PolicyRule::new(&["get", "list", "watch", "update"], &[""], &["pods"]),
+            ],
             "pod-garbage-collector" => vec![
                 PolicyRule::new(&["list", "watch", "delete"], &[""], &["pods"]),
                 PolicyRule::new(&["get", "list"], &[""], &["nodes"]),

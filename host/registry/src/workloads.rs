@@ -5,8 +5,8 @@
 //! ReplicationControllers, Jobs, CronJobs and Services; the checks that
 //! matter (containers, selectors that must match template labels and stay
 //! immutable, service ports); a created pod's `Pending` status and QoS
-//! class; and the `scale` subresource of the scalable kinds. No controller
-//! runs: a Deployment makes no ReplicaSet, as with kube-apiserver alone.
+//! class; and the `scale` subresource of the scalable kinds. The
+//! controllers that act on them live in `controllers/`.
 
 use crate::strategy::Strategy;
 use serde_json::{Map, Value, json};

@@ -63,7 +63,9 @@ pub struct ServeArgs {
     /// `NoExecute`-tainted nodes), `pod-garbage-collector-controller`,
     /// `endpoints-controller` and `endpointslice-controller` (a selector
     /// Service's Endpoints and EndpointSlices from its pods),
-    /// `daemonset-controller` (a DaemonSet's pod on every eligible node),
+    /// `replicaset-controller`, `replicationcontroller-controller` (keep
+    /// their count of pods), `deployment-controller` (rollouts through
+    /// ReplicaSets), `daemonset-controller` (a DaemonSet's pod on every eligible node),
     /// `disruption-controller` (PodDisruptionBudgets' status),
     /// `job-controller` (runs Jobs' pods), `cronjob-controller` (Jobs on
     /// CronJobs' schedules), `ttl-after-finished-controller` (deletes

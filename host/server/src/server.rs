@@ -691,9 +691,9 @@ fn start_controllers(
     pki: &crate::tls::Pki,
 ) -> anyhow::Result<()> {
     use wasm_apiserver_registry::controllers::{
-        Client, apiservice, bootstrap, certificates, cronjob, daemonset, disruption, endpoints, gc,
-        hostname, job, leader, nodelifecycle, podgc, policy_audit, scheduler, serviceaccounts,
-        ttlafterfinished, wasm,
+        Client, apiservice, bootstrap, certificates, cronjob, daemonset, deployment, disruption,
+        endpoints, gc, hostname, job, leader, nodelifecycle, podgc, policy_audit, replicaset,
+        scheduler, serviceaccounts, ttlafterfinished, wasm,
     };
     let ca_pem = &pki.ca_pem;
     let objects = &state.objects;
@@ -842,6 +842,23 @@ fn start_controllers(
     if args.controller_enabled(ttlafterfinished::NAME) {
         ttlafterfinished::spawn(
             client(ttlafterfinished::NAME),
+            leadership.clone(),
+            &state.controllers,
+        );
+    }
+    for flavor in [replicaset::REPLICA_SET, replicaset::REPLICATION_CONTROLLER] {
+        if args.controller_enabled(flavor.controller) {
+            replicaset::spawn(
+                client(flavor.identity),
+                flavor,
+                leadership.clone(),
+                &state.controllers,
+            );
+        }
+    }
+    if args.controller_enabled(deployment::NAME) {
+        deployment::spawn(
+            client(deployment::NAME),
             leadership.clone(),
             &state.controllers,
         );
