@@ -131,6 +131,7 @@ impl Reconcile for Ttl {
             resource_version: meta::str_field(&fresh, "resourceVersion")
                 .and_then(|v| v.parse().ok()),
             propagation: Some(Propagation::Foreground),
+            grace_period_seconds: None,
         };
         match self.client.delete(&info, Some(ns), name, &pre).await {
             Ok(_) | Err(ApiError::NotFound(_)) => Ok(Action::Done),
