@@ -568,6 +568,13 @@ fn pod_exists(server: &Server, name: &str) -> bool {
     get_json(server, &["pod", name, "-n", "default"]).is_some()
 }
 
+/// Evicted: gone, or deleted gracefully and waiting for a kubelet (there
+/// is none here) to finish.
+fn evicted(server: &Server, name: &str) -> bool {
+    get_json(server, &["pod", name, "-n", "default"])
+        .is_none_or(|p| p["metadata"]["deletionTimestamp"].is_string())
+}
+
 fn lifecycle_node(server: &Server, name: &str) {
     admin_apply(server, &node_manifest(name));
     admin_apply(
@@ -704,7 +711,7 @@ fn a_node_whose_lease_stops_goes_unknown_its_pods_are_evicted_and_it_comes_back(
     assert!(has_taint(&server, "n1", unreachable, "NoSchedule"));
     // The pod that does not tolerate it goes at once.
     poll_until(Duration::from_secs(5), "bare to be evicted", || {
-        (!pod_exists(&server, "bare")).then_some(())
+        evicted(&server, "bare").then_some(())
     });
     // The others were marked not ready (MarkPodsNotReady).
     let forever = get_json(&server, &["pod", "forever", "-n", "default"]).unwrap();
@@ -718,11 +725,11 @@ fn a_node_whose_lease_stops_goes_unknown_its_pods_are_evicted_and_it_comes_back(
     assert_eq!(pod_ready["status"], "False", "{forever}");
     // The patient one after its 8 s.
     assert!(
-        pod_exists(&server, "patient"),
+        !evicted(&server, "patient"),
         "evicted before its toleration"
     );
     poll_until(WAIT, "patient to be evicted", || {
-        (!pod_exists(&server, "patient")).then_some(())
+        evicted(&server, "patient").then_some(())
     });
     let waited = tainted.elapsed();
     assert!(
@@ -960,12 +967,35 @@ fn cordon_uncordon_and_drain_with_and_without_a_disruption_budget() {
         &server,
         r#"{"apiVersion":"policy/v1","kind":"PodDisruptionBudget","metadata":{"name":"keep-one","namespace":"default"},"spec":{"minAvailable":1,"selector":{"matchLabels":{"app":"guarded"}}}}"#,
     );
+    // The guarded pod runs (a pending pod is evicted whatever its budget
+    // says, as upstream), and the disruption controller has counted it.
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "patch",
+            "pod",
+            "guarded",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#,
+        ],
+    );
+    poll_until(WAIT, "the budget's status", || {
+        let b = get_json(&server, &["pdb", "keep-one", "-n", "default"])?;
+        (b["status"]["currentHealthy"] == 1
+            && b["status"]["observedGeneration"] == b["metadata"]["generation"])
+            .then_some(())
+    });
+    // No kubelet runs here to finish a graceful deletion: drain forces it.
     let drain = [
         "drain",
         "n1",
         "--ignore-daemonsets",
         "--delete-emptydir-data",
         "--force",
+        "--grace-period=0",
         "--timeout=8s",
     ];
     let out = wasm_apiserver_e2e::kubectl(&server, None, &drain);
