@@ -300,7 +300,7 @@ pub fn plan(
             if !on.is_empty() {
                 scheduled += 1;
                 let mut ordered = on.clone();
-                ordered.sort_by(|a, b| creation(a).cmp(&creation(b)));
+                ordered.sort_by_key(|p| creation(p));
                 let p = ordered[0];
                 if ready(p) {
                     n_ready += 1;
@@ -332,7 +332,7 @@ pub fn plan(
                     _ => running.push(*p),
                 }
             }
-            running.sort_by(|a, b| creation(a).cmp(&creation(b)));
+            running.sort_by_key(|p| creation(p));
             for extra in running.iter().skip(1) {
                 plan.delete.push(name_of(extra));
             }
