@@ -30,11 +30,20 @@ fn apply(server: &Server, manifest: &str, args: &[&str]) -> std::process::Output
     kubectl_stdin(server, None, &all, manifest)
 }
 
+/// The managers of `obj`'s fields other than the controllers (the
+/// deployment controller writes its revision annotation and the status, as
+/// kube-controller-manager does upstream).
 fn managers(obj: &Value) -> Vec<(String, String)> {
     obj["metadata"]["managedFields"]
         .as_array()
         .unwrap_or_else(|| panic!("no managedFields in {obj}"))
         .iter()
+        .filter(|e| {
+            !e["manager"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with("-controller")
+        })
         .map(|e| {
             (
                 e["manager"].as_str().unwrap_or_default().to_string(),
