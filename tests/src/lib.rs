@@ -160,6 +160,11 @@ impl Server {
         self.extra_args.extend(args.iter().map(|s| s.to_string()));
     }
 
+    /// Drops flags given before, for the next [`Server::restart`].
+    pub fn remove_args(&mut self, args: &[&str]) {
+        self.extra_args.retain(|a| !args.contains(&a.as_str()));
+    }
+
     /// Stops the server (SIGKILL) and starts `binary` on the same data dir
     /// and port: an upgrade (or a downgrade).
     pub fn restart_as(&mut self, binary: PathBuf) {

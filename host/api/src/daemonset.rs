@@ -233,8 +233,8 @@ pub struct Plan {
     pub status: Value,
 }
 
-/// Resolves `maxUnavailable` (default 1; a percentage of `desired`,
-/// rounded up) and `maxSurge` (default 0, rounded down), as upstream's
+/// Resolves `maxUnavailable` (default 1) and `maxSurge` (default 0), a
+/// percentage of `desired` rounded up, as upstream's
 /// `UnavailableCount`/`SurgeCount`; with a surge of 0 at least one may be
 /// unavailable.
 pub fn rolling_limits(ds: &Value, desired: usize) -> (usize, usize) {
@@ -256,7 +256,7 @@ pub fn rolling_limits(ds: &Value, desired: usize) -> (usize, usize) {
             _ => default,
         }
     };
-    let surge = resolve(&ru["maxSurge"], 0, false);
+    let surge = resolve(&ru["maxSurge"], 0, true);
     let mut unavailable = resolve(&ru["maxUnavailable"], 1, true);
     if surge == 0 && unavailable == 0 {
         unavailable = 1;
@@ -287,6 +287,12 @@ pub fn plan(
         }
     }
     let mut plan = Plan::default();
+    let rolling = ds["spec"]["updateStrategy"]["type"]
+        .as_str()
+        .unwrap_or("RollingUpdate")
+        == "RollingUpdate";
+    // Upstream's `AllowsSurge`: any non-zero `maxSurge`.
+    let surging = rolling && rolling_limits(ds, 1).0 > 0;
     let (mut desired, mut scheduled, mut misscheduled) = (0, 0, 0);
     let (mut n_ready, mut n_available, mut updated) = (0, 0, 0);
     let is_new = |p: &Value| p["metadata"]["labels"][LABEL_REVISION_HASH] == hash;
@@ -333,8 +339,32 @@ pub fn plan(
                 }
             }
             running.sort_by_key(|p| creation(p));
-            for extra in running.iter().skip(1) {
-                plan.delete.push(name_of(extra));
+            if !surging {
+                for extra in running.iter().skip(1) {
+                    plan.delete.push(name_of(extra));
+                }
+            } else {
+                // Two pods may share a node while surging: the oldest new
+                // one and the oldest old one, as long as the old one is
+                // ready and the new one is not yet.
+                let (mut oldest_new, mut oldest_old) = (None, None);
+                for p in &running {
+                    let slot = if is_new(p) {
+                        &mut oldest_new
+                    } else {
+                        &mut oldest_old
+                    };
+                    if slot.is_none() {
+                        *slot = Some(*p);
+                    } else {
+                        plan.delete.push(name_of(p));
+                    }
+                }
+                if let (Some(new), Some(old)) = (oldest_new, oldest_old)
+                    && (!ready(old) || ready(new))
+                {
+                    plan.delete.push(name_of(old));
+                }
             }
         } else {
             for p in on.iter().filter(|p| live(p)) {
@@ -342,11 +372,16 @@ pub fn plan(
             }
         }
     }
-    if ds["spec"]["updateStrategy"]["type"]
-        .as_str()
-        .unwrap_or("RollingUpdate")
-        == "RollingUpdate"
-    {
+    if surging {
+        let (max_surge, _) = rolling_limits(ds, desired);
+        surge_update(
+            &mut plan,
+            &by_node,
+            max_surge,
+            |p| is_new(p),
+            |p| available(p, min_ready, now),
+        );
+    } else if rolling {
         let (_surge, max_unavailable) = rolling_limits(ds, desired);
         let mut unavailable = 0;
         let (mut replace, mut candidates) = (Vec::new(), Vec::new());
@@ -394,6 +429,56 @@ pub fn plan(
         plan.status["collisionCount"] = json!(c);
     }
     plan
+}
+
+/// Upstream's `rollingUpdate` with a surge: on a node with only an old
+/// pod a new one is made beside it (at once when the old one is not
+/// available, else while fewer than `max_surge` nodes are surging); once
+/// the new one is available the old one goes. Nodes with no pod are the
+/// manage pass's; nodes with several pods of one kind count as surging.
+fn surge_update(
+    plan: &mut Plan,
+    by_node: &BTreeMap<&str, Vec<&Value>>,
+    max_surge: usize,
+    is_new: impl Fn(&Value) -> bool,
+    available: impl Fn(&Value) -> bool,
+) {
+    let live = |p: &&&Value| !p["metadata"]["deletionTimestamp"].is_string();
+    let (mut surging, mut allowed, mut candidates) = (0, Vec::new(), Vec::new());
+    for (node, on) in by_node {
+        let new: Vec<&&Value> = on.iter().filter(live).filter(|p| is_new(p)).collect();
+        let old: Vec<&&Value> = on.iter().filter(live).filter(|p| !is_new(p)).collect();
+        if new.len() > 1 || old.len() > 1 {
+            surging += 1;
+            continue;
+        }
+        match (new.first(), old.first()) {
+            (_, None) => {}
+            (None, Some(o)) => {
+                if !available(o) {
+                    allowed.push(node.to_string());
+                } else if surging < max_surge {
+                    candidates.push(node.to_string());
+                }
+            }
+            (Some(n), Some(o)) => {
+                if available(n) {
+                    let name = name_of(o);
+                    if !plan.delete.contains(&name) {
+                        plan.delete.push(name);
+                    }
+                } else {
+                    surging += 1;
+                }
+            }
+        }
+    }
+    let room = max_surge.saturating_sub(surging).min(candidates.len());
+    for node in allowed.into_iter().chain(candidates.into_iter().take(room)) {
+        if plan.create.len() < BURST && !plan.create.contains(&node) {
+            plan.create.push(node);
+        }
+    }
 }
 
 fn name_of(p: &Value) -> String {
@@ -570,5 +655,64 @@ mod tests {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric())
         );
+    }
+
+    #[test]
+    fn a_surge_makes_the_new_pod_beside_the_old_one_first() {
+        let d = ds(
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}),
+        );
+        let nodes = [
+            node("n1", json!([])),
+            node("n2", json!([])),
+            node("n3", json!([])),
+        ];
+        let old = |n: &str| pod(&format!("old-{n}"), n, "old", true);
+        // Every node runs an old, available pod: one new pod, beside one.
+        let pods = vec![old("n1"), old("n2"), old("n3")];
+        let p = plan(&d, "new", &nodes, &pods, now());
+        assert_eq!(p.create, ["n1"]);
+        assert!(p.delete.is_empty(), "{:?}", p.delete);
+        // The new pod is not ready yet: both stay, nothing more surges.
+        let pods = vec![
+            old("n1"),
+            pod("new-n1", "n1", "new", false),
+            old("n2"),
+            old("n3"),
+        ];
+        let p = plan(&d, "new", &nodes, &pods, now());
+        assert!(
+            p.create.is_empty() && p.delete.is_empty(),
+            "{:?} {:?}",
+            p.create,
+            p.delete
+        );
+        // Ready: the old one goes, the next node surges.
+        let pods = vec![
+            old("n1"),
+            pod("new-n1", "n1", "new", true),
+            old("n2"),
+            old("n3"),
+        ];
+        let p = plan(&d, "new", &nodes, &pods, now());
+        assert_eq!(p.delete, ["old-n1"]);
+        assert_eq!(p.create, ["n2"]);
+        // An old pod that is not available is replaced at once, beyond
+        // the surge.
+        let pods = vec![
+            old("n1"),
+            pod("new-n1", "n1", "new", false),
+            pod("old-n2", "n2", "old", false),
+            old("n3"),
+        ];
+        let p = plan(&d, "new", &nodes, &pods, now());
+        assert_eq!(p.create, ["n2"]);
+        // 50% of 3 nodes rounds up to 2.
+        let d = ds(
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "50%", "maxUnavailable": 0}}),
+        );
+        assert_eq!(rolling_limits(&d, 3).0, 2);
+        let p = plan(&d, "new", &nodes, &[old("n1"), old("n2"), old("n3")], now());
+        assert_eq!(p.create, ["n1", "n2"]);
     }
 }

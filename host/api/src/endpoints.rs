@@ -348,6 +348,47 @@ fn slice_ports(slice: &Value) -> Vec<Port> {
     ports
 }
 
+/// Who a controller's slices belong to: their labels, annotations,
+/// owner reference and `generateName` prefix.
+#[derive(Debug, Clone)]
+pub struct SliceOwner {
+    pub name: String,
+    pub namespace: Value,
+    pub labels: Map<String, Value>,
+    pub annotations: Map<String, Value>,
+    pub owner: Value,
+}
+
+impl SliceOwner {
+    /// The EndpointSlice controller's slices of `service`: the Service's
+    /// labels (and `headless`), owned by the Service.
+    pub fn service(service: &Value) -> SliceOwner {
+        let mut labels = derived_labels(service);
+        labels.insert(
+            LABEL_SERVICE_NAME.into(),
+            service["metadata"]["name"].clone(),
+        );
+        labels.insert(LABEL_MANAGED_BY.into(), json!(MANAGED_BY));
+        SliceOwner {
+            name: service["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            namespace: service["metadata"]["namespace"].clone(),
+            labels,
+            annotations: Map::new(),
+            owner: json!([{
+                "apiVersion": "v1",
+                "kind": "Service",
+                "name": service["metadata"]["name"],
+                "uid": service["metadata"]["uid"],
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }]),
+        }
+    }
+}
+
 /// Decides the writes that make `existing` (the controller's own slices of
 /// the Service) hold exactly `desired`: endpoints already in a slice of
 /// the same port set stay there (updated when changed), gone ones leave,
@@ -360,24 +401,27 @@ pub fn plan_slices(
     desired: Vec<SliceEndpoint>,
     max_per_slice: usize,
 ) -> SlicePlan {
+    plan_owned_slices(
+        &SliceOwner::service(service),
+        existing,
+        desired,
+        max_per_slice,
+        true,
+    )
+}
+
+/// [`plan_slices`] for any owner; `placeholder`: whether an owner without
+/// endpoints keeps one empty slice (the EndpointSlice controller's) or
+/// none (the mirroring controller's).
+pub fn plan_owned_slices(
+    owner: &SliceOwner,
+    existing: &[Value],
+    desired: Vec<SliceEndpoint>,
+    max_per_slice: usize,
+    placeholder: bool,
+) -> SlicePlan {
     let max = max_per_slice.max(1);
-    let labels = {
-        let mut l = derived_labels(service);
-        l.insert(
-            LABEL_SERVICE_NAME.into(),
-            service["metadata"]["name"].clone(),
-        );
-        l.insert(LABEL_MANAGED_BY.into(), json!(MANAGED_BY));
-        l
-    };
-    let owner = json!([{
-        "apiVersion": "v1",
-        "kind": "Service",
-        "name": service["metadata"]["name"],
-        "uid": service["metadata"]["uid"],
-        "controller": true,
-        "blockOwnerDeletion": true,
-    }]);
+    let labels = owner.labels.clone();
     // Desired endpoints by port set, by key.
     let mut wanted: BTreeMap<Vec<Port>, BTreeMap<String, Value>> = BTreeMap::new();
     for d in desired {
@@ -419,7 +463,12 @@ pub fn plan_slices(
                 None => changed = true,
             }
         }
+        let annotations = slice["metadata"]["annotations"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
         let meta_changed = slice["metadata"]["labels"].as_object() != Some(&labels)
+            || annotations != owner.annotations
             || slice["addressType"] != "IPv4";
         kept.push(Kept {
             slice: slice.clone(),
@@ -459,7 +508,7 @@ pub fn plan_slices(
     let mut placeholder_kept = false;
     for k in kept {
         let empty = k.endpoints.is_empty();
-        if empty && (any_endpoints || placeholder_kept) {
+        if empty && (any_endpoints || placeholder_kept || !placeholder) {
             plan.delete.push(
                 k.slice["metadata"]["name"]
                     .as_str()
@@ -476,28 +525,145 @@ pub fn plan_slices(
         let mut body = slice_body(&ports, k.endpoints);
         body["metadata"] = k.slice["metadata"].clone();
         body["metadata"]["labels"] = Value::Object(labels.clone());
+        if !owner.annotations.is_empty() {
+            body["metadata"]["annotations"] = Value::Object(owner.annotations.clone());
+        }
         plan.update.push(body);
     }
     let new_meta = || {
-        json!({
-            "generateName": format!("{}-", service["metadata"]["name"].as_str().unwrap_or_default()),
-            "namespace": service["metadata"]["namespace"],
+        let mut m = json!({
+            "generateName": format!("{}-", owner.name),
+            "namespace": owner.namespace,
             "labels": labels,
-            "ownerReferences": owner,
-        })
+            "ownerReferences": owner.owner,
+        });
+        if !owner.annotations.is_empty() {
+            m["annotations"] = Value::Object(owner.annotations.clone());
+        }
+        m
     };
     for (ports, endpoints) in fresh {
         let mut body = slice_body(&ports, endpoints);
         body["metadata"] = new_meta();
         plan.create.push(body);
     }
-    if plan.create.is_empty() && !placeholder_kept && !any_endpoints {
+    if placeholder && plan.create.is_empty() && !placeholder_kept && !any_endpoints {
         // No endpoints and no slice: the placeholder.
         let mut body = slice_body(&[], Vec::new());
         body["metadata"] = new_meta();
         plan.create.push(body);
     }
     plan
+}
+
+/// The EndpointSliceMirroring controller's `managed-by` value.
+pub const MIRRORING_MANAGED_BY: &str = "endpointslicemirroring-controller.k8s.io";
+/// `endpointslice.kubernetes.io/skip-mirror`: Endpoints that are not
+/// mirrored (the `kubernetes` Service's, written by the server itself).
+pub const LABEL_SKIP_MIRROR: &str = "endpointslice.kubernetes.io/skip-mirror";
+/// Upstream's `--mirroring-max-endpoints-per-subset` default.
+pub const MIRRORING_MAX_ENDPOINTS_PER_SUBSET: usize = 1000;
+
+/// Whether hand-written `endpoints` are mirrored into EndpointSlices
+/// (upstream's `shouldMirror`): not with `skip-mirror: "true"`, not a
+/// leader-election record. Their Service must also exist without a
+/// selector ([`selects_pods`] false).
+pub fn should_mirror(endpoints: &Value) -> bool {
+    endpoints["metadata"]["labels"][LABEL_SKIP_MIRROR] != "true"
+        && endpoints["metadata"]["annotations"]["control-plane.alpha.kubernetes.io/leader"]
+            .is_null()
+}
+
+/// The slices' owner for mirrored `endpoints`: their labels (the
+/// service-name and managed-by labels overwritten) and annotations
+/// (except the trigger time and kubectl's last-applied), owned by the
+/// Endpoints.
+pub fn mirror_owner(endpoints: &Value) -> SliceOwner {
+    let name = endpoints["metadata"]["name"].as_str().unwrap_or_default();
+    let mut labels = endpoints["metadata"]["labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    labels.insert(LABEL_SERVICE_NAME.into(), json!(name));
+    labels.insert(LABEL_MANAGED_BY.into(), json!(MIRRORING_MANAGED_BY));
+    let mut annotations = endpoints["metadata"]["annotations"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    annotations.remove("endpoints.kubernetes.io/last-change-trigger-time");
+    annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    SliceOwner {
+        name: name.to_string(),
+        namespace: endpoints["metadata"]["namespace"].clone(),
+        labels,
+        annotations,
+        owner: json!([{
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "name": name,
+            "uid": endpoints["metadata"]["uid"],
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }]),
+    }
+}
+
+/// The slice endpoints of hand-written `endpoints`: each subset's ready
+/// addresses then its not-ready ones (ready `false`), at most `max` per
+/// subset, with the subset's ports; addresses that are not IPv4 are left
+/// out (this server's slices are IPv4).
+pub fn mirrored_endpoints(endpoints: &Value, max: usize) -> Vec<SliceEndpoint> {
+    let mut out = Vec::new();
+    for subset in endpoints["subsets"].as_array().into_iter().flatten() {
+        let ports: Vec<Port> = subset["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                Some(Port {
+                    name: p["name"].as_str().unwrap_or_default().to_string(),
+                    port: p["port"].as_i64()?,
+                    protocol: p["protocol"].as_str().unwrap_or("TCP").to_string(),
+                    app_protocol: p["appProtocol"].as_str().map(String::from),
+                })
+            })
+            .collect();
+        let addresses = [("addresses", true), ("notReadyAddresses", false)]
+            .into_iter()
+            .flat_map(|(field, ready)| {
+                subset[field]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(move |a| (a, ready))
+            })
+            .filter(|(a, _)| {
+                a["ip"]
+                    .as_str()
+                    .is_some_and(|ip| ip.parse::<std::net::Ipv4Addr>().is_ok())
+            })
+            .take(max);
+        for (address, ready) in addresses {
+            let mut endpoint = json!({
+                "addresses": [address["ip"]],
+                "conditions": {"ready": ready},
+            });
+            for (from, to) in [
+                ("hostname", "hostname"),
+                ("nodeName", "nodeName"),
+                ("targetRef", "targetRef"),
+            ] {
+                if !address[from].is_null() {
+                    endpoint[to] = address[from].clone();
+                }
+            }
+            out.push(SliceEndpoint {
+                ports: ports.clone(),
+                endpoint,
+            });
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -656,5 +822,56 @@ mod tests {
         assert_eq!(plan.update.len(), 1);
         assert_eq!(plan.update[0]["endpoints"], json!([]));
         assert!(plan.create.is_empty());
+    }
+
+    #[test]
+    fn hand_written_endpoints_are_mirrored_subset_by_subset() {
+        let endpoints = json!({
+            "metadata": {"name": "ext", "namespace": "default", "uid": "ep-uid",
+                "labels": {"team": "a", LABEL_MANAGED_BY: "someone"},
+                "annotations": {"note": "x", "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+            "subsets": [
+                {"addresses": [{"ip": "10.0.0.1", "hostname": "one"}, {"ip": "fe80::1"}],
+                 "notReadyAddresses": [{"ip": "10.0.0.2", "nodeName": "n1"}],
+                 "ports": [{"name": "http", "port": 80}]},
+                {"addresses": [{"ip": "10.0.0.3"}, {"ip": "10.0.0.4"}, {"ip": "10.0.0.5"}],
+                 "ports": [{"port": 53, "protocol": "UDP"}]},
+            ],
+        });
+        assert!(should_mirror(&endpoints));
+        let mut skipped = endpoints.clone();
+        skipped["metadata"]["labels"][LABEL_SKIP_MIRROR] = json!("true");
+        assert!(!should_mirror(&skipped));
+        // At most 2 per subset: the ready ones first.
+        let desired = mirrored_endpoints(&endpoints, 2);
+        let ips: Vec<&str> = desired
+            .iter()
+            .map(|d| d.endpoint["addresses"][0].as_str().unwrap())
+            .collect();
+        assert_eq!(ips, ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]);
+        assert_eq!(desired[0].endpoint["hostname"], "one");
+        assert_eq!(desired[1].endpoint["conditions"]["ready"], false);
+        assert_eq!(desired[1].endpoint["nodeName"], "n1");
+        let owner = mirror_owner(&endpoints);
+        let plan = plan_owned_slices(&owner, &[], desired, 100, false);
+        assert_eq!(plan.create.len(), 2, "one slice per port set");
+        let slice = &plan.create[0];
+        assert_eq!(slice["metadata"]["generateName"], "ext-");
+        assert_eq!(
+            slice["metadata"]["labels"][LABEL_MANAGED_BY],
+            MIRRORING_MANAGED_BY
+        );
+        assert_eq!(slice["metadata"]["labels"][LABEL_SERVICE_NAME], "ext");
+        assert_eq!(slice["metadata"]["labels"]["team"], "a");
+        assert_eq!(slice["metadata"]["annotations"], json!({"note": "x"}));
+        assert_eq!(slice["metadata"]["ownerReferences"][0]["kind"], "Endpoints");
+        // No endpoints: no slice (no placeholder), and stored ones go.
+        let mut stored = plan.create.clone();
+        for (i, s) in stored.iter_mut().enumerate() {
+            s["metadata"]["name"] = json!(format!("ext-{i}"));
+        }
+        let plan = plan_owned_slices(&owner, &stored, Vec::new(), 100, false);
+        assert!(plan.create.is_empty() && plan.update.is_empty());
+        assert_eq!(plan.delete, ["ext-0", "ext-1"]);
     }
 }

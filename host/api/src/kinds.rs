@@ -329,6 +329,39 @@ pub fn resources() -> Vec<ResourceInfo> {
             .short_names(&["quota"])
             .subresources(&["status"]),
         info::<core::v1::LimitRange>().short_names(&["limits"]),
+        // Computed on every read from the components in this process and
+        // the store (served by the registry's `Reader`); get and list only.
+        {
+            let mut info = info::<core::v1::ComponentStatus>()
+                .short_names(&["cs"])
+                .verbs(&["get", "list"])
+                .columns(vec![
+                    Column::name(),
+                    Column::new(
+                        "Status",
+                        "string",
+                        "The health of the component.",
+                        ".conditions[?(@.type==\"Healthy\")]",
+                    )
+                    .render(Render::ComponentHealth),
+                    Column::new(
+                        "Message",
+                        "string",
+                        "What the health check said.",
+                        ".conditions[?(@.type==\"Healthy\")].message",
+                    )
+                    .or(json!("")),
+                    Column::new(
+                        "Error",
+                        "string",
+                        "Why the health check failed.",
+                        ".conditions[?(@.type==\"Healthy\")].error",
+                    )
+                    .or(json!("")),
+                ]);
+            info.deprecation_warning = Some("v1 ComponentStatus is deprecated in v1.19+".into());
+            info
+        },
         info::<core::v1::Node>()
             .short_names(&["no"])
             .subresources(&["status"])

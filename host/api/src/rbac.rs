@@ -819,6 +819,7 @@ pub const CONTROLLERS: &[&str] = &[
     "deployment-controller",
     "endpoint-controller",
     "endpointslice-controller",
+    "endpointslicemirroring-controller",
     "disruption-controller",
     "daemon-set-controller",
     "job-controller",
@@ -1031,6 +1032,17 @@ fn controller_roles() -> Vec<Value> {
                 // Slices it makes name their Service with
                 // `blockOwnerDeletion`.
                 PolicyRule::new(&["update"], &[""], &["services/finalizers"]),
+                PolicyRule::new(
+                    &["get", "list", "create", "update", "delete"],
+                    &["discovery.k8s.io"],
+                    &["endpointslices"],
+                ),
+            ],
+            "endpointslicemirroring-controller" => vec![
+                PolicyRule::new(&["get", "list", "watch"], &[""], &["services", "endpoints"]),
+                // Slices it makes name their Endpoints with
+                // `blockOwnerDeletion`.
+                PolicyRule::new(&["update"], &[""], &["endpoints/finalizers"]),
                 PolicyRule::new(
                     &["get", "list", "create", "update", "delete"],
                     &["discovery.k8s.io"],

@@ -84,6 +84,10 @@ pub enum Render {
     PodStatus,
     /// A service's ports as `80/TCP,443:30443/TCP`.
     ServicePorts,
+    /// A component's `Healthy` condition as `Healthy` (`True`) or
+    /// `Unhealthy`, `Unknown` without one, as upstream prints
+    /// ComponentStatuses.
+    ComponentHealth,
     /// A node's `Ready` condition as `Ready`, `NotReady` (`False` or
     /// `Unknown`) or `Unknown` (no condition), then `,SchedulingDisabled`
     /// when it is cordoned, as upstream prints nodes.

@@ -233,6 +233,11 @@ fn cell(c: &Column, obj: &Value, now: DateTime<Utc>) -> Value {
                 ports.join(",")
             })
         }
+        Render::ComponentHealth => json!(match first(c, obj).map(|c| &c["status"]) {
+            Some(s) if s == "True" => "Healthy",
+            Some(_) => "Unhealthy",
+            None => "Unknown",
+        }),
         Render::NodeReady => {
             // Upstream's printNode: `Unknown` only without a condition.
             let ready = match first(c, obj).map(|c| &c["status"]) {

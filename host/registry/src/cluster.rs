@@ -88,9 +88,7 @@ pub fn resource_for_kind(
         .resources
         .snapshot()
         .all()
-        .find(|r| {
-            r.group == group && r.version == version && r.kind == kind && r.create_only.is_none()
-        })
+        .find(|r| r.group == group && r.version == version && r.kind == kind && !r.stores_nothing())
         .cloned()
         .ok_or_else(|| format!("no resource serves kind {kind:?} in {api_version:?}"))
 }
@@ -105,7 +103,7 @@ impl Cluster for ClusterReads {
         self.objects
             .resources
             .get(group, version, resource)
-            .filter(|r| r.create_only.is_none())
+            .filter(|r| !r.stores_nothing())
             .map(|r| r.kind.clone())
     }
 

@@ -187,7 +187,7 @@ impl Resolver {
         }
         self.by_prefix.clear();
         self.by_kind.clear();
-        for r in snap.all().filter(|r| r.create_only.is_none()) {
+        for r in snap.all().filter(|r| !r.stores_nothing()) {
             self.by_prefix
                 .entry(r.key_prefix())
                 .or_insert_with(|| r.clone());

@@ -43,6 +43,7 @@ pub mod builtin;
 pub mod certificates;
 pub mod cluster;
 pub mod codec;
+pub mod componentstatuses;
 pub mod controllers;
 pub mod crd;
 pub mod error;
@@ -66,4 +67,4 @@ pub use options::{
 };
 pub use resources::{Resource, Resources, Snapshot};
 pub use store::Objects;
-pub use strategy::{CreateRequest, Creater, Escalation, Strategy};
+pub use strategy::{CreateRequest, Creater, Escalation, Reader, Strategy};

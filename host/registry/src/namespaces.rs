@@ -72,7 +72,7 @@ async fn finalize(objects: &Objects, ns: &str) -> Result<(), ApiError> {
     let snapshot = objects.resources.snapshot();
     for info in snapshot
         .all()
-        .filter(|r| r.namespaced && r.create_only.is_none())
+        .filter(|r| r.namespaced && !r.stores_nothing())
     {
         let listed = objects.list(info, Some(ns), &ListParams::default()).await?;
         for obj in &listed.items {

@@ -5,7 +5,7 @@
 //! request reads one snapshot, so it sees one consistent registry; routing,
 //! discovery, OpenAPI, Table output and the store all read from it.
 
-use crate::strategy::{Creater, DefaultStrategy, Strategy};
+use crate::strategy::{Creater, DefaultStrategy, Reader, Strategy};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use serde_json::Value;
@@ -24,6 +24,8 @@ pub struct Resource {
     /// For resources that store nothing: `create` is answered by this, and
     /// every other verb is 405.
     pub create_only: Option<Arc<dyn Creater>>,
+    /// For resources computed on every read (get and list only).
+    pub reader: Option<Arc<dyn Reader>>,
     /// Subresources whose `create` is computed (`serviceaccounts/token`).
     pub subresource_creaters: BTreeMap<String, Arc<dyn Creater>>,
 }
@@ -42,6 +44,7 @@ impl Resource {
             info: Arc::new(info),
             strategy: Arc::new(DefaultStrategy),
             create_only: None,
+            reader: None,
             subresource_creaters: BTreeMap::new(),
         }
     }
@@ -54,6 +57,17 @@ impl Resource {
     pub fn with_create_only(mut self, creater: Arc<dyn Creater>) -> Self {
         self.create_only = Some(creater);
         self
+    }
+
+    pub fn with_reader(mut self, reader: Arc<dyn Reader>) -> Self {
+        self.reader = Some(reader);
+        self
+    }
+
+    /// Whether the store holds none of its objects (computed creates or
+    /// reads): no watch, informer, namespace cleanup or audit covers it.
+    pub fn stores_nothing(&self) -> bool {
+        self.create_only.is_some() || self.reader.is_some()
     }
 
     pub fn with_subresource_creater(mut self, sub: &str, creater: Arc<dyn Creater>) -> Self {

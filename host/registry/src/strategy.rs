@@ -216,6 +216,15 @@ pub trait Creater: Send + Sync {
     async fn create(&self, req: CreateRequest<'_>, body: Value) -> Result<Value>;
 }
 
+/// A cluster-scoped resource whose objects are computed on every read and
+/// never stored (`componentstatuses`): `get` and `list` are answered from
+/// [`Reader::list`], every other verb is 405.
+#[async_trait]
+pub trait Reader: Send + Sync {
+    /// Every object, in name order.
+    async fn list(&self) -> Result<Vec<Value>>;
+}
+
 /// Refuses RBAC writes that would grant more than the writer holds.
 pub trait Escalation: Send + Sync {
     fn check(

@@ -812,6 +812,9 @@ impl crate::strategy::Creater for PodBinding {
                 }
                 let mut new = cur.clone();
                 new["spec"]["nodeName"] = json!(node);
+                // In the same write, as upstream's binding.
+                let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+                wasm_apiserver_api::scheduler::set_pod_scheduled(&mut new, "True", None, &now);
                 Ok(new)
             })
             .await?;

@@ -63,6 +63,8 @@ pub struct ServeArgs {
     /// `NoExecute`-tainted nodes), `pod-garbage-collector-controller`,
     /// `endpoints-controller` and `endpointslice-controller` (a selector
     /// Service's Endpoints and EndpointSlices from its pods),
+    /// `endpointslicemirroring-controller` (EndpointSlices mirroring the
+    /// Endpoints of a Service without a selector),
     /// `replicaset-controller`, `replicationcontroller-controller` (keep
     /// their count of pods), `deployment-controller` (rollouts through
     /// ReplicaSets), `daemonset-controller` (a DaemonSet's pod on every eligible node),
@@ -525,6 +527,13 @@ impl ServeArgs {
     /// Whether `--controllers` turns on controller `name` (as
     /// kube-controller-manager reads it: a name turns it on, `-name` off,
     /// `*` all that are not turned off).
+    /// Whether `--controllers` enables any controller at all.
+    pub fn controllers_enabled_any(&self) -> bool {
+        self.controllers
+            .iter()
+            .any(|c| !c.is_empty() && !c.starts_with('-'))
+    }
+
     pub fn controller_enabled(&self, name: &str) -> bool {
         if self
             .controllers

@@ -31,7 +31,7 @@ use wasm_apiserver_registry::apply::Applied;
 use wasm_apiserver_registry::builtin::is_remote_api_service;
 use wasm_apiserver_registry::{
     CreateRequest, Creater, Deleted, FieldValidation, ListOutcome, ListParams, Preconditions,
-    Propagation, Resource, WriteOptions,
+    Propagation, Reader, Resource, WriteOptions,
 };
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
@@ -429,6 +429,16 @@ async fn handle(state: &Arc<AppState>, req: Request) -> Result<Response> {
             _ => Err(ApiError::MethodNotAllowed),
         };
     }
+    if let Some(reader) = &res.reader {
+        return match verb {
+            "get" | "list" => computed_read(&call, reader.as_ref()).await,
+            _ => Err(ApiError::MethodNotAllowed),
+        }
+        .map(|resp| match &res.deprecation_warning {
+            Some(w) => with_warning(resp, w),
+            None => resp,
+        });
+    }
     let resp = match verb {
         "get" => get(&call).await,
         "list" => list(&call).await,
@@ -492,6 +502,31 @@ async fn computed_create(call: &Call<'_>, creater: &dyn Creater, body: Body) -> 
     };
     let answer = creater.create(req, obj).await?;
     Ok(json_response(StatusCode::CREATED, &answer))
+}
+
+/// `get` or `list` of a resource computed on every read: the objects the
+/// [`Reader`] gives, filtered by name, label and field selectors as a
+/// stored list would be (no paging: there are few).
+async fn computed_read(call: &Call<'_>, reader: &dyn Reader) -> Result<Response> {
+    let table = table_request(call.headers, call.q)?;
+    let items = reader.list().await?;
+    if let Some(name) = call.name {
+        let obj = items
+            .into_iter()
+            .find(|o| meta::name(o) == Some(name))
+            .ok_or_else(|| {
+                ApiError::NotFound(Target::new(&call.res.group, &call.res.plural, name))
+            })?;
+        return Ok(object_response(StatusCode::OK, call.res, obj, table));
+    }
+    let params = list_params(call.q, call.res)?;
+    let items = items.into_iter().filter(|o| params.matches(o)).collect();
+    let out = ListOutcome {
+        items,
+        resource_version: 0,
+        continue_token: None,
+    };
+    Ok(list_response(call.res, out, table, call.metadata_only()))
 }
 
 async fn get(call: &Call<'_>) -> Result<Response> {

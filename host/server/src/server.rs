@@ -448,6 +448,16 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     }
     let _ = state.objects.admission_plugins.set(admission_plugins);
     authn::install_token_reviews(&state.objects, &state.authn);
+    let components = Arc::new(
+        wasm_apiserver_registry::componentstatuses::ComponentStatuses {
+            storage: storage.clone(),
+            scheduler: !args.disable_scheduler,
+            controllers: args.controllers_enabled_any(),
+        },
+    );
+    state
+        .resources
+        .update("", "v1", "componentstatuses", |r| r.with_reader(components));
     if let Some(signer) = &state.authn.service_accounts {
         let token_requests = Arc::new(authn::TokenRequests {
             objects: state.objects.clone(),
@@ -692,8 +702,8 @@ fn start_controllers(
 ) -> anyhow::Result<()> {
     use wasm_apiserver_registry::controllers::{
         Client, apiservice, bootstrap, certificates, cronjob, daemonset, deployment, disruption,
-        endpoints, gc, hostname, job, leader, nodelifecycle, podgc, policy_audit, replicaset,
-        scheduler, serviceaccounts, ttlafterfinished, wasm,
+        endpoints, endpointslicemirroring, gc, hostname, job, leader, nodelifecycle, podgc,
+        policy_audit, replicaset, scheduler, serviceaccounts, ttlafterfinished, wasm,
     };
     let ca_pem = &pki.ca_pem;
     let objects = &state.objects;
@@ -781,6 +791,13 @@ fn start_controllers(
         leadership.clone(),
         &state.controllers,
     );
+    if args.controller_enabled(endpointslicemirroring::NAME) {
+        endpointslicemirroring::spawn(
+            client(endpointslicemirroring::NAME),
+            leadership.clone(),
+            &state.controllers,
+        );
+    }
     if args.controller_enabled(daemonset::CONTROLLER) {
         daemonset::spawn(
             client(daemonset::NAME),

@@ -123,6 +123,8 @@ struct Inner {
     /// The key prefix, as bytes.
     prefix: Vec<u8>,
     options: EtcdOptions,
+    /// `--etcd-servers`, for per-server health.
+    endpoints: Vec<String>,
     /// The etcd server's version, which decides how far progress
     /// notifications can be trusted.
     version: String,
@@ -828,27 +830,50 @@ async fn serve_from_cache(
 
 // --- the store -----------------------------------------------------------------------
 
+/// How the client connects to etcd (to every endpoint, or to one for its
+/// health).
+fn connect_options(options: &EtcdOptions) -> Result<ConnectOptions> {
+    let mut connect = ConnectOptions::new()
+        .with_connect_timeout(options.connect_timeout)
+        // Detect a dead connection under an idle watch.
+        .with_keep_alive(Duration::from_secs(10), options.request_timeout)
+        .with_keep_alive_while_idle(true)
+        // As kube-apiserver: a member that lost its leader fails requests
+        // and cancels watches (which we reopen, maybe on another member)
+        // instead of serving stale data or going silent.
+        .with_require_leader(true);
+    if let Some(tls) = &options.tls {
+        connect = connect.with_tls(tls_options(tls)?);
+    }
+    Ok(connect)
+}
+
+/// One etcd server's health: its status through a connection of its own,
+/// answered as etcd's `/health` answers (what kube-apiserver's
+/// `componentstatuses` show).
+async fn endpoint_health(endpoint: &str, options: &EtcdOptions) -> Result<String> {
+    let client = bounded(
+        options.connect_timeout,
+        Client::connect([endpoint], Some(connect_options(options)?)),
+    )
+    .await?
+    .map_err(map_err)?;
+    let mut maintenance = client.maintenance_client();
+    bounded(options.request_timeout, maintenance.status())
+        .await?
+        .map_err(map_err)?;
+    Ok(r#"{"health":"true","reason":""}"#.to_string())
+}
+
 impl EtcdStore {
     /// Connects to etcd at `endpoints` (`http://host:port`, or `https://`
     /// with [`EtcdOptions::tls`]) and stores keys under `prefix` (usually
     /// `""`; see the module docs). Fails with `Unavailable` if etcd does not
     /// answer within [`EtcdOptions::connect_timeout`].
     pub async fn connect(endpoints: &[String], prefix: &str, options: EtcdOptions) -> Result<Self> {
-        let mut connect = ConnectOptions::new()
-            .with_connect_timeout(options.connect_timeout)
-            // Detect a dead connection under an idle watch.
-            .with_keep_alive(Duration::from_secs(10), options.request_timeout)
-            .with_keep_alive_while_idle(true)
-            // As kube-apiserver: a member that lost its leader fails requests
-            // and cancels watches (which we reopen, maybe on another member)
-            // instead of serving stale data or going silent.
-            .with_require_leader(true);
-        if let Some(tls) = &options.tls {
-            connect = connect.with_tls(tls_options(tls)?);
-        }
         let client = bounded(
             options.connect_timeout,
-            Client::connect(endpoints, Some(connect)),
+            Client::connect(endpoints, Some(connect_options(&options)?)),
         )
         .await?
         .map_err(map_err)?;
@@ -863,6 +888,7 @@ impl EtcdStore {
                 client,
                 prefix: prefix.as_bytes().to_vec(),
                 options,
+                endpoints: endpoints.to_vec(),
                 version: status.version().to_string(),
                 caches: Mutex::new(HashMap::new()),
                 etcd_watches: Arc::new(AtomicUsize::new(0)),
@@ -1311,6 +1337,17 @@ impl Storage for EtcdStore {
             revision: header_revision(r.header())?,
             next_key: None,
         })
+    }
+
+    async fn server_health(&self) -> Vec<Result<String>> {
+        let options = &self.inner.options;
+        futures::future::join_all(
+            self.inner
+                .endpoints
+                .iter()
+                .map(|e| endpoint_health(e, options)),
+        )
+        .await
     }
 
     async fn current_revision(&self) -> Result<u64> {

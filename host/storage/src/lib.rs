@@ -209,6 +209,13 @@ pub trait Storage: Send + Sync + 'static {
             ..Default::default()
         })
     }
+    /// The health of each server behind the store, in order, for
+    /// `componentstatuses` (`etcd-0`, `etcd-1`, ...): what a healthy one
+    /// says, or why it is not healthy. This default: one server, this
+    /// store's answer to a read.
+    async fn server_health(&self) -> Vec<Result<String>> {
+        vec![self.current_revision().await.map(|_| "ok".to_string())]
+    }
     fn announce_write(&self) -> WriteAnnouncement {
         WriteAnnouncement(None)
     }

@@ -506,3 +506,106 @@ fn one_collector_among_replicas_and_another_takes_over() {
     kubectl_ok(survivor, None, &["delete", "cm", "owner-2"]);
     wait_gone(survivor, "cm", "dep-2");
 }
+
+/// `componentstatuses` (deprecated, still served by kube-apiserver 1.33):
+/// the scheduler, the controller manager and each etcd server, healthy or
+/// not as they are, computed on every read; read-only.
+#[test]
+fn componentstatuses_say_what_runs_and_which_etcd_servers_answer() {
+    let mut etcd = EtcdCluster::start(3);
+    let servers = etcd.servers_flag();
+    let server = Server::start_with_args(&["--etcd-servers", &servers]);
+    let out = kubectl(&server, None, &["get", "componentstatuses"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Warning: v1 ComponentStatus is deprecated in v1.19+"),
+        "{stderr}"
+    );
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0], ["NAME", "STATUS", "MESSAGE", "ERROR"], "{stdout}");
+    let names: Vec<&str> = rows[1..].iter().map(|r| r[0]).collect();
+    assert_eq!(
+        names,
+        [
+            "controller-manager",
+            "etcd-0",
+            "etcd-1",
+            "etcd-2",
+            "scheduler"
+        ],
+        "{stdout}"
+    );
+    for row in &rows[1..] {
+        assert_eq!(row[1], "Healthy", "{stdout}");
+    }
+    let scheduler = kubectl_json(&server, None, &["get", "cs", "scheduler", "-o", "json"]);
+    assert_eq!(scheduler["conditions"][0]["type"], "Healthy");
+    assert_eq!(scheduler["conditions"][0]["status"], "True");
+    assert_eq!(scheduler["conditions"][0]["message"], "ok");
+    // kube-rs reads it typed (as its event recorder's cluster test does).
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let typed = runtime.block_on(async {
+        let api: kube::Api<k8s_openapi::api::core::v1::ComponentStatus> =
+            kube::Api::all(wasm_apiserver_e2e::kube_client(&server));
+        api.get("scheduler").await
+    });
+    let typed = typed.expect("kube-rs get componentstatuses/scheduler");
+    assert_eq!(
+        typed.conditions.unwrap_or_default()[0].status,
+        "True",
+        "kube-rs"
+    );
+
+    // A stopped etcd server is unhealthy, the others still answer.
+    etcd.kill_member(2);
+    let table = poll_until(WAIT, "etcd-2 to be unhealthy", || {
+        let out = kubectl_ok(&server, None, &["get", "cs"]);
+        out.lines()
+            .any(|l| l.starts_with("etcd-2 ") && l.contains("Unhealthy"))
+            .then_some(out)
+    });
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("etcd-0 ") && l.contains("Healthy") && !l.contains("Unhealthy")),
+        "{table}"
+    );
+
+    // Read-only: what cannot be stored cannot be written.
+    let out = kubectl(&server, None, &["delete", "cs", "scheduler"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("MethodNotAllowed")
+            || String::from_utf8_lossy(&out.stderr).contains("not allowed"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = kubectl(&server, None, &["get", "cs", "no-such-component"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains(r#"componentstatuses "no-such-component" not found"#),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(server);
+
+    // Without the scheduler, it is unhealthy and says why.
+    let server = Server::start_with_args(&["--disable-scheduler"]);
+    let scheduler = kubectl_json(&server, None, &["get", "cs", "scheduler", "-o", "json"]);
+    assert_eq!(scheduler["conditions"][0]["status"], "False");
+    assert!(
+        scheduler["conditions"][0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("--disable-scheduler")),
+        "{scheduler}"
+    );
+    let etcd0 = kubectl_json(&server, None, &["get", "cs", "etcd-0", "-o", "json"]);
+    assert_eq!(etcd0["conditions"][0]["status"], "True", "{etcd0}");
+}

@@ -123,6 +123,37 @@ fn daemonsets_run_one_pod_per_eligible_node_and_roll_out() {
             .then_some(())
     });
 
+    // With a surge (maxSurge 1, maxUnavailable 0) the new pod starts
+    // beside the old one: no node is ever without a pod, and at most one
+    // node holds two at a time. The new pods take a second to be ready.
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "patch",
+            "daemonset",
+            "agent",
+            "-p",
+            r#"{"spec":{"updateStrategy":{"rollingUpdate":{"maxSurge":1,"maxUnavailable":0}},
+                "template":{"metadata":{"annotations":{"node-agent.wasm-apiserver.io/ready-after":"1s"}},
+                "spec":{"containers":[{"name":"agent","image":"agent:3"}]}}}}"#,
+        ],
+    );
+    let (mut fewest_nodes, mut most_doubled) = (usize::MAX, 0);
+    poll_until(Duration::from_secs(90), "the surge rollout", || {
+        let placed = placement(&server);
+        fewest_nodes = fewest_nodes.min(placed.len());
+        most_doubled = most_doubled.max(placed.values().filter(|i| i.len() == 2).count());
+        assert!(
+            placed.values().all(|i| i.len() <= 2),
+            "at most an old and a new pod per node: {placed:?}"
+        );
+        (placed.len() == 3 && placed.values().all(|i| i == &vec!["agent:3".to_string()]))
+            .then_some(())
+    });
+    assert_eq!(fewest_nodes, 3, "no node without a pod while surging");
+    assert_eq!(most_doubled, 1, "one node surging at a time (maxSurge 1)");
+
     // A node that is no longer a worker loses its pod.
     kubectl_ok(
         &server,

@@ -10,16 +10,14 @@
 
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::Stdio;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use wasm_apiserver_e2e::etcd::EtcdCluster;
 use wasm_apiserver_e2e::node_agent::{NodeAgent, NodeSpec};
 use wasm_apiserver_e2e::{
-    KubectlWatch, Server, kubectl, kubectl_binary, kubectl_json, kubectl_ok, kubectl_stdin,
-    poll_until,
+    KubectlWatch, Server, kubectl, kubectl_json, kubectl_ok, kubectl_stdin, poll_until,
 };
+
+const WAIT: Duration = Duration::from_secs(60);
 
 fn items(v: Value) -> Vec<Value> {
     v["items"].as_array().cloned().unwrap_or_default()
@@ -69,103 +67,6 @@ fn live_pods(server: &Server, selector: &str) -> Vec<Value> {
         .into_iter()
         .filter(|p| !terminating(p))
         .collect()
-}
-
-/// Binds pods nobody bound within a second, round robin over `nodes`
-/// (through `pods/binding`, as a scheduler does): the workload tests
-/// must not depend on which scheduler runs.
-struct Binder {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Binder {
-    fn start(server: &Server, nodes: &[&str]) -> Binder {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let nodes: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
-        let (kubeconfig, cache) = (server.kubeconfig_path(), server.kubectl_cache_dir());
-        let run = move |args: &[&str], stdin: Option<String>| -> Vec<u8> {
-            let mut cmd = std::process::Command::new(kubectl_binary(None));
-            cmd.arg("--kubeconfig")
-                .arg(&kubeconfig)
-                .arg("--cache-dir")
-                .arg(&cache)
-                .args(args)
-                .env_remove("KUBECONFIG")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .stdin(if stdin.is_some() {
-                    Stdio::piped()
-                } else {
-                    Stdio::null()
-                });
-            let Ok(mut child) = cmd.spawn() else {
-                return Vec::new();
-            };
-            if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-                let _ = pipe.write_all(input.as_bytes());
-            }
-            child
-                .wait_with_output()
-                .map(|o| o.stdout)
-                .unwrap_or_default()
-        };
-        let thread = std::thread::spawn(move || {
-            let mut seen: BTreeMap<String, Instant> = BTreeMap::new();
-            let mut next = 0usize;
-            while !flag.load(Ordering::Relaxed) {
-                let out = run(
-                    &[
-                        "get",
-                        "pods",
-                        "-A",
-                        "--field-selector",
-                        "spec.nodeName=",
-                        "-o",
-                        "json",
-                    ],
-                    None,
-                );
-                let list: Value = serde_json::from_slice(&out).unwrap_or_default();
-                for p in items(list) {
-                    if terminating(&p) {
-                        continue;
-                    }
-                    let ns = p["metadata"]["namespace"].as_str().unwrap_or("default");
-                    let key = format!("{ns}/{}", name(&p));
-                    let first = *seen.entry(key).or_insert_with(Instant::now);
-                    if first.elapsed() < Duration::from_secs(1) {
-                        continue;
-                    }
-                    let node = &nodes[next % nodes.len()];
-                    next += 1;
-                    let binding = serde_json::json!({"apiVersion": "v1", "kind": "Binding",
-                        "metadata": {"name": name(&p), "namespace": ns},
-                        "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
-                    let path = format!("/api/v1/namespaces/{ns}/pods/{}/binding", name(&p));
-                    run(
-                        &["create", "--raw", &path, "-f", "-"],
-                        Some(binding.to_string()),
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(300));
-            }
-        });
-        Binder {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Binder {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 /// Replays a `kubectl get … -w --output-watch-events -o json`: the state
@@ -257,7 +158,6 @@ fn deployment_rolls_out_updates_within_bounds_and_rolls_back() {
         &server,
         vec![NodeSpec::new("node-a"), NodeSpec::new("node-b")],
     );
-    let _binder = Binder::start(&server, &["node-a", "node-b"]);
     kubectl_ok(
         &server,
         None,
@@ -304,6 +204,15 @@ fn deployment_rolls_out_updates_within_bounds_and_rolls_back() {
         );
         assert_eq!(p["status"]["phase"], "Running");
     }
+    // The scheduler spread them over the two nodes (PodTopologySpread's
+    // system default and LeastAllocated both pull that way).
+    let on = |node: &str| {
+        running
+            .iter()
+            .filter(|p| p["spec"]["nodeName"] == node)
+            .count()
+    };
+    assert_eq!((on("node-a"), on("node-b")), (2, 2), "{running:?}");
 
     // A rolling update within maxSurge 1 / maxUnavailable 1, every step.
     kubectl_ok(
@@ -402,7 +311,6 @@ fn deployment_pauses_resumes_restarts_and_scales() {
         &server,
         vec![NodeSpec::new("node-a"), NodeSpec::new("node-b")],
     );
-    let _binder = Binder::start(&server, &["node-a", "node-b"]);
     kubectl_ok(
         &server,
         None,
@@ -707,7 +615,6 @@ fn ten_thousand_replicas_do_not_stall_the_server() {
 fn crash_looping_pods_do_not_hot_loop_the_controllers() {
     let server = Server::start();
     let _agent = NodeAgent::start(&server, vec![NodeSpec::new("node-a")]);
-    let _binder = Binder::start(&server, &["node-a"]);
     let manifest = r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"crash"},
         "spec":{"replicas":1,"selector":{"matchLabels":{"app":"crash"}},
         "template":{"metadata":{"labels":{"app":"crash"},"annotations":{
@@ -759,7 +666,6 @@ fn crash_looping_pods_do_not_hot_loop_the_controllers() {
 fn a_rollout_that_never_gets_ready_exceeds_its_progress_deadline() {
     let server = Server::start();
     let _agent = NodeAgent::start(&server, vec![NodeSpec::new("node-a")]);
-    let _binder = Binder::start(&server, &["node-a"]);
     let manifest = r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"stuck"},
         "spec":{"replicas":1,"progressDeadlineSeconds":3,"selector":{"matchLabels":{"app":"stuck"}},
         "template":{"metadata":{"labels":{"app":"stuck"},"annotations":{
@@ -881,5 +787,177 @@ fn deployment_revisions_and_proportional_scaling_without_kubelets() {
     assert!(
         events.contains("Scaled up replica set") && events.contains("Created pod:"),
         "{events}"
+    );
+}
+
+/// The deployment queue's adds on `server`'s `/metrics`: non-zero only on
+/// the replica that leads (its controllers follow the Deployments).
+fn deployment_queue_adds(server: &Server) -> u64 {
+    let metrics = server.get("/metrics").map(|r| r.1).unwrap_or_default();
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("workqueue_adds_total{name=\"deployment\"} "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// Two replicas on etcd; the leading one is killed mid-rollout. The other
+/// takes the Lease and finishes the rollout from what is stored: no second
+/// ReplicaSet for the same template, no pod beyond replicas + maxSurge, no
+/// extra pod created for the new template (its expectations start from a
+/// fresh list, not from what the dead leader had in flight).
+#[test]
+fn a_replica_finishes_the_rollout_its_dead_leader_started() {
+    let etcd = EtcdCluster::start(1);
+    let servers = etcd.servers_flag();
+    let args = [
+        "--etcd-servers",
+        servers.as_str(),
+        "--leader-elect-lease-duration=4s",
+        "--leader-elect-renew-deadline=3s",
+        "--leader-elect-retry-period=500ms",
+    ];
+    let a = Server::start_with_args(&args);
+    let b = Server::start_with_args(&args);
+    // Which replica leads: the one whose deployment controller sees a
+    // Deployment.
+    kubectl_ok(
+        &a,
+        None,
+        &[
+            "create",
+            "deployment",
+            "probe",
+            "--image=nginx",
+            "--replicas=0",
+        ],
+    );
+    let leader_is_a = poll_until(WAIT, "one replica to lead", || {
+        match (deployment_queue_adds(&a), deployment_queue_adds(&b)) {
+            (0, 0) => None,
+            (x, 0) if x > 0 => Some(true),
+            (0, _) => Some(false),
+            (x, y) => panic!("both replicas run the deployment controller: {x} and {y} adds"),
+        }
+    });
+    let (mut leader, survivor) = if leader_is_a { (a, b) } else { (b, a) };
+    // The node agent talks to the survivor, so it outlives the leader.
+    let _agent = NodeAgent::start(
+        &survivor,
+        vec![NodeSpec::new("node-a"), NodeSpec::new("node-b")],
+    );
+    // Each pod takes a second to be ready, so the rollout lasts a while.
+    let manifest = |image: &str| {
+        format!(
+            r#"{{"apiVersion":"apps/v1","kind":"Deployment","metadata":{{"name":"web"}},
+            "spec":{{"replicas":6,"selector":{{"matchLabels":{{"app":"web"}}}},
+            "strategy":{{"rollingUpdate":{{"maxSurge":1,"maxUnavailable":0}}}},
+            "template":{{"metadata":{{"labels":{{"app":"web"}},
+              "annotations":{{"node-agent.wasm-apiserver.io/ready-after":"1s"}}}},
+            "spec":{{"containers":[{{"name":"nginx","image":"{image}"}}]}}}}}}}}"#
+        )
+    };
+    let out = kubectl_stdin(
+        &survivor,
+        None,
+        &["apply", "-f", "-"],
+        &manifest("nginx:1.27"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    rollout_status(&survivor, "deployment/web");
+    let mut pod_watch = KubectlWatch::spawn(
+        &survivor,
+        None,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-w",
+            "--output-watch-events",
+            "-o",
+            "json",
+        ],
+    );
+    pod_watch.wait_for_json(Duration::from_secs(10), "the listed pods", |e| {
+        e["type"] == "ADDED"
+    });
+    let out = kubectl_stdin(
+        &survivor,
+        None,
+        &["apply", "-f", "-"],
+        &manifest("nginx:1.28"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Mid-rollout: two pods of the new template exist, four to go.
+    poll_until(WAIT, "two new pods", || {
+        (images(&survivor, "app=web")
+            .iter()
+            .filter(|i| *i == "nginx:1.28")
+            .count()
+            >= 2)
+            .then_some(())
+    });
+    leader.kill9();
+    let out = kubectl_ok(
+        &survivor,
+        None,
+        &["rollout", "status", "deployment/web", "--timeout=90s"],
+    );
+    assert!(out.contains("successfully rolled out"), "{out}");
+    assert_eq!(images(&survivor, "app=web"), vec!["nginx:1.28"; 6]);
+    assert_eq!(
+        replica_sets(&survivor, "app=web").len(),
+        2,
+        "one ReplicaSet per template"
+    );
+    // Every pod that ever existed, from the watch: never more than 7
+    // unfinished at once, and exactly 6 made for the new template.
+    let new_hash = replica_sets(&survivor, "app=web")
+        .iter()
+        .find(|rs| rs["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.28")
+        .and_then(|rs| {
+            rs["metadata"]["labels"]["pod-template-hash"]
+                .as_str()
+                .map(String::from)
+        })
+        .expect("the new ReplicaSet");
+    for p in live_pods(&survivor, "app=web") {
+        pod_watch.wait_for_json(Duration::from_secs(10), "the last pods", |e| {
+            e["object"]["metadata"]["name"] == name(&p)
+        });
+    }
+    let docs = pod_watch.json_documents();
+    let mut live: BTreeMap<String, bool> = BTreeMap::new();
+    let mut new_pods = std::collections::BTreeSet::new();
+    for e in &docs {
+        let p = &e["object"];
+        if p["metadata"]["labels"]["pod-template-hash"] == new_hash.as_str() {
+            new_pods.insert(name(p).to_string());
+        }
+        if e["type"] == "DELETED" || terminating(p) {
+            live.remove(name(p));
+        } else {
+            live.insert(name(p).to_string(), true);
+        }
+        assert!(
+            live.len() <= 7,
+            "{} pods at once (replicas 6 + maxSurge 1): {:?}",
+            live.len(),
+            live.keys().collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(
+        new_pods.len(),
+        6,
+        "pods made for the new template: {new_pods:?}"
     );
 }

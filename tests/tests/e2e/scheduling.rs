@@ -155,6 +155,11 @@ fn pods_spread_over_two_nodes() {
         ev["message"],
         format!("Successfully assigned default/web-0 to {node}").as_str()
     );
+    // The binding itself set `PodScheduled=True` (no later write): a pod
+    // that never waited has it as soon as it has a node.
+    let cond = scheduled_condition(&server, "web-0").expect("PodScheduled");
+    assert_eq!(cond["status"], "True", "{cond}");
+    assert!(cond["reason"].is_null(), "{cond}");
     // kubectl shows the node.
     let wide = kubectl_ok(&server, None, &["get", "pods", "-o", "wide"]);
     assert!(wide.contains("node-a") && wide.contains("node-b"), "{wide}");

@@ -218,3 +218,112 @@ fn service_endpoints_follow_ready_pods() {
         (!ep.status.success() && slices["items"].as_array().unwrap().is_empty()).then_some(())
     });
 }
+
+/// The mirrored slices of `name`: (addresses, ready) per endpoint, sorted,
+/// and the slices themselves.
+fn mirrored(server: &Server, name: &str) -> (Vec<(String, bool)>, Vec<Value>) {
+    let slices = kubectl_json(
+        server,
+        None,
+        &[
+            "get",
+            "endpointslices",
+            "-l",
+            &format!(
+                "kubernetes.io/service-name={name},\
+                 endpointslice.kubernetes.io/managed-by=endpointslicemirroring-controller.k8s.io"
+            ),
+        ],
+    );
+    let items = slices["items"].as_array().cloned().unwrap_or_default();
+    let mut endpoints: Vec<(String, bool)> = items
+        .iter()
+        .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+        .map(|e| {
+            (
+                e["addresses"][0].as_str().unwrap_or_default().to_string(),
+                e["conditions"]["ready"] == true,
+            )
+        })
+        .collect();
+    endpoints.sort();
+    (endpoints, items)
+}
+
+/// Endpoints written by hand for a Service without a selector are
+/// mirrored into EndpointSlices (the EndpointSliceMirroring controller),
+/// follow their changes, and stop being mirrored when the Service gets a
+/// selector; the `kubernetes` Service's own Endpoints (`skip-mirror`) are
+/// not.
+#[test]
+fn endpoints_of_a_service_without_selector_are_mirrored() {
+    let server = Server::start();
+    let apply = |doc: &str| {
+        let out = kubectl_stdin(&server, None, &["apply", "-f", "-"], doc);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    apply(
+        r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"db"},
+            "spec":{"ports":[{"name":"pg","port":5432}]}}"#,
+    );
+    apply(
+        r#"{"apiVersion":"v1","kind":"Endpoints","metadata":{"name":"db","labels":{"team":"data"}},
+            "subsets":[{"addresses":[{"ip":"192.0.2.10"},{"ip":"192.0.2.11"}],
+                        "notReadyAddresses":[{"ip":"192.0.2.12"}],
+                        "ports":[{"name":"pg","port":5432}]}]}"#,
+    );
+    let (endpoints, slices) = poll_until(Duration::from_secs(30), "the mirrored slice", || {
+        let m = mirrored(&server, "db");
+        (m.0.len() == 3).then_some(m)
+    });
+    assert_eq!(
+        endpoints,
+        [
+            ("192.0.2.10".to_string(), true),
+            ("192.0.2.11".to_string(), true),
+            ("192.0.2.12".to_string(), false)
+        ]
+    );
+    assert_eq!(slices.len(), 1);
+    let slice = &slices[0];
+    assert_eq!(slice["metadata"]["labels"]["team"], "data");
+    assert_eq!(slice["metadata"]["ownerReferences"][0]["kind"], "Endpoints");
+    assert_eq!(slice["ports"][0]["port"], 5432);
+    assert_eq!(slice["addressType"], "IPv4");
+    // A change of the Endpoints follows.
+    apply(
+        r#"{"apiVersion":"v1","kind":"Endpoints","metadata":{"name":"db","labels":{"team":"data"}},
+            "subsets":[{"addresses":[{"ip":"192.0.2.20"}],
+                        "ports":[{"name":"pg","port":5432}]}]}"#,
+    );
+    poll_until(Duration::from_secs(30), "the new address", || {
+        (mirrored(&server, "db").0 == [("192.0.2.20".to_string(), true)]).then_some(())
+    });
+    // A slice deleted by hand comes back.
+    let name = slice["metadata"]["name"].as_str().unwrap().to_string();
+    kubectl_ok(&server, None, &["delete", "endpointslice", &name]);
+    poll_until(Duration::from_secs(30), "the slice back", || {
+        (mirrored(&server, "db").0.len() == 1).then_some(())
+    });
+    // With a selector, the Service's endpoints come from pods: no mirror.
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "patch",
+            "service",
+            "db",
+            "-p",
+            r#"{"spec":{"selector":{"app":"db"}}}"#,
+        ],
+    );
+    poll_until(Duration::from_secs(30), "the mirrored slices to go", || {
+        mirrored(&server, "db").1.is_empty().then_some(())
+    });
+    // Never mirrored: the `kubernetes` Service's Endpoints.
+    assert!(mirrored(&server, "kubernetes").1.is_empty());
+}

@@ -29,7 +29,7 @@ pub mod queue;
 pub mod spread;
 
 use crate::selector::{LabelSelector, Requirement};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -1321,6 +1321,39 @@ impl Framework {
             evaluated,
             feasible: feasible.len(),
         })
+    }
+}
+
+/// Sets `PodScheduled` to `status` with `reason` and `message`, its
+/// transition time moved only when its status changes (upstream's
+/// `UpdatePodCondition`).
+pub fn set_pod_scheduled(pod: &mut Value, status: &str, why: Option<(&str, &str)>, now: &str) {
+    let st = &mut pod["status"];
+    if !st.is_object() {
+        *st = json!({});
+    }
+    if !st["conditions"].is_array() {
+        st["conditions"] = json!([]);
+    }
+    let conditions = st["conditions"].as_array_mut().expect("array");
+    let mut new = json!({
+        "type": "PodScheduled",
+        "status": status,
+        "lastProbeTime": null,
+        "lastTransitionTime": now,
+    });
+    if let Some((reason, message)) = why {
+        new["reason"] = json!(reason);
+        new["message"] = json!(message);
+    }
+    match conditions.iter_mut().find(|c| c["type"] == "PodScheduled") {
+        Some(c) => {
+            if c["status"] == status {
+                new["lastTransitionTime"] = c["lastTransitionTime"].clone();
+            }
+            *c = new;
+        }
+        None => conditions.push(new),
     }
 }
 

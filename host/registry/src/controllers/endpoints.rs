@@ -220,46 +220,62 @@ impl Reconcile for Slices {
         let Some(service) = service.filter(ep::selects_pods) else {
             return Ok(Action::Done);
         };
-        let selector = LabelSelector::parse(&format!(
-            "{LABEL_SERVICE_NAME}={name},{LABEL_MANAGED_BY}={MANAGED_BY}"
-        ))
-        .map_err(ApiError::BadRequest)?;
-        let existing = self
-            .client
-            .list(
-                &self.info,
-                Some(ns),
-                &ListParams {
-                    labels: selector,
-                    ..Default::default()
-                },
-            )
-            .await?
-            .items;
+        let existing = managed_slices(&self.client, &self.info, ns, name, MANAGED_BY).await?;
         let refs: Vec<&Value> = pods.iter().collect();
         let desired = ep::slice_endpoints(&service, &refs, |node| zones.get(node).cloned());
         let plan = ep::plan_slices(&service, &existing, desired, ep::MAX_ENDPOINTS_PER_SLICE);
-        for slice in plan.update {
-            let slice_name = meta::name(&slice).unwrap_or_default().to_string();
-            self.client
-                .replace(&self.info, Some(ns), &slice_name, None, slice)
-                .await?;
-        }
-        for slice in plan.create {
-            self.client.create(&self.info, Some(ns), slice).await?;
-        }
-        for slice_name in plan.delete {
-            match self
-                .client
-                .delete(&self.info, Some(ns), &slice_name, &Preconditions::default())
-                .await
-            {
-                Ok(_) | Err(ApiError::NotFound(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        apply_slice_plan(&self.client, &self.info, ns, plan).await?;
         Ok(Action::Done)
     }
+}
+
+/// The slices of Service `name` that `managed_by` keeps, read through the
+/// client (never a cache, so a slice is never made twice).
+pub(super) async fn managed_slices(
+    client: &Client,
+    info: &Resource,
+    ns: &str,
+    name: &str,
+    managed_by: &str,
+) -> Result<Vec<Value>> {
+    let selector = LabelSelector::parse(&format!(
+        "{LABEL_SERVICE_NAME}={name},{LABEL_MANAGED_BY}={managed_by}"
+    ))
+    .map_err(ApiError::BadRequest)?;
+    let params = ListParams {
+        labels: selector,
+        ..Default::default()
+    };
+    Ok(client.list(info, Some(ns), &params).await?.items)
+}
+
+/// Writes a slice plan: updates, then creates, then deletes (a slice
+/// already gone is fine).
+pub(super) async fn apply_slice_plan(
+    client: &Client,
+    info: &Resource,
+    ns: &str,
+    plan: ep::SlicePlan,
+) -> Result<()> {
+    for slice in plan.update {
+        let slice_name = meta::name(&slice).unwrap_or_default().to_string();
+        client
+            .replace(info, Some(ns), &slice_name, None, slice)
+            .await?;
+    }
+    for slice in plan.create {
+        client.create(info, Some(ns), slice).await?;
+    }
+    for slice_name in plan.delete {
+        match client
+            .delete(info, Some(ns), &slice_name, &Preconditions::default())
+            .await
+        {
+            Ok(_) | Err(ApiError::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Runs the controllers given a client while this replica leads.

@@ -32,6 +32,7 @@ pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
+pub mod endpointslicemirroring;
 pub mod extension_auth;
 pub mod gc;
 pub mod job;

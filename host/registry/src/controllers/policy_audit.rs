@@ -334,7 +334,7 @@ impl Auditor {
         }
         let mut by_prefix = HashMap::new();
         for r in snapshot.all() {
-            if r.create_only.is_some() || never_audited(r) {
+            if r.stores_nothing() || never_audited(r) {
                 continue;
             }
             let attrs = RequestAttributes {

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, Semaphore};
 use wasm_apiserver_api::scheduler::queue::SchedulingQueue;
 use wasm_apiserver_api::scheduler::{
-    self as sched, Cluster, Framework, Labels, NodeInfo, PodInfo, ScheduleError,
+    self as sched, Cluster, Framework, Labels, NodeInfo, PodInfo, ScheduleError, set_pod_scheduled,
 };
 use wasm_apiserver_api::selector::{LabelSelector, Requirement};
 use wasm_apiserver_api::{ApiError, meta};
@@ -340,12 +340,6 @@ impl Scheduler {
                     &message,
                 )
                 .await;
-                // Upstream's binding sets `PodScheduled=True` in the same
-                // write; this server's binding writes only the spec, so a
-                // pod that was unschedulable has its condition turned here.
-                if scheduled_condition(&pod).is_some() {
-                    self.mark_scheduled(&key, &uid).await;
-                }
             }
             Err(e) => {
                 tracing::debug!(pod = %format!("{}/{}", key.0, key.1), error = %e, "binding failed");
@@ -374,25 +368,6 @@ impl Scheduler {
                     .await;
                 }
             }
-        }
-    }
-
-    /// `PodScheduled=True` on a bound pod.
-    async fn mark_scheduled(&self, key: &PodKey, uid: &str) {
-        let pods = self.client.objects.resources.builtin("", "v1", "pods");
-        let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
-        let written = self
-            .client
-            .update(&pods, Some(&key.0), &key.1, Some("status"), |cur| {
-                let mut new = cur.clone();
-                if meta::str_field(cur, "uid") == Some(uid) {
-                    set_condition(&mut new, "True", None, &now);
-                }
-                Ok(new)
-            })
-            .await;
-        if let Err(e) = written {
-            tracing::debug!(pod = %format!("{}/{}", key.0, key.1), error = %e, "could not update pod condition");
         }
     }
 
@@ -447,7 +422,7 @@ impl Scheduler {
                     ));
                 }
                 let mut new = cur.clone();
-                set_condition(&mut new, "False", Some((reason, &message)), &now);
+                set_pod_scheduled(&mut new, "False", Some((reason, &message)), &now);
                 Ok(new)
             })
             .await;
@@ -464,39 +439,6 @@ fn scheduled_condition(pod: &Value) -> Option<&Value> {
         .into_iter()
         .flatten()
         .find(|c| c["type"] == "PodScheduled")
-}
-
-/// Sets `PodScheduled` to `status` with `reason` and `message`, its
-/// transition time moved only when its status changes (upstream's
-/// `UpdatePodCondition`).
-pub fn set_condition(pod: &mut Value, status: &str, why: Option<(&str, &str)>, now: &str) {
-    let st = &mut pod["status"];
-    if !st.is_object() {
-        *st = json!({});
-    }
-    if !st["conditions"].is_array() {
-        st["conditions"] = json!([]);
-    }
-    let conditions = st["conditions"].as_array_mut().expect("array");
-    let mut new = json!({
-        "type": "PodScheduled",
-        "status": status,
-        "lastProbeTime": null,
-        "lastTransitionTime": now,
-    });
-    if let Some((reason, message)) = why {
-        new["reason"] = json!(reason);
-        new["message"] = json!(message);
-    }
-    match conditions.iter_mut().find(|c| c["type"] == "PodScheduled") {
-        Some(c) => {
-            if c["status"] == status {
-                new["lastTransitionTime"] = c["lastTransitionTime"].clone();
-            }
-            *c = new;
-        }
-        None => conditions.push(new),
-    }
 }
 
 /// Records a core/v1 Event about `pod` from `default-scheduler`, as
@@ -921,13 +863,13 @@ mod tests {
     #[test]
     fn scheduled_condition_keeps_its_transition_time() {
         let mut p = pod("a", "");
-        set_condition(&mut p, "False", Some(("Unschedulable", "m1")), "t1");
-        set_condition(&mut p, "False", Some(("Unschedulable", "m2")), "t2");
+        set_pod_scheduled(&mut p, "False", Some(("Unschedulable", "m1")), "t1");
+        set_pod_scheduled(&mut p, "False", Some(("Unschedulable", "m2")), "t2");
         let c = &p["status"]["conditions"][0];
         assert_eq!(c["message"], "m2");
         assert_eq!(c["lastTransitionTime"], "t1");
         assert_eq!(p["status"]["conditions"].as_array().unwrap().len(), 1);
-        set_condition(&mut p, "True", None, "t3");
+        set_pod_scheduled(&mut p, "True", None, "t3");
         let c = &p["status"]["conditions"][0];
         assert_eq!(
             (c["status"].as_str(), c["lastTransitionTime"].as_str()),
