@@ -34,6 +34,7 @@ pub mod disruption;
 pub mod endpoints;
 pub mod extension_auth;
 pub mod gc;
+pub(crate) mod history;
 pub mod job;
 pub mod leader;
 pub mod node_graph;
@@ -44,6 +45,7 @@ pub mod queue;
 pub mod replicaset;
 pub mod scheduler;
 pub mod serviceaccounts;
+pub mod statefulset;
 pub mod ttlafterfinished;
 pub mod wasm;
 
