@@ -438,7 +438,17 @@ pub fn claim_owner_refs(claim: &Value, set: &Value, pod: &Value) -> Vec<Value> {
     };
     let mut add = |owner: &Value, api: &str, kind: &str| {
         if !out.iter().any(|r| r["uid"] == uid(owner)) {
-            out.push(controller_ref(owner, api, kind));
+            let mut r = controller_ref(owner, api, kind);
+            if kind == "Pod" {
+                // Upstream sets `blockOwnerDeletion` here too, which
+                // `OwnerReferencesPermissionEnforcement` (on by default in
+                // this server) allows only with `update` on
+                // `pods/finalizers`, which upstream's role does not grant.
+                if let Some(m) = r.as_object_mut() {
+                    m.remove("blockOwnerDeletion");
+                }
+            }
+            out.push(r);
         }
     };
     if want_pod {

@@ -95,19 +95,40 @@ fn all_ready(server: &Server, want: &[&str]) -> Option<Vec<Value>> {
     (names(&pods) == want && pods.iter().all(|p| ready_at(p).is_some())).then_some(pods)
 }
 
+/// The StatefulSet's events, one `reason: message` a line.
 fn events(server: &Server) -> String {
+    items(kubectl_json(server, None, &["get", "events"]))
+        .iter()
+        .filter(|e| e["involvedObject"]["kind"] == "StatefulSet")
+        .map(|e| {
+            format!(
+                "{}: {}\n",
+                e["reason"].as_str().unwrap_or_default(),
+                e["message"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+fn rollout_status(server: &Server) -> String {
     kubectl_ok(
         server,
         None,
-        &[
-            "get",
-            "events",
-            "--field-selector",
-            "involvedObject.kind=StatefulSet",
-            "-o",
-            "custom-columns=REASON:.reason,MESSAGE:.message",
-        ],
+        &["rollout", "status", "statefulset/web", "--timeout=90s"],
     )
+}
+
+/// A server, a node agent and the set `web` applied.
+fn start_with(policy: &str, partition: i64, ready_after: &str) -> (Server, NodeAgent) {
+    let server = Server::start();
+    let agent = NodeAgent::start(&server, vec![NodeSpec::new("n1"), NodeSpec::new("n2")]);
+    kubectl_stdin(
+        &server,
+        None,
+        &["apply", "-f", "-"],
+        &manifest(policy, partition, ready_after),
+    );
+    (server, agent)
 }
 
 #[test]
@@ -137,11 +158,7 @@ fn ordered_ready_makes_pods_in_order_and_scales_down_from_the_top() {
         &["apply", "-f", "-"],
         &manifest("OrderedReady", 0, "2s"),
     );
-    kubectl_ok(
-        &server,
-        None,
-        &["rollout", "status", "statefulset/web", "--timeout=90s"],
-    );
+    rollout_status(&server);
     let ours = |server: &Server| -> Vec<Value> {
         pods(server)
             .into_iter()
@@ -266,19 +283,8 @@ fn ordered_ready_makes_pods_in_order_and_scales_down_from_the_top() {
 
 #[test]
 fn parallel_makes_every_pod_at_once() {
-    let server = Server::start();
-    let _agent = NodeAgent::start(&server, vec![NodeSpec::new("n1")]);
-    kubectl_stdin(
-        &server,
-        None,
-        &["apply", "-f", "-"],
-        &manifest("Parallel", 0, "3s"),
-    );
-    kubectl_ok(
-        &server,
-        None,
-        &["rollout", "status", "statefulset/web", "--timeout=60s"],
-    );
+    let (server, _agent) = start_with("Parallel", 0, "3s");
+    rollout_status(&server);
     // All three were made before the first one was ready.
     let made = all_ready(&server, &["web-0", "web-1", "web-2"]).expect("three ready pods");
     let first_ready = made.iter().filter_map(ready_at).min().unwrap();
@@ -295,30 +301,15 @@ fn parallel_makes_every_pod_at_once() {
 
 #[test]
 fn rolling_updates_respect_the_partition_and_undo() {
-    let server = Server::start();
-    let _agent = NodeAgent::start(&server, vec![NodeSpec::new("n1")]);
-    kubectl_stdin(
-        &server,
-        None,
-        &["apply", "-f", "-"],
-        &manifest("OrderedReady", 1, "1s"),
-    );
-    kubectl_ok(
-        &server,
-        None,
-        &["rollout", "status", "statefulset/web", "--timeout=90s"],
-    );
+    let (server, _agent) = start_with("OrderedReady", 1, "1s");
+    rollout_status(&server);
     let before = all_ready(&server, &["web-0", "web-1", "web-2"]).expect("three ready pods");
     kubectl_ok(
         &server,
         None,
         &["set", "image", "statefulset/web", "nginx=nginx:2"],
     );
-    let out = kubectl_ok(
-        &server,
-        None,
-        &["rollout", "status", "statefulset/web", "--timeout=90s"],
-    );
+    let out = rollout_status(&server);
     assert!(out.contains("partitioned roll out complete"), "{out}");
     let after = poll_until(Duration::from_secs(60), "the partitioned rollout", || {
         all_ready(&server, &["web-0", "web-1", "web-2"])
