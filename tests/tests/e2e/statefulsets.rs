@@ -84,6 +84,18 @@ fn created_at(p: &Value) -> String {
         .to_string()
 }
 
+/// The claim the pod's `www` volume names.
+fn claim_of(p: &Value) -> String {
+    p["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["name"] == "www")
+        .and_then(|v| v["persistentVolumeClaim"]["claimName"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
 fn image(p: &Value) -> &str {
     p["spec"]["containers"][0]["image"]
         .as_str()
@@ -189,16 +201,7 @@ fn ordered_ready_makes_pods_in_order_and_scales_down_from_the_top() {
             p["metadata"]["labels"]["apps.kubernetes.io/pod-index"],
             i.to_string()
         );
-        let volume = p["spec"]["volumes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|v| v["name"] == "www")
-            .expect("the claim's volume");
-        assert_eq!(
-            volume["persistentVolumeClaim"]["claimName"],
-            format!("www-web-{i}")
-        );
+        assert_eq!(claim_of(p), format!("www-web-{i}"));
     }
     assert_eq!(claims(&server), ["www-web-0", "www-web-1", "www-web-2"]);
     let claim = kubectl_json(&server, None, &["get", "pvc", "www-web-0"]);
@@ -233,10 +236,7 @@ fn ordered_ready_makes_pods_in_order_and_scales_down_from_the_top() {
             .into_iter()
             .find(|p| name(p) == "web-1" && p["metadata"]["uid"] != uid && ready_at(p).is_some())
     });
-    assert_eq!(
-        back["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
-        "www-web-1"
-    );
+    assert_eq!(claim_of(&back), "www-web-1");
 
     // Scale down: web-2 goes before web-1, the claims stay.
     kubectl_ok(&server, None, &["scale", "statefulset/web", "--replicas=1"]);
