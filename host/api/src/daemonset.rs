@@ -18,8 +18,7 @@ use crate::scheduler::{NodeInfo, PodInfo};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
-/// `controller-revision-hash`: the template revision a pod was made from.
-pub const LABEL_REVISION_HASH: &str = "controller-revision-hash";
+pub use crate::history::LABEL_REVISION_HASH;
 /// `pod-template-generation` (deprecated upstream, still written).
 pub const LABEL_TEMPLATE_GENERATION: &str = "pod-template-generation";
 /// Upstream's `BurstReplicas` for DaemonSets: creates per sync.
@@ -45,57 +44,6 @@ pub fn add_daemon_tolerations(spec: &mut Value) {
     for (key, effect) in wanted {
         list.retain(|t| !(t["key"] == key && t["effect"] == effect));
         list.push(json!({"key": key, "operator": "Exists", "effect": effect}));
-    }
-}
-
-/// A stable hash of the template (upstream's `ComputeHash`: FNV-1a of the
-/// template, with the collision count, in the alphabet of
-/// `SafeEncodeString`).
-pub fn template_hash(template: &Value, collision_count: Option<i64>) -> String {
-    let mut h: u32 = 0x811c_9dc5;
-    let mut eat = |bytes: &[u8]| {
-        for b in bytes {
-            h ^= u32::from(*b);
-            h = h.wrapping_mul(0x0100_0193);
-        }
-    };
-    feed(template, &mut eat);
-    if let Some(c) = collision_count {
-        eat(&c.to_le_bytes());
-    }
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let digits = h.to_string();
-    digits
-        .bytes()
-        .map(|d| ALPHABET[usize::from(d - b'0') % ALPHABET.len()] as char)
-        .collect()
-}
-
-/// Feeds `v` to `eat` with object keys in order, whatever order the map
-/// keeps them in.
-fn feed(v: &Value, eat: &mut impl FnMut(&[u8])) {
-    match v {
-        Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            eat(b"{");
-            for k in keys {
-                eat(k.as_bytes());
-                eat(b":");
-                feed(&m[k], eat);
-                eat(b",");
-            }
-            eat(b"}");
-        }
-        Value::Array(a) => {
-            eat(b"[");
-            for x in a {
-                feed(x, eat);
-                eat(b",");
-            }
-            eat(b"]");
-        }
-        other => eat(other.to_string().as_bytes()),
     }
 }
 
@@ -641,20 +589,6 @@ mod tests {
         // 50% of 3 rounds up to 2.
         let d = ds(json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "50%"}}));
         assert_eq!(plan(&d, "new", &nodes, &old, now()).delete.len(), 2);
-    }
-
-    #[test]
-    fn template_hashes_are_stable_and_differ_by_template() {
-        let a = json!({"spec": {"containers": [{"name": "a", "image": "x:1"}]}});
-        let b = json!({"spec": {"containers": [{"name": "a", "image": "x:2"}]}});
-        assert_eq!(template_hash(&a, None), template_hash(&a.clone(), None));
-        assert_ne!(template_hash(&a, None), template_hash(&b, None));
-        assert_ne!(template_hash(&a, None), template_hash(&a, Some(1)));
-        assert!(
-            template_hash(&a, None)
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric())
-        );
     }
 
     #[test]

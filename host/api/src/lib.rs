@@ -28,6 +28,7 @@ pub mod endpoints;
 pub mod error;
 pub mod flowcontrol;
 pub mod handler;
+pub mod history;
 pub mod kinds;
 pub mod kubelet;
 pub mod managed;
@@ -44,6 +45,7 @@ pub mod resource;
 pub mod scheduler;
 pub mod schema;
 pub mod selector;
+pub mod statefulset;
 pub mod table;
 pub mod validation;
 

@@ -822,6 +822,7 @@ pub const CONTROLLERS: &[&str] = &[
     "endpointslicemirroring-controller",
     "disruption-controller",
     "daemon-set-controller",
+    "statefulset-controller",
     "job-controller",
     "cronjob-controller",
     "ttl-after-finished-controller",
@@ -1075,6 +1076,28 @@ fn controller_roles() -> Vec<Value> {
                     &["apps"],
                     &["controllerrevisions"],
                 ),
+            ],
+            "statefulset-controller" => vec![
+                PolicyRule::new(&["list", "watch"], &[""], &["pods"]),
+                PolicyRule::new(&["get", "list", "watch"], &["apps"], &["statefulsets"]),
+                PolicyRule::new(&["update"], &["apps"], &["statefulsets/status"]),
+                PolicyRule::new(&["update"], &["apps"], &["statefulsets/finalizers"]),
+                PolicyRule::new(
+                    &["get", "create", "delete", "update", "patch"],
+                    &[""],
+                    &["pods"],
+                ),
+                PolicyRule::new(
+                    &[
+                        "get", "create", "delete", "update", "patch", "list", "watch",
+                    ],
+                    &["apps"],
+                    &["controllerrevisions"],
+                ),
+                PolicyRule::new(&["get", "create"], &[""], &["persistentvolumeclaims"]),
+                // `StatefulSetAutoDeletePVC` (GA in 1.32): the retention
+                // policy's owner references on claims.
+                PolicyRule::new(&["update", "delete"], &[""], &["persistentvolumeclaims"]),
             ],
             "disruption-controller" => vec![
                 PolicyRule::new(

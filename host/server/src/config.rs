@@ -68,6 +68,7 @@ pub struct ServeArgs {
     /// `replicaset-controller`, `replicationcontroller-controller` (keep
     /// their count of pods), `deployment-controller` (rollouts through
     /// ReplicaSets), `daemonset-controller` (a DaemonSet's pod on every eligible node),
+    /// `statefulset-controller` (a StatefulSet's ordered pods and claims),
     /// `disruption-controller` (PodDisruptionBudgets' status),
     /// `job-controller` (runs Jobs' pods), `cronjob-controller` (Jobs on
     /// CronJobs' schedules), `ttl-after-finished-controller` (deletes

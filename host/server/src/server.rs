@@ -703,7 +703,7 @@ fn start_controllers(
     use wasm_apiserver_registry::controllers::{
         Client, apiservice, bootstrap, certificates, cronjob, daemonset, deployment, disruption,
         endpoints, endpointslicemirroring, gc, hostname, job, leader, nodelifecycle, podgc,
-        policy_audit, replicaset, scheduler, serviceaccounts, ttlafterfinished, wasm,
+        policy_audit, replicaset, scheduler, serviceaccounts, statefulset, ttlafterfinished, wasm,
     };
     let ca_pem = &pki.ca_pem;
     let objects = &state.objects;
@@ -801,6 +801,13 @@ fn start_controllers(
     if args.controller_enabled(daemonset::CONTROLLER) {
         daemonset::spawn(
             client(daemonset::NAME),
+            leadership.clone(),
+            &state.controllers,
+        );
+    }
+    if args.controller_enabled(statefulset::CONTROLLER) {
+        statefulset::spawn(
+            client(statefulset::NAME),
             leadership.clone(),
             &state.controllers,
         );

@@ -41,6 +41,7 @@ mod scheduling;
 mod server_side_apply;
 mod service_endpoints;
 mod snapshots;
+mod statefulsets;
 mod storage_space;
 mod upgrade;
 mod wasm_controllers;

@@ -18,6 +18,7 @@
 //! 1 s doubling to 15 min, so a node that keeps failing it is not a hot
 //! loop), and writes the status when it changed.
 
+use super::history::{History, hash_label};
 use super::leader::Leadership;
 use super::queue::Queue;
 use super::{Action, Client, Metrics, Reconcile};
@@ -27,9 +28,10 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wasm_apiserver_api::daemonset::{self as ds_logic, LABEL_REVISION_HASH};
+use wasm_apiserver_api::daemonset as ds_logic;
 use wasm_apiserver_api::scheduler::{NodeInfo, label_selector};
 use wasm_apiserver_api::{ApiError, meta};
+use wasm_apiserver_api::{history, replicas};
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
 
@@ -176,113 +178,52 @@ impl DaemonSets {
     /// limit that no pod uses are deleted.
     async fn revision(&self, ds: &Value, pods: &[Value]) -> Result<String> {
         let ns = meta::namespace(ds).unwrap_or_default();
-        let name = meta::name(ds).unwrap_or_default();
         let uid = meta::str_field(ds, "uid").unwrap_or_default();
         let template = &ds["spec"]["template"];
-        let hash = ds_logic::template_hash(template, ds["status"]["collisionCount"].as_i64());
-        let mut revisions: Vec<Value> = self
-            .client
-            .list(&self.revisions, Some(ns), &ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .filter(|r| {
+        let hash = history::hash(template, ds["status"]["collisionCount"].as_i64());
+        let store = History {
+            client: &self.client,
+            info: &self.revisions,
+        };
+        let revisions = store
+            .list(ns, |r| {
                 r["metadata"]["ownerReferences"]
                     .as_array()
                     .is_some_and(|o| o.iter().any(|o| o["uid"] == uid))
             })
-            .collect();
-        revisions.sort_by_key(|r| r["revision"].as_i64().unwrap_or(0));
-        let newest = revisions
-            .last()
-            .and_then(|r| r["revision"].as_i64())
-            .unwrap_or(0);
-        let data = json!({"spec": {"template": {
-            "$patch": "replace",
-            "metadata": template["metadata"],
-            "spec": template["spec"],
-        }}});
-        match revisions
-            .iter()
-            .find(|r| r["metadata"]["labels"][LABEL_REVISION_HASH] == hash.as_str())
-        {
-            Some(r) if r["revision"].as_i64() == Some(newest) => {}
+            .await?;
+        let next = history::next_number(&revisions);
+        match revisions.iter().find(|r| hash_label(r) == hash) {
+            Some(r) if history::number(r) == next - 1 => {}
             Some(r) => {
-                let rev_name = meta::name(r).unwrap_or_default().to_string();
-                self.client
-                    .update(&self.revisions, Some(ns), &rev_name, None, |cur| {
-                        let mut new = cur.clone();
-                        new["revision"] = json!(newest + 1);
-                        Ok(new)
-                    })
+                store
+                    .renumber(ns, meta::name(r).unwrap_or_default(), next)
                     .await?;
             }
             None => {
-                let mut labels = template["metadata"]["labels"].clone();
-                if !labels.is_object() {
-                    labels = json!({});
-                }
-                labels[LABEL_REVISION_HASH] = json!(hash);
-                let revision = json!({
-                    "apiVersion": "apps/v1",
-                    "kind": "ControllerRevision",
-                    "metadata": {
-                        "name": format!("{name}-{hash}"),
-                        "namespace": ns,
-                        "labels": labels,
-                        "ownerReferences": [{
-                            "apiVersion": "apps/v1", "kind": "DaemonSet", "name": name,
-                            "uid": uid, "controller": true, "blockOwnerDeletion": true,
-                        }],
-                    },
-                    "data": data,
-                    "revision": newest + 1,
-                });
-                match self
-                    .client
-                    .create(&self.revisions, Some(ns), revision)
-                    .await
-                {
-                    Ok(_) | Err(ApiError::AlreadyExists(..)) => {}
-                    Err(e) => return Err(e),
-                }
+                let revision = history::new_revision(
+                    ds,
+                    replicas::controller_ref(ds, "apps/v1", "DaemonSet"),
+                    &template["metadata"]["labels"],
+                    history::template_patch(template),
+                    next,
+                    &hash,
+                );
+                store.create(ns, revision).await?;
             }
         }
         // History: keep `revisionHistoryLimit` old revisions besides the
         // current one and those live pods were made from.
-        let limit = ds["spec"]["revisionHistoryLimit"]
-            .as_i64()
-            .unwrap_or(10)
-            .max(0) as usize;
-        let in_use: Vec<&str> = pods
-            .iter()
-            .filter_map(|p| p["metadata"]["labels"][LABEL_REVISION_HASH].as_str())
-            .collect();
-        let old: Vec<&Value> = revisions
-            .iter()
-            .filter(|r| {
-                let h = r["metadata"]["labels"][LABEL_REVISION_HASH]
-                    .as_str()
-                    .unwrap_or_default();
-                h != hash && !in_use.contains(&h)
-            })
-            .collect();
-        for r in old.iter().take(old.len().saturating_sub(limit)) {
-            let rev_name = meta::name(r).unwrap_or_default();
-            match self
-                .client
-                .delete(
-                    &self.revisions,
-                    Some(ns),
-                    rev_name,
-                    &Preconditions::default(),
-                )
-                .await
-            {
-                Ok(_) | Err(ApiError::NotFound(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        let limit = ds["spec"]["revisionHistoryLimit"].as_i64().unwrap_or(10);
+        let in_use: Vec<&str> = pods.iter().map(hash_label).collect();
+        store
+            .truncate(
+                ns,
+                &revisions,
+                |r| hash_label(r) == hash || in_use.contains(&hash_label(r)),
+                limit.max(0),
+            )
+            .await?;
         Ok(hash)
     }
 

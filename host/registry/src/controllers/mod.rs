@@ -35,6 +35,7 @@ pub mod endpoints;
 pub mod endpointslicemirroring;
 pub mod extension_auth;
 pub mod gc;
+pub(crate) mod history;
 pub mod job;
 pub mod leader;
 pub mod node_graph;
@@ -45,6 +46,7 @@ pub mod queue;
 pub mod replicaset;
 pub mod scheduler;
 pub mod serviceaccounts;
+pub mod statefulset;
 pub mod ttlafterfinished;
 pub mod wasm;
 

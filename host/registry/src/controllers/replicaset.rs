@@ -358,6 +358,28 @@ where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<()>>,
 {
+    let matches = |child: &Value| !selector.is_empty() && selector.matches_object(child);
+    claim_matching(
+        client, info, owner, owner_ref, matches, candidates, can_adopt,
+    )
+    .await
+}
+
+/// [`claim`] with upstream's filters: a child belongs to the owner when
+/// `matches` says so (its selector and, for a StatefulSet, its name).
+pub(crate) async fn claim_matching<F, Fut>(
+    client: &Client,
+    info: &Resource,
+    owner: &Value,
+    owner_ref: Value,
+    matches: impl Fn(&Value) -> bool,
+    candidates: Vec<Arc<Value>>,
+    can_adopt: F,
+) -> Result<Vec<Arc<Value>>>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
     let owner_uid = uid(owner).to_string();
     let deleting = !owner["metadata"]["deletionTimestamp"].is_null();
     let mut can_adopt = Some(can_adopt);
@@ -365,7 +387,7 @@ where
     let mut claimed = Vec::new();
     let mut first_error = None;
     for child in candidates {
-        let matches = !selector.is_empty() && selector.matches_object(&child);
+        let matches = matches(&child);
         let (ns, name) = key_of(&child);
         let refs: Vec<Value> = child["metadata"]["ownerReferences"]
             .as_array()
