@@ -820,6 +820,7 @@ pub const CONTROLLERS: &[&str] = &[
     "endpoint-controller",
     "endpointslice-controller",
     "disruption-controller",
+    "resourcequota-controller",
     "daemon-set-controller",
     "job-controller",
     "cronjob-controller",
@@ -1186,6 +1187,11 @@ fn controller_roles() -> Vec<Value> {
                     &["replicasets"],
                 ),
                 PolicyRule::new(&["get", "list", "watch", "update"], &[""], &["pods"]),
+            ],
+            // Quota can count anything, so it may list and watch all.
+            "resourcequota-controller" => vec![
+                PolicyRule::new(&["list", "watch"], &["*"], &["*"]),
+                PolicyRule::new(&["update"], &[""], &["resourcequotas/status"]),
             ],
             "pod-garbage-collector" => vec![
                 PolicyRule::new(&["list", "watch", "delete"], &[""], &["pods"]),

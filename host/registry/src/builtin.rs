@@ -99,6 +99,18 @@ impl Strategy for Namespaces {
     }
 }
 
+/// ResourceQuotas: a new quota has no status (upstream's
+/// `PrepareForCreate`): its usage is the controller's to count.
+struct ResourceQuotas;
+
+impl Strategy for ResourceQuotas {
+    fn prepare_for_create(&self, obj: &mut Value, _user: &UserInfo) {
+        if let Some(m) = obj.as_object_mut() {
+            m.remove("status");
+        }
+    }
+}
+
 /// Secrets: `type` defaults to `Opaque`; write-only `stringData` folds into
 /// `data`.
 struct Secrets;
@@ -532,6 +544,7 @@ pub fn install(objects: &Objects, deps: Dependencies) -> Installed {
                         deleted: objects.namespace_deleted.clone(),
                     })),
                     ("", "secrets") => Some(Arc::new(Secrets)),
+                    ("", "resourcequotas") => Some(Arc::new(ResourceQuotas)),
                     (crate::certificates::GROUP, crate::certificates::PLURAL) => {
                         Some(Arc::new(crate::certificates::CertificateSigningRequests))
                     }

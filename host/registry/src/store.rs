@@ -413,22 +413,26 @@ impl Objects {
                 &opts.user,
             )?;
         }
-        let Some(adm) = &self.admission else {
-            return Ok(());
-        };
-        if self.admission_plugin_on(plugins::VALIDATING_ADMISSION_POLICY) {
-            crate::admission::policy::validate(
-                self,
-                &adm.policies,
-                a,
-                || Admission::request_json(a, opts),
-                obj,
-                old,
-                opts,
-            )
-            .await?;
+        if let Some(adm) = &self.admission {
+            if self.admission_plugin_on(plugins::VALIDATING_ADMISSION_POLICY) {
+                crate::admission::policy::validate(
+                    self,
+                    &adm.policies,
+                    a,
+                    || Admission::request_json(a, opts),
+                    obj,
+                    old,
+                    opts,
+                )
+                .await?;
+            }
+            adm.validate(a, obj, old, opts).await?;
         }
-        adm.validate(a, obj, old, opts).await
+        // Last, as upstream: what the others refuse charges no quota.
+        if on(plugins::RESOURCE_QUOTA) {
+            crate::admission::resourcequota::validate(self, a, obj, old, opts).await?;
+        }
+        Ok(())
     }
 
     /// Reads one object.

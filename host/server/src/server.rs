@@ -693,7 +693,7 @@ fn start_controllers(
     use wasm_apiserver_registry::controllers::{
         Client, apiservice, bootstrap, certificates, cronjob, daemonset, deployment, disruption,
         endpoints, gc, hostname, job, leader, nodelifecycle, podgc, policy_audit, replicaset,
-        scheduler, serviceaccounts, ttlafterfinished, wasm,
+        resourcequota, scheduler, serviceaccounts, ttlafterfinished, wasm,
     };
     let ca_pem = &pki.ca_pem;
     let objects = &state.objects;
@@ -791,6 +791,16 @@ fn start_controllers(
     if args.controller_enabled(disruption::NAME) {
         disruption::spawn(
             client(disruption::NAME),
+            leadership.clone(),
+            &state.controllers,
+        );
+    }
+    if args.controller_enabled(resourcequota::NAME) {
+        resourcequota::spawn(
+            client(resourcequota::NAME),
+            resourcequota::Config {
+                sync_period: args.resource_quota_sync_period,
+            },
             leadership.clone(),
             &state.controllers,
         );

@@ -35,6 +35,7 @@ mod policy_audit;
 mod policy_kit;
 mod python_client;
 mod registry_trust;
+mod resource_quotas;
 mod resource_handlers;
 mod rollouts;
 mod scheduling;

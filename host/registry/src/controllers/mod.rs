@@ -42,6 +42,7 @@ pub mod podgc;
 pub mod policy_audit;
 pub mod queue;
 pub mod replicaset;
+pub mod resourcequota;
 pub mod scheduler;
 pub mod serviceaccounts;
 pub mod ttlafterfinished;
