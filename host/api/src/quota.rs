@@ -108,7 +108,11 @@ impl Quantity {
     pub fn add(self, o: Quantity) -> Quantity {
         Quantity {
             nanos: self.nanos.saturating_add(o.nanos),
-            format: if self.nanos == 0 { o.format } else { self.format },
+            format: if self.nanos == 0 {
+                o.format
+            } else {
+                self.format
+            },
         }
     }
 
@@ -116,7 +120,11 @@ impl Quantity {
     pub fn sub(self, o: Quantity) -> Quantity {
         Quantity {
             nanos: self.nanos.saturating_sub(o.nanos),
-            format: if self.nanos == 0 { o.format } else { self.format },
+            format: if self.nanos == 0 {
+                o.format
+            } else {
+                self.format
+            },
         }
     }
 
@@ -477,7 +485,10 @@ impl Evaluator {
     }
 
     /// The names in `input` this evaluator measures.
-    pub fn matching_resources<'a>(&self, input: impl IntoIterator<Item = &'a String>) -> Vec<String> {
+    pub fn matching_resources<'a>(
+        &self,
+        input: impl IntoIterator<Item = &'a String>,
+    ) -> Vec<String> {
         input
             .into_iter()
             .filter(|name| match self {
@@ -522,7 +533,10 @@ impl Evaluator {
             Evaluator::Pods => pod_usage(obj, now),
             Evaluator::Services => service_usage(obj),
             Evaluator::PersistentVolumeClaims => claim_usage(obj),
-            Evaluator::Count(names) => names.iter().map(|n| (n.clone(), Quantity::count(1))).collect(),
+            Evaluator::Count(names) => names
+                .iter()
+                .map(|n| (n.clone(), Quantity::count(1)))
+                .collect(),
         }
     }
 
@@ -572,10 +586,18 @@ impl Evaluator {
 /// The evaluators that measure more than counts, and the legacy counted
 /// kinds, by `(group, resource)` (upstream's `NewEvaluators`).
 pub fn core_evaluators() -> Vec<(&'static str, &'static str, Evaluator)> {
-    ["pods", "services", "persistentvolumeclaims", "configmaps", "resourcequotas", "replicationcontrollers", "secrets"]
-        .into_iter()
-        .filter_map(|r| Some(("", r, evaluator("", r)?)))
-        .collect()
+    [
+        "pods",
+        "services",
+        "persistentvolumeclaims",
+        "configmaps",
+        "resourcequotas",
+        "replicationcontrollers",
+        "secrets",
+    ]
+    .into_iter()
+    .filter_map(|r| Some(("", r, evaluator("", r)?)))
+    .collect()
 }
 
 // ---- pods -------------------------------------------------------------
@@ -642,7 +664,11 @@ fn pod_resources(pod: &Value, field: &str) -> ResourceList {
     }
     let mut sidecars = ResourceList::new();
     let mut init = ResourceList::new();
-    for c in pod["spec"]["initContainers"].as_array().into_iter().flatten() {
+    for c in pod["spec"]["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
         let mut r = of(c);
         if c["restartPolicy"] == "Always" {
             add_into(&mut total, &r);
@@ -695,7 +721,10 @@ fn pod_usage(pod: &Value, now: DateTime<Utc>) -> ResourceList {
     }
     add(
         &out,
-        &compute_usage(&pod_resources(pod, "requests"), &pod_resources(pod, "limits")),
+        &compute_usage(
+            &pod_resources(pod, "requests"),
+            &pod_resources(pod, "limits"),
+        ),
     )
 }
 
@@ -722,7 +751,10 @@ pub fn compute_qos(pod: &Value) -> &'static str {
             .collect()
     };
     for c in containers(pod) {
-        add_into(&mut requests, &positive(&list_from(&c["resources"]["requests"])));
+        add_into(
+            &mut requests,
+            &positive(&list_from(&c["resources"]["requests"])),
+        );
         let l = positive(&list_from(&c["resources"]["limits"]));
         if !(l.contains_key("cpu") && l.contains_key("memory")) {
             guaranteed = false;
@@ -732,7 +764,10 @@ pub fn compute_qos(pod: &Value) -> &'static str {
     if requests.is_empty() && limits.is_empty() {
         return "BestEffort";
     }
-    if guaranteed && requests.iter().all(|(k, q)| limits.get(k) == Some(q)) && requests.len() == limits.len() {
+    if guaranteed
+        && requests.iter().all(|(k, q)| limits.get(k) == Some(q))
+        && requests.len() == limits.len()
+    {
         return "Guaranteed";
     }
     "Burstable"
@@ -741,15 +776,21 @@ pub fn compute_qos(pod: &Value) -> &'static str {
 fn cross_namespace_terms(terms: &Value, weighted: bool) -> bool {
     terms.as_array().into_iter().flatten().any(|t| {
         let t = if weighted { &t["podAffinityTerm"] } else { t };
-        t["namespaces"].as_array().is_some_and(|n| !n.is_empty()) || t["namespaceSelector"].is_object()
+        t["namespaces"].as_array().is_some_and(|n| !n.is_empty())
+            || t["namespaceSelector"].is_object()
     })
 }
 
 fn uses_cross_namespace_affinity(pod: &Value) -> bool {
     let a = &pod["spec"]["affinity"];
     ["podAffinity", "podAntiAffinity"].into_iter().any(|k| {
-        cross_namespace_terms(&a[k]["requiredDuringSchedulingIgnoredDuringExecution"], false)
-            || cross_namespace_terms(&a[k]["preferredDuringSchedulingIgnoredDuringExecution"], true)
+        cross_namespace_terms(
+            &a[k]["requiredDuringSchedulingIgnoredDuringExecution"],
+            false,
+        ) || cross_namespace_terms(
+            &a[k]["preferredDuringSchedulingIgnoredDuringExecution"],
+            true,
+        )
     })
 }
 
@@ -765,7 +806,9 @@ pub fn pod_matches_scope(scope: &ScopeRequirement, pod: &Value) -> bool {
         "BestEffort" => best_effort,
         "NotBestEffort" => !best_effort,
         "PriorityClass" => {
-            let class = pod["spec"]["priorityClassName"].as_str().unwrap_or_default();
+            let class = pod["spec"]["priorityClassName"]
+                .as_str()
+                .unwrap_or_default();
             if scope.operator == "Exists" {
                 return !class.is_empty();
             }
@@ -839,7 +882,8 @@ fn claim_class(pvc: &Value) -> &str {
 /// The storage a claim is charged: its request in whole bytes, or what
 /// was allocated when that is more.
 fn claim_storage(pvc: &Value) -> Option<Quantity> {
-    let requested = Quantity::from_value(&pvc["spec"]["resources"]["requests"]["storage"])?.round_up();
+    let requested =
+        Quantity::from_value(&pvc["spec"]["resources"]["requests"]["storage"])?.round_up();
     match Quantity::from_value(&pvc["status"]["allocatedResources"]["storage"]) {
         Some(a) if a > requested => Some(a.round_up()),
         _ => Some(requested),
@@ -865,7 +909,10 @@ fn claim_usage(pvc: &Value) -> ResourceList {
     if let Some(storage) = claim_storage(pvc) {
         out.insert("requests.storage".into(), storage);
         if !class.is_empty() {
-            out.insert(format!("{class}{STORAGE_CLASS_SUFFIX}requests.storage"), storage);
+            out.insert(
+                format!("{class}{STORAGE_CLASS_SUFFIX}requests.storage"),
+                storage,
+            );
         }
     }
     out
@@ -983,7 +1030,10 @@ pub fn usage_stats(
     resources: &[String],
     now: DateTime<Utc>,
 ) -> ResourceList {
-    let mut used: ResourceList = resources.iter().map(|r| (r.clone(), Quantity::ZERO)).collect();
+    let mut used: ResourceList = resources
+        .iter()
+        .map(|r| (r.clone(), Quantity::ZERO))
+        .collect();
     for obj in objects {
         if scopes.iter().all(|s| evaluator.matches_scope(s, obj)) {
             used = add(&used, &evaluator.usage(obj, now));
@@ -1008,7 +1058,10 @@ pub fn usage_plan(hard: &ResourceList) -> Vec<(String, String, Evaluator, Vec<St
         let Some((group, resource)) = count_target(name) else {
             continue;
         };
-        if plan.iter().any(|(g, r, _, _)| *g == group && *r == resource) {
+        if plan
+            .iter()
+            .any(|(g, r, _, _)| *g == group && *r == resource)
+        {
             continue;
         }
         let Some(ev) = evaluator(&group, &resource) else {
@@ -1158,18 +1211,25 @@ mod tests {
 
     #[test]
     fn exceeding_a_quota_is_refused_with_upstreams_message() {
-        let p = pod(json!([{"name": "c", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]));
+        let p = pod(
+            json!([{"name": "c", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]),
+        );
         let qs = [quota(
             "compute",
             json!({"limits.cpu": "2"}),
             json!({"limits.cpu": "1500m"}),
         )];
-        let err = check_request(&qs, &Evaluator::Pods, Operation::Create, &p, None, now()).unwrap_err();
+        let err =
+            check_request(&qs, &Evaluator::Pods, Operation::Create, &p, None, now()).unwrap_err();
         assert_eq!(
             err,
             "exceeded quota: compute, requested: limits.cpu=1, used: limits.cpu=1500m, limited: limits.cpu=2"
         );
-        let qs = [quota("compute", json!({"limits.cpu": "2", "pods": "3"}), json!({"limits.cpu": "1", "pods": "1"}))];
+        let qs = [quota(
+            "compute",
+            json!({"limits.cpu": "2", "pods": "3"}),
+            json!({"limits.cpu": "1", "pods": "1"}),
+        )];
         let out = check_request(&qs, &Evaluator::Pods, Operation::Create, &p, None, now()).unwrap();
         let used = out[0].as_ref().unwrap();
         assert_eq!(pretty_print(used), "limits.cpu=2,pods=2");
@@ -1177,10 +1237,16 @@ mod tests {
 
     #[test]
     fn quotas_on_cpu_make_containers_state_it() {
-        let mut p = pod(json!([{"name": "c"}, {"name": "d", "resources": {"requests": {"cpu": "1"}}}]));
+        let mut p =
+            pod(json!([{"name": "c"}, {"name": "d", "resources": {"requests": {"cpu": "1"}}}]));
         p["spec"]["initContainers"] = json!([{"name": "i"}]);
-        let qs = [quota("compute", json!({"requests.cpu": "2", "limits.memory": "1Gi"}), json!({"requests.cpu": "0", "limits.memory": "0"}))];
-        let err = check_request(&qs, &Evaluator::Pods, Operation::Create, &p, None, now()).unwrap_err();
+        let qs = [quota(
+            "compute",
+            json!({"requests.cpu": "2", "limits.memory": "1Gi"}),
+            json!({"requests.cpu": "0", "limits.memory": "0"}),
+        )];
+        let err =
+            check_request(&qs, &Evaluator::Pods, Operation::Create, &p, None, now()).unwrap_err();
         assert_eq!(
             err,
             "failed quota: compute: must specify limits.memory for: c,d,i; requests.cpu for: c,i"
@@ -1190,9 +1256,17 @@ mod tests {
     #[test]
     fn a_quota_without_usage_is_status_unknown() {
         let p = pod(json!([{"name": "c"}]));
-        let qs = [quota("q", json!({"pods": "2", "count/pods": "3"}), json!({"pods": "0"}))];
-        let err = check_request(&qs, &Evaluator::Pods, Operation::Create, &p, None, now()).unwrap_err();
-        assert_eq!(err, "status unknown for quota: q, resources: count/pods,pods");
+        let qs = [quota(
+            "q",
+            json!({"pods": "2", "count/pods": "3"}),
+            json!({"pods": "0"}),
+        )];
+        let err =
+            check_request(&qs, &Evaluator::Pods, Operation::Create, &p, None, now()).unwrap_err();
+        assert_eq!(
+            err,
+            "status unknown for quota: q, resources: count/pods,pods"
+        );
         // A quota whose status is not computed at all limits nothing yet.
         let qs = [quota("q", json!({}), json!({}))];
         let out = check_request(&qs, &Evaluator::Pods, Operation::Create, &p, None, now()).unwrap();
@@ -1206,8 +1280,26 @@ mod tests {
         let mut q = quota("be", json!({"pods": "1"}), json!({"pods": "1"}));
         q.scopes = scopes(&json!({"spec": {"scopes": ["BestEffort"]}}));
         let qs = [q];
-        assert!(check_request(&qs, &Evaluator::Pods, Operation::Create, &best_effort, None, now()).is_err());
-        let out = check_request(&qs, &Evaluator::Pods, Operation::Create, &burstable, None, now()).unwrap();
+        assert!(
+            check_request(
+                &qs,
+                &Evaluator::Pods,
+                Operation::Create,
+                &best_effort,
+                None,
+                now()
+            )
+            .is_err()
+        );
+        let out = check_request(
+            &qs,
+            &Evaluator::Pods,
+            Operation::Create,
+            &burstable,
+            None,
+            now(),
+        )
+        .unwrap();
         assert!(out[0].is_none(), "not best effort: not counted");
         // A scope selector on the priority class.
         let mut q = quota("high", json!({"pods": "5"}), json!({"pods": "0"}));
@@ -1220,7 +1312,9 @@ mod tests {
         // Scopes never match other kinds.
         assert!(!Evaluator::Count(vec!["configmaps".into()]).matches(&q, &high));
         assert_eq!(compute_qos(&best_effort), "BestEffort");
-        let guaranteed = pod(json!([{"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}}]));
+        let guaranteed = pod(
+            json!([{"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}}]),
+        );
         assert_eq!(compute_qos(&guaranteed), "Guaranteed");
         assert_eq!(compute_qos(&burstable), "Burstable");
     }
@@ -1233,45 +1327,101 @@ mod tests {
             json!({"services.nodeports": "2", "services": "10"}),
             json!({"services.nodeports": "1", "services": "1"}),
         )];
-        let err = check_request(&qs, &Evaluator::Services, Operation::Update, &svc("NodePort"), Some(&svc("ClusterIP")), now())
-            .unwrap_err();
+        let err = check_request(
+            &qs,
+            &Evaluator::Services,
+            Operation::Update,
+            &svc("NodePort"),
+            Some(&svc("ClusterIP")),
+            now(),
+        )
+        .unwrap_err();
         assert_eq!(
             err,
             "exceeded quota: svc, requested: services.nodeports=2, used: services.nodeports=1, limited: services.nodeports=2"
         );
-        let out = check_request(&qs, &Evaluator::Services, Operation::Update, &svc("ClusterIP"), Some(&svc("ClusterIP")), now())
-            .unwrap();
+        let out = check_request(
+            &qs,
+            &Evaluator::Services,
+            Operation::Update,
+            &svc("ClusterIP"),
+            Some(&svc("ClusterIP")),
+            now(),
+        )
+        .unwrap();
         assert!(out[0].is_none(), "nothing changes");
         let pvc = |size: &str| json!({"metadata": {"resourceVersion": "1"}, "spec": {"storageClassName": "gold", "resources": {"requests": {"storage": size}}}});
         let u = Evaluator::PersistentVolumeClaims.usage(&pvc("1.5Gi"), now());
-        assert_eq!(u["gold.storageclass.storage.k8s.io/requests.storage"].to_string(), "1536Mi");
-        assert_eq!(u["gold.storageclass.storage.k8s.io/persistentvolumeclaims"].to_string(), "1");
-        let qs = [quota("st", json!({"requests.storage": "10Gi"}), json!({"requests.storage": "4Gi"}))];
-        let out = check_request(&qs, &Evaluator::PersistentVolumeClaims, Operation::Update, &pvc("6Gi"), Some(&pvc("2Gi")), now())
-            .unwrap();
-        assert_eq!(pretty_print(out[0].as_ref().unwrap()), "requests.storage=8Gi");
+        assert_eq!(
+            u["gold.storageclass.storage.k8s.io/requests.storage"].to_string(),
+            "1536Mi"
+        );
+        assert_eq!(
+            u["gold.storageclass.storage.k8s.io/persistentvolumeclaims"].to_string(),
+            "1"
+        );
+        let qs = [quota(
+            "st",
+            json!({"requests.storage": "10Gi"}),
+            json!({"requests.storage": "4Gi"}),
+        )];
+        let out = check_request(
+            &qs,
+            &Evaluator::PersistentVolumeClaims,
+            Operation::Update,
+            &pvc("6Gi"),
+            Some(&pvc("2Gi")),
+            now(),
+        )
+        .unwrap();
+        assert_eq!(
+            pretty_print(out[0].as_ref().unwrap()),
+            "requests.storage=8Gi"
+        );
     }
 
     #[test]
     fn object_counts_by_name_and_legacy_alias() {
         let ev = evaluator("", "configmaps").unwrap();
-        let qs = [quota("q", json!({"configmaps": "1"}), json!({"configmaps": "1"}))];
+        let qs = [quota(
+            "q",
+            json!({"configmaps": "1"}),
+            json!({"configmaps": "1"}),
+        )];
         let err = check_request(&qs, &ev, Operation::Create, &json!({}), None, now()).unwrap_err();
-        assert_eq!(err, "exceeded quota: q, requested: configmaps=1, used: configmaps=1, limited: configmaps=1");
+        assert_eq!(
+            err,
+            "exceeded quota: q, requested: configmaps=1, used: configmaps=1, limited: configmaps=1"
+        );
         let ev = evaluator("apps", "deployments").unwrap();
         assert_eq!(ev, Evaluator::Count(vec!["count/deployments.apps".into()]));
         assert!(!ev.handles(Operation::Update));
-        assert_eq!(count_target("count/deployments.apps"), Some(("apps".into(), "deployments".into())));
-        assert_eq!(count_target("count/widgets.example.com"), Some(("example.com".into(), "widgets".into())));
+        assert_eq!(
+            count_target("count/deployments.apps"),
+            Some(("apps".into(), "deployments".into()))
+        );
+        assert_eq!(
+            count_target("count/widgets.example.com"),
+            Some(("example.com".into(), "widgets".into()))
+        );
         assert!(evaluator("", "events").is_none());
-        let plan = usage_plan(&list(json!({"pods": "1", "count/deployments.apps": "2", "configmaps": "3"})));
-        let kinds: Vec<_> = plan.iter().map(|(g, r, _, n)| (g.as_str(), r.as_str(), n.clone())).collect();
+        let plan = usage_plan(&list(
+            json!({"pods": "1", "count/deployments.apps": "2", "configmaps": "3"}),
+        ));
+        let kinds: Vec<_> = plan
+            .iter()
+            .map(|(g, r, _, n)| (g.as_str(), r.as_str(), n.clone()))
+            .collect();
         assert_eq!(
             kinds,
             [
                 ("", "pods", vec!["pods".to_string()]),
                 ("", "configmaps", vec!["configmaps".to_string()]),
-                ("apps", "deployments", vec!["count/deployments.apps".to_string()]),
+                (
+                    "apps",
+                    "deployments",
+                    vec!["count/deployments.apps".to_string()]
+                ),
             ]
         );
     }
@@ -1279,13 +1429,33 @@ mod tests {
     #[test]
     fn the_controller_writes_status_only_when_it_changes() {
         let q = json!({"spec": {"hard": {"pods": "2", "requests.cpu": "1000m"}}});
-        let counted = usage_stats(&Evaluator::Pods, &[pod(json!([{"name": "c", "resources": {"requests": {"cpu": "250m"}}}]))], &[], &["pods".into(), "requests.cpu".into()], now());
+        let counted = usage_stats(
+            &Evaluator::Pods,
+            &[pod(
+                json!([{"name": "c", "resources": {"requests": {"cpu": "250m"}}}]),
+            )],
+            &[],
+            &["pods".into(), "requests.cpu".into()],
+            now(),
+        );
         let status = quota_status(&q, &counted).unwrap();
-        assert_eq!(status, json!({"hard": {"pods": "2", "requests.cpu": "1"}, "used": {"pods": "1", "requests.cpu": "250m"}}));
+        assert_eq!(
+            status,
+            json!({"hard": {"pods": "2", "requests.cpu": "1"}, "used": {"pods": "1", "requests.cpu": "250m"}})
+        );
         let mut synced = q.clone();
         synced["status"] = status;
         assert_eq!(quota_status(&synced, &counted), None);
-        let none = usage_stats(&Evaluator::Pods, &[], &[], &["pods".into(), "requests.cpu".into()], now());
-        assert_eq!(quota_status(&synced, &none).unwrap()["used"], json!({"pods": "0", "requests.cpu": "0"}));
+        let none = usage_stats(
+            &Evaluator::Pods,
+            &[],
+            &[],
+            &["pods".into(), "requests.cpu".into()],
+            now(),
+        );
+        assert_eq!(
+            quota_status(&synced, &none).unwrap()["used"],
+            json!({"pods": "0", "requests.cpu": "0"})
+        );
     }
 }

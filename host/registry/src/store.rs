@@ -48,6 +48,9 @@ pub struct Objects {
     /// Which compiled-in admission plugins run (set once at start-up;
     /// all of them until then).
     pub admission_plugins: Arc<std::sync::OnceLock<crate::admission::plugins::Enabled>>,
+    /// Which namespaces have ResourceQuotas (for the `ResourceQuota`
+    /// admission plugin).
+    pub quota_namespaces: Arc<crate::admission::resourcequota::QuotaNamespaces>,
 }
 
 #[async_trait::async_trait]
@@ -225,6 +228,7 @@ impl Objects {
             handlers: Default::default(),
             field_indexes: Default::default(),
             admission_plugins: Default::default(),
+            quota_namespaces: Default::default(),
         }
     }
 

@@ -30,10 +30,14 @@ fn describe(server: &Server, ns: &str, name: &str) -> BTreeMap<String, (String, 
 
 /// Waits until the quota's `status.used[resource]` is `want`.
 fn wait_used(server: &Server, ns: &str, name: &str, resource: &str, want: &str) -> Value {
-    poll_until(WAIT, &format!("{ns}/{name}: used {resource}={want}"), || {
-        let q = kubectl_json(server, None, &["get", "quota", name, "-n", ns]);
-        (q["status"]["used"][resource] == want).then_some(q)
-    })
+    poll_until(
+        WAIT,
+        &format!("{ns}/{name}: used {resource}={want}"),
+        || {
+            let q = kubectl_json(server, None, &["get", "quota", name, "-n", ns]);
+            (q["status"]["used"][resource] == want).then_some(q)
+        },
+    )
 }
 
 fn pod(name: &str, cpu: Option<&str>) -> String {
@@ -76,7 +80,14 @@ fn quotas_count_refuse_and_give_back() {
     kubectl_ok(
         &server,
         None,
-        &["create", "quota", "q", "-n", ns, "--hard=pods=2,requests.cpu=1,configmaps=3"],
+        &[
+            "create",
+            "quota",
+            "q",
+            "-n",
+            ns,
+            "--hard=pods=2,requests.cpu=1,configmaps=3",
+        ],
     );
     wait_used(&server, ns, "q", "pods", "0");
     let table = describe(&server, ns, "q");
@@ -89,7 +100,11 @@ fn quotas_count_refuse_and_give_back() {
     // Charged at admission, before the controller looks.
     let table = describe(&server, ns, "q");
     assert_eq!(table["pods"], ("2".into(), "2".into()), "{table:?}");
-    assert_eq!(table["requests.cpu"], ("500m".into(), "1".into()), "{table:?}");
+    assert_eq!(
+        table["requests.cpu"],
+        ("500m".into(), "1".into()),
+        "{table:?}"
+    );
 
     let out = create(&server, ns, &pod("p3", Some("100m")));
     assert!(!out.status.success());
@@ -114,10 +129,18 @@ fn quotas_count_refuse_and_give_back() {
     assert_eq!(q["status"]["used"]["requests.cpu"], "250m", "{q}");
     create_ok(&server, ns, &pod("p3", Some("100m")));
     let table = describe(&server, ns, "q");
-    assert_eq!(table["requests.cpu"], ("350m".into(), "1".into()), "{table:?}");
+    assert_eq!(
+        table["requests.cpu"],
+        ("350m".into(), "1".into()),
+        "{table:?}"
+    );
 
     // A dry run is checked but charges nothing.
-    kubectl_ok(&server, None, &["create", "cm", "dry", "-n", ns, "--dry-run=server"]);
+    kubectl_ok(
+        &server,
+        None,
+        &["create", "cm", "dry", "-n", ns, "--dry-run=server"],
+    );
     assert_eq!(describe(&server, ns, "q")["configmaps"].0, "1");
     kubectl_ok(&server, None, &["create", "cm", "a", "-n", ns]);
     kubectl_ok(&server, None, &["create", "cm", "b", "-n", ns]);
@@ -128,7 +151,11 @@ fn quotas_count_refuse_and_give_back() {
         err.contains("configmaps \"c\" is forbidden: exceeded quota: q, requested: configmaps=1, used: configmaps=3, limited: configmaps=3"),
         "{err}"
     );
-    let out = kubectl(&server, None, &["create", "cm", "c", "-n", ns, "--dry-run=server"]);
+    let out = kubectl(
+        &server,
+        None,
+        &["create", "cm", "c", "-n", ns, "--dry-run=server"],
+    );
     assert!(!out.status.success(), "a dry run is checked too");
 }
 
@@ -136,10 +163,29 @@ fn quotas_count_refuse_and_give_back() {
 fn object_counts_and_scopes() {
     let server = Server::start();
     kubectl_ok(&server, None, &["create", "namespace", "apps"]);
-    kubectl_ok(&server, None, &["create", "quota", "deploys", "-n", "apps", "--hard=count/deployments.apps=1"]);
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "create",
+            "quota",
+            "deploys",
+            "-n",
+            "apps",
+            "--hard=count/deployments.apps=1",
+        ],
+    );
     wait_used(&server, "apps", "deploys", "count/deployments.apps", "0");
-    kubectl_ok(&server, None, &["create", "deployment", "d1", "--image=nginx", "-n", "apps"]);
-    let out = kubectl(&server, None, &["create", "deployment", "d2", "--image=nginx", "-n", "apps"]);
+    kubectl_ok(
+        &server,
+        None,
+        &["create", "deployment", "d1", "--image=nginx", "-n", "apps"],
+    );
+    let out = kubectl(
+        &server,
+        None,
+        &["create", "deployment", "d2", "--image=nginx", "-n", "apps"],
+    );
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(
@@ -149,7 +195,19 @@ fn object_counts_and_scopes() {
 
     // A BestEffort quota counts only best-effort pods.
     kubectl_ok(&server, None, &["create", "namespace", "be"]);
-    kubectl_ok(&server, None, &["create", "quota", "be", "-n", "be", "--hard=pods=1", "--scopes=BestEffort"]);
+    kubectl_ok(
+        &server,
+        None,
+        &[
+            "create",
+            "quota",
+            "be",
+            "-n",
+            "be",
+            "--hard=pods=1",
+            "--scopes=BestEffort",
+        ],
+    );
     wait_used(&server, "be", "be", "pods", "0");
     create_ok(&server, "be", &pod("burstable-1", Some("100m")));
     create_ok(&server, "be", &pod("burstable-2", Some("100m")));
@@ -157,7 +215,8 @@ fn object_counts_and_scopes() {
     let out = create(&server, "be", &pod("best-effort-2", None));
     assert!(!out.status.success());
     assert!(
-        stderr(&out).contains("exceeded quota: be, requested: pods=1, used: pods=1, limited: pods=1"),
+        stderr(&out)
+            .contains("exceeded quota: be, requested: pods=1, used: pods=1, limited: pods=1"),
         "{}",
         stderr(&out)
     );
@@ -165,7 +224,11 @@ fn object_counts_and_scopes() {
     kubectl_ok(&server, None, &["delete", "pod", "burstable-1", "-n", "be"]);
     let q = kubectl_json(&server, None, &["get", "quota", "be", "-n", "be"]);
     assert_eq!(q["status"]["used"]["pods"], "1", "{q}");
-    kubectl_ok(&server, None, &["delete", "pod", "best-effort-1", "-n", "be"]);
+    kubectl_ok(
+        &server,
+        None,
+        &["delete", "pod", "best-effort-1", "-n", "be"],
+    );
     wait_used(&server, "be", "be", "pods", "0");
 }
 
@@ -175,7 +238,11 @@ fn concurrent_creates_never_overrun_a_quota() {
     let ns = "race";
     namespace(&server, ns);
     // kube-root-ca.crt takes one of the five.
-    kubectl_ok(&server, None, &["create", "quota", "cm", "-n", ns, "--hard=configmaps=5"]);
+    kubectl_ok(
+        &server,
+        None,
+        &["create", "quota", "cm", "-n", ns, "--hard=configmaps=5"],
+    );
     wait_used(&server, ns, "cm", "configmaps", "1");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (created, refused) = rt.block_on(async {

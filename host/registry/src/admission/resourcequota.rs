@@ -16,6 +16,11 @@
 //!
 //! Runs after the other validating plugins and the webhooks (upstream's
 //! order), so a request refused by them charges nothing.
+//!
+//! Which namespaces have quotas is kept in memory ([`QuotaNamespaces`]:
+//! a watch of every replica, and this replica's own quota writes at once),
+//! so a create in a namespace without quotas costs no storage read; where
+//! there are quotas, they are read from storage, as they are now.
 
 use crate::admission::chain::Attributes;
 use crate::codec::{decode, encode};
@@ -23,7 +28,9 @@ use crate::error::storage_error;
 use crate::options::WriteOptions;
 use crate::store::{Objects, target};
 use serde_json::Value;
-use std::sync::LazyLock;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::{LazyLock, PoisonError};
 use wasm_apiserver_api::error::Target;
 use wasm_apiserver_api::quota::{self, Quota};
 use wasm_apiserver_api::{ApiError, meta};
@@ -45,6 +52,77 @@ fn lock_of(ns: &str) -> &'static tokio::sync::Mutex<()> {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     ns.hash(&mut h);
     &LOCKS[(h.finish() % LOCKS.len() as u64) as usize]
+}
+
+/// The quotas of each namespace, by name: where admission must look.
+#[derive(Debug, Default)]
+pub struct QuotaNamespaces {
+    /// Set once the first list is in; until then every namespace may
+    /// have quotas.
+    synced: std::sync::atomic::AtomicBool,
+    quotas: std::sync::RwLock<HashMap<String, HashSet<String>>>,
+}
+
+impl QuotaNamespaces {
+    /// Records that quota `name` of `ns` exists (or, `false`, no more).
+    pub fn set(&self, ns: &str, name: &str, exists: bool) {
+        let mut all = self.quotas.write().unwrap_or_else(PoisonError::into_inner);
+        if exists {
+            all.entry(ns.to_string())
+                .or_default()
+                .insert(name.to_string());
+        } else if let Some(names) = all.get_mut(ns) {
+            names.remove(name);
+            if names.is_empty() {
+                all.remove(ns);
+            }
+        }
+    }
+
+    /// Whether `ns` may have quotas.
+    pub fn may_have(&self, ns: &str) -> bool {
+        !self.synced.load(Ordering::Acquire)
+            || self
+                .quotas
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains_key(ns)
+    }
+
+    fn reset(&self, listed: &[Value]) {
+        let mut all = self.quotas.write().unwrap_or_else(PoisonError::into_inner);
+        all.clear();
+        for q in listed {
+            all.entry(meta::namespace(q).unwrap_or_default().to_string())
+                .or_default()
+                .insert(meta::name(q).unwrap_or_default().to_string());
+        }
+        self.synced.store(true, Ordering::Release);
+    }
+}
+
+/// Keeps `Objects::quota_namespaces` in line with storage (every
+/// replica's quota writes reach it through the watch).
+pub fn spawn_cache(objects: Objects) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let info = objects.resources.builtin("", "v1", "resourcequotas");
+        let cache = objects.quota_namespaces.clone();
+        let (c1, c2) = (cache.clone(), cache);
+        objects
+            .follow(
+                &info,
+                move |listed| c1.reset(listed),
+                move |q, deleted| {
+                    c2.set(
+                        meta::namespace(&q).unwrap_or_default(),
+                        meta::name(&q).unwrap_or_default(),
+                        !deleted,
+                    );
+                    async {}
+                },
+            )
+            .await
+    })
 }
 
 /// The namespace's quotas as stored, with their revisions.
@@ -97,11 +175,14 @@ pub async fn validate(
     let Some(evaluator) = quota::evaluator(&a.info.group, &a.info.plural) else {
         return Ok(());
     };
-    if !evaluator.handles(op) || quotas(objects, ns).await?.is_empty() {
+    if !evaluator.handles(op) || !objects.quota_namespaces.may_have(ns) {
         return Ok(());
     }
     let _serialized = lock_of(ns).lock().await;
     let mut kvs = quotas(objects, ns).await?;
+    if kvs.is_empty() {
+        return Ok(());
+    }
     let now = chrono::Utc::now();
     let forbidden = |message: String| ApiError::Forbidden(target(a.info, a.name), message);
     let mut conflict = None;
@@ -111,7 +192,8 @@ pub async fn validate(
             stored.push(decode(kv)?);
         }
         let parsed: Vec<Quota> = stored.iter().map(Quota::from_object).collect();
-        let changes = quota::check_request(&parsed, &evaluator, op, obj, old, now).map_err(forbidden)?;
+        let changes =
+            quota::check_request(&parsed, &evaluator, op, obj, old, now).map_err(forbidden)?;
         if opts.dry_run {
             return Ok(());
         }

@@ -19,7 +19,7 @@
 
 use super::leader::Leadership;
 use super::queue::Queue;
-use super::{Action, Client, Metrics, Reconcile};
+use super::{Action, Client, Metrics, Reconcile, lock, namespaced_key as key_of};
 use crate::informer::{self, Change, Resolver};
 use crate::options::ListParams;
 use crate::resources::Resource;
@@ -37,17 +37,6 @@ type Result<T, E = ApiError> = std::result::Result<T, E>;
 pub const NAME: &str = "resourcequota-controller";
 
 type Key = (String, String);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn key_of(obj: &Value) -> Key {
-    (
-        meta::namespace(obj).unwrap_or_default().to_string(),
-        meta::name(obj).unwrap_or_default().to_string(),
-    )
-}
 
 /// The controller's options.
 #[derive(Clone, Copy, Debug)]
@@ -103,7 +92,11 @@ impl Reconcile for Controller {
             let Some(res) = self.resource(&group, &plural) else {
                 continue;
             };
-            match self.client.list(&res, Some(ns), &ListParams::default()).await {
+            match self
+                .client
+                .list(&res, Some(ns), &ListParams::default())
+                .await
+            {
                 Ok(listed) => {
                     let used = quota::usage_stats(&evaluator, &listed.items, &scopes, &names, now);
                     counted = quota::add(&counted, &quota::mask(&used, &names));
@@ -194,7 +187,12 @@ fn view(evaluator: &Evaluator, obj: &Value, now: DateTime<Utc>) -> Value {
 
 /// Follows one replenishing kind's updates: pods that stop counting,
 /// services changing type, claims changing allocated storage.
-async fn follow_updates(client: Client, plural: &'static str, quotas: Quotas, queue: Arc<Queue<Key>>) {
+async fn follow_updates(
+    client: Client,
+    plural: &'static str,
+    quotas: Quotas,
+    queue: Arc<Queue<Key>>,
+) {
     let objects = client.objects.clone();
     let info = objects.resources.builtin("", "v1", plural);
     let Some(evaluator) = quota::evaluator("", plural) else {
@@ -232,7 +230,8 @@ async fn follow_updates(client: Client, plural: &'static str, quotas: Quotas, qu
                     && evaluator == Evaluator::Pods
                     && let Some(end) = quota::pod_grace_end(&obj).filter(|e| *e > now)
                 {
-                    let delay = (end - now).to_std().unwrap_or_default() + Duration::from_millis(100);
+                    let delay =
+                        (end - now).to_std().unwrap_or_default() + Duration::from_millis(100);
                     let keys: Vec<Key> = lock(&quotas)
                         .iter()
                         .filter(|((n, _), q)| *n == key.0 && quota::tracks(q, &evaluator))
