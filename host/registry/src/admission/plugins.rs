@@ -215,7 +215,10 @@ mod tests {
             &v("DefaultStorageClass"),
         )
         .unwrap();
-        assert_eq!(e.unimplemented(), ["LimitRanger", "PodSecurity", "Priority"]);
+        assert_eq!(
+            e.unimplemented(),
+            ["LimitRanger", "PodSecurity", "Priority"]
+        );
         assert!(e.is_on(RESOURCE_QUOTA));
         let off = Enabled::from_flags(&[], &v("ResourceQuota")).unwrap();
         assert!(!off.is_on(RESOURCE_QUOTA) && Enabled::default().is_on(RESOURCE_QUOTA));
