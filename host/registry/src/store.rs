@@ -321,6 +321,31 @@ impl Objects {
         }
     }
 
+    /// Keeps `quota_namespaces` in line with storage (every replica's
+    /// quota writes reach it through the watch).
+    pub fn spawn_quota_cache(&self) -> tokio::task::JoinHandle<()> {
+        let objects = self.clone();
+        tokio::spawn(async move {
+            let info = objects.resources.builtin("", "v1", "resourcequotas");
+            let cache = objects.quota_namespaces.clone();
+            let (c1, c2) = (cache.clone(), cache);
+            objects
+                .follow(
+                    &info,
+                    move |listed| c1.reset(listed),
+                    move |q, deleted| {
+                        c2.set(
+                            meta::namespace(&q).unwrap_or_default(),
+                            meta::name(&q).unwrap_or_default(),
+                            !deleted,
+                        );
+                        async {}
+                    },
+                )
+                .await
+        })
+    }
+
     async fn admit_mutating(
         &self,
         res: &Resource,
@@ -434,7 +459,16 @@ impl Objects {
         }
         // Last, as upstream: what the others refuse charges no quota.
         if on(plugins::RESOURCE_QUOTA) {
-            crate::admission::resourcequota::validate(self, a, obj, old, opts).await?;
+            crate::admission::resourcequota::validate(
+                self.storage.as_ref(),
+                &self.resources,
+                &self.quota_namespaces,
+                a,
+                obj,
+                old,
+                opts,
+            )
+            .await?;
         }
         Ok(())
     }

@@ -494,7 +494,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     controller::spawn_controller(state.objects.clone());
     namespaces::spawn_controller(state.objects.clone());
     namespaces::spawn_cache(state.objects.clone());
-    wasm_apiserver_registry::admission::resourcequota::spawn_cache(state.objects.clone());
+    state.objects.spawn_quota_cache();
     if !args.etcd_compaction_interval.is_zero() {
         wasm_apiserver_storage::spawn_compactor(storage.clone(), args.etcd_compaction_interval);
     }

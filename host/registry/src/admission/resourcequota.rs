@@ -18,7 +18,8 @@
 //! order), so a request refused by them charges nothing.
 //!
 //! Which namespaces have quotas is kept in memory ([`QuotaNamespaces`]:
-//! a watch of every replica, and this replica's own quota writes at once),
+//! a watch on every replica, `Objects::spawn_quota_cache`, and this
+//! replica's own quota writes at once),
 //! so a create in a namespace without quotas costs no storage read; where
 //! there are quotas, they are read from storage, as they are now.
 
@@ -26,7 +27,7 @@ use crate::admission::chain::Attributes;
 use crate::codec::{decode, encode};
 use crate::error::storage_error;
 use crate::options::WriteOptions;
-use crate::store::{Objects, target};
+use crate::resources::Resources;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -35,7 +36,7 @@ use wasm_apiserver_api::error::Target;
 use wasm_apiserver_api::quota::{self, Quota};
 use wasm_apiserver_api::{ApiError, meta};
 use wasm_apiserver_plugins::Operation;
-use wasm_apiserver_storage::{KeyValue, ListOptions, StorageError};
+use wasm_apiserver_storage::{KeyValue, ListOptions, Storage, StorageError};
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
 
@@ -89,7 +90,8 @@ impl QuotaNamespaces {
                 .contains_key(ns)
     }
 
-    fn reset(&self, listed: &[Value]) {
+    /// Starts again from a full list of the quotas.
+    pub fn reset(&self, listed: &[Value]) {
         let mut all = self.quotas.write().unwrap_or_else(PoisonError::into_inner);
         all.clear();
         for q in listed {
@@ -101,39 +103,14 @@ impl QuotaNamespaces {
     }
 }
 
-/// Keeps `Objects::quota_namespaces` in line with storage (every
-/// replica's quota writes reach it through the watch).
-pub fn spawn_cache(objects: Objects) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let info = objects.resources.builtin("", "v1", "resourcequotas");
-        let cache = objects.quota_namespaces.clone();
-        let (c1, c2) = (cache.clone(), cache);
-        objects
-            .follow(
-                &info,
-                move |listed| c1.reset(listed),
-                move |q, deleted| {
-                    c2.set(
-                        meta::namespace(&q).unwrap_or_default(),
-                        meta::name(&q).unwrap_or_default(),
-                        !deleted,
-                    );
-                    async {}
-                },
-            )
-            .await
-    })
-}
-
 /// The namespace's quotas as stored, with their revisions.
-async fn quotas(objects: &Objects, ns: &str) -> Result<Vec<KeyValue>> {
-    let rq = objects.resources.builtin("", "v1", "resourcequotas");
+async fn quotas(storage: &dyn Storage, resources: &Resources, ns: &str) -> Result<Vec<KeyValue>> {
+    let rq = resources.builtin("", "v1", "resourcequotas");
     let prefix = rq.collection_key(Some(ns));
     let mut out = Vec::new();
     let mut start = None;
     loop {
-        let page = objects
-            .storage
+        let page = storage
             .list(
                 &prefix,
                 ListOptions {
@@ -153,7 +130,9 @@ async fn quotas(objects: &Objects, ns: &str) -> Result<Vec<KeyValue>> {
 
 /// Checks the request against the namespace's quotas and charges them.
 pub async fn validate(
-    objects: &Objects,
+    storage: &dyn Storage,
+    resources: &Resources,
+    cache: &QuotaNamespaces,
     a: &Attributes<'_>,
     obj: Option<&Value>,
     old: Option<&Value>,
@@ -175,16 +154,18 @@ pub async fn validate(
     let Some(evaluator) = quota::evaluator(&a.info.group, &a.info.plural) else {
         return Ok(());
     };
-    if !evaluator.handles(op) || !objects.quota_namespaces.may_have(ns) {
+    if !evaluator.handles(op) || !cache.may_have(ns) {
         return Ok(());
     }
     let _serialized = lock_of(ns).lock().await;
-    let mut kvs = quotas(objects, ns).await?;
+    let mut kvs = quotas(storage, resources, ns).await?;
     if kvs.is_empty() {
         return Ok(());
     }
     let now = chrono::Utc::now();
-    let forbidden = |message: String| ApiError::Forbidden(target(a.info, a.name), message);
+    let forbidden = |message: String| {
+        ApiError::Forbidden(Target::new(&a.info.group, &a.info.plural, a.name), message)
+    };
     let mut conflict = None;
     for _ in 0..ATTEMPTS {
         let mut stored = Vec::with_capacity(kvs.len());
@@ -203,8 +184,7 @@ pub async fn validate(
                 continue;
             };
             q["status"]["used"] = quota::list_to_json(&used);
-            match objects
-                .storage
+            match storage
                 .update(&kv.key, encode(&mut q), kv.mod_revision)
                 .await
             {
@@ -224,7 +204,7 @@ pub async fn validate(
         }
         // The others are charged; check the ones that moved again, as
         // they are now.
-        kvs = quotas(objects, ns).await?;
+        kvs = quotas(storage, resources, ns).await?;
         kvs.retain(|kv| failed.contains(&kv.key));
         if kvs.is_empty() {
             return Ok(());
