@@ -105,7 +105,7 @@ impl Quantity {
 
     /// `self + o` in `self`'s format (`o`'s when `self` is zero), as
     /// upstream's `Quantity.Add`.
-    pub fn add(self, o: Quantity) -> Quantity {
+    pub fn plus(self, o: Quantity) -> Quantity {
         Quantity {
             nanos: self.nanos.saturating_add(o.nanos),
             format: if self.nanos == 0 {
@@ -116,8 +116,8 @@ impl Quantity {
         }
     }
 
-    /// `self - o`, formatted as [`Quantity::add`].
-    pub fn sub(self, o: Quantity) -> Quantity {
+    /// `self - o`, formatted as [`Quantity::plus`].
+    pub fn minus(self, o: Quantity) -> Quantity {
         Quantity {
             nanos: self.nanos.saturating_sub(o.nanos),
             format: if self.nanos == 0 {
@@ -151,7 +151,7 @@ impl fmt::Display for Quantity {
         let sign = if self.nanos < 0 { "-" } else { "" };
         let abs = self.nanos.unsigned_abs();
         let nano = NANO as u128;
-        let binary = self.format == Format::BinarySI && abs >= 1024 * nano && abs % nano == 0;
+        let binary = self.format == Format::BinarySI && abs >= 1024 * nano && abs.is_multiple_of(nano);
         if binary {
             let (mut v, mut exp) = (abs / nano, 0usize);
             while exp < 6 && v % 1024 == 0 {
@@ -213,7 +213,7 @@ pub fn list_to_json(l: &ResourceList) -> Value {
 pub fn add(a: &ResourceList, b: &ResourceList) -> ResourceList {
     let mut out = a.clone();
     for (k, q) in b {
-        let sum = out.get(k).map_or(*q, |have| have.add(*q));
+        let sum = out.get(k).map_or(*q, |have| have.plus(*q));
         out.insert(k.clone(), sum);
     }
     out
@@ -224,7 +224,7 @@ pub fn add(a: &ResourceList, b: &ResourceList) -> ResourceList {
 pub fn subtract_non_negative(a: &ResourceList, b: &ResourceList) -> ResourceList {
     let mut out = ResourceList::new();
     for (k, q) in a {
-        let d = b.get(k).map_or(*q, |o| q.sub(*o));
+        let d = b.get(k).map_or(*q, |o| q.minus(*o));
         out.insert(k.clone(), if d.nanos > 0 { d } else { Quantity::ZERO });
     }
     for k in b.keys() {
@@ -637,7 +637,7 @@ fn compute_usage(requests: &ResourceList, limits: &ResourceList) -> ResourceList
 /// Adds `new` into `list` (`addResourceList`).
 fn add_into(list: &mut ResourceList, new: &ResourceList) {
     for (k, q) in new {
-        let sum = list.get(k).map_or(*q, |have| have.add(*q));
+        let sum = list.get(k).map_or(*q, |have| have.plus(*q));
         list.insert(k.clone(), sum);
     }
 }
@@ -686,7 +686,7 @@ fn pod_resources(pod: &Value, field: &str) -> ResourceList {
     } else {
         for (k, q) in overhead {
             if let Some(have) = total.get_mut(&k) {
-                *have = have.add(q);
+                *have = have.plus(q);
             }
         }
     }
@@ -834,9 +834,11 @@ pub fn pod_matches_scope(scope: &ScopeRequirement, pod: &Value) -> bool {
 
 /// The service type quota tells apart (`GetQuotaServiceType`).
 pub fn service_quota_type(svc: &Value) -> &str {
-    match svc["spec"]["type"].as_str() {
-        Some(t @ ("NodePort" | "LoadBalancer")) => t,
-        _ => "",
+    let t = svc["spec"]["type"].as_str().unwrap_or_default();
+    if matches!(t, "NodePort" | "LoadBalancer") {
+        t
+    } else {
+        ""
     }
 }
 
@@ -1150,9 +1152,9 @@ mod tests {
         ] {
             assert_eq!(q(input).to_string(), out, "{input}");
         }
-        assert_eq!(q("100Mi").add(q("100Mi")).to_string(), "200Mi");
-        assert_eq!(q("500m").add(q("500m")).to_string(), "1");
-        assert_eq!(Quantity::ZERO.add(q("1Gi")).to_string(), "1Gi");
+        assert_eq!(q("100Mi").plus(q("100Mi")).to_string(), "200Mi");
+        assert_eq!(q("500m").plus(q("500m")).to_string(), "1");
+        assert_eq!(Quantity::ZERO.plus(q("1Gi")).to_string(), "1Gi");
         assert_eq!(q("1Gi"), q("1024Mi"));
     }
 
