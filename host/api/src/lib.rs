@@ -37,6 +37,7 @@ pub mod node;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;
+pub mod quota;
 pub mod rbac;
 pub mod replicas;
 pub mod report;

@@ -821,6 +821,7 @@ pub const CONTROLLERS: &[&str] = &[
     "endpointslice-controller",
     "endpointslicemirroring-controller",
     "disruption-controller",
+    "resourcequota-controller",
     "daemon-set-controller",
     "statefulset-controller",
     "job-controller",
@@ -1221,6 +1222,11 @@ fn controller_roles() -> Vec<Value> {
                     &["replicasets"],
                 ),
                 PolicyRule::new(&["get", "list", "watch", "update"], &[""], &["pods"]),
+            ],
+            // Quota can count anything, so it may list and watch all.
+            "resourcequota-controller" => vec![
+                PolicyRule::new(&["list", "watch"], &["*"], &["*"]),
+                PolicyRule::new(&["update"], &[""], &["resourcequotas/status"]),
             ],
             "pod-garbage-collector" => vec![
                 PolicyRule::new(&["list", "watch", "delete"], &[""], &["pods"]),

@@ -99,6 +99,28 @@ impl Strategy for Namespaces {
     }
 }
 
+/// ResourceQuotas: a new quota has no status (upstream's
+/// `PrepareForCreate`): its usage is the controller's to count. This
+/// replica's admission knows of a quota as soon as it is written.
+struct ResourceQuotas(Arc<crate::admission::resourcequota::QuotaNamespaces>);
+
+#[async_trait]
+impl Strategy for ResourceQuotas {
+    fn prepare_for_create(&self, obj: &mut Value, _user: &UserInfo) {
+        if let Some(m) = obj.as_object_mut() {
+            m.remove("status");
+        }
+    }
+
+    async fn after_write(&self, obj: &Value, deleted: bool) {
+        self.0.set(
+            meta::namespace(obj).unwrap_or_default(),
+            meta::name(obj).unwrap_or_default(),
+            !deleted,
+        );
+    }
+}
+
 /// Secrets: `type` defaults to `Opaque`; write-only `stringData` folds into
 /// `data`.
 struct Secrets;
@@ -532,6 +554,9 @@ pub fn install(objects: &Objects, deps: Dependencies) -> Installed {
                         deleted: objects.namespace_deleted.clone(),
                     })),
                     ("", "secrets") => Some(Arc::new(Secrets)),
+                    ("", "resourcequotas") => {
+                        Some(Arc::new(ResourceQuotas(objects.quota_namespaces.clone())))
+                    }
                     (crate::certificates::GROUP, crate::certificates::PLURAL) => {
                         Some(Arc::new(crate::certificates::CertificateSigningRequests))
                     }

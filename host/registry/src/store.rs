@@ -48,6 +48,9 @@ pub struct Objects {
     /// Which compiled-in admission plugins run (set once at start-up;
     /// all of them until then).
     pub admission_plugins: Arc<std::sync::OnceLock<crate::admission::plugins::Enabled>>,
+    /// Which namespaces have ResourceQuotas (for the `ResourceQuota`
+    /// admission plugin).
+    pub quota_namespaces: Arc<crate::admission::resourcequota::QuotaNamespaces>,
 }
 
 #[async_trait::async_trait]
@@ -225,6 +228,7 @@ impl Objects {
             handlers: Default::default(),
             field_indexes: Default::default(),
             admission_plugins: Default::default(),
+            quota_namespaces: Default::default(),
         }
     }
 
@@ -315,6 +319,31 @@ impl Objects {
             }
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         }
+    }
+
+    /// Keeps `quota_namespaces` in line with storage (every replica's
+    /// quota writes reach it through the watch).
+    pub fn spawn_quota_cache(&self) -> tokio::task::JoinHandle<()> {
+        let objects = self.clone();
+        tokio::spawn(async move {
+            let info = objects.resources.builtin("", "v1", "resourcequotas");
+            let cache = objects.quota_namespaces.clone();
+            let (c1, c2) = (cache.clone(), cache);
+            objects
+                .follow(
+                    &info,
+                    move |listed| c1.reset(listed),
+                    move |q, deleted| {
+                        c2.set(
+                            meta::namespace(&q).unwrap_or_default(),
+                            meta::name(&q).unwrap_or_default(),
+                            !deleted,
+                        );
+                        async {}
+                    },
+                )
+                .await
+        })
     }
 
     async fn admit_mutating(
@@ -413,22 +442,35 @@ impl Objects {
                 &opts.user,
             )?;
         }
-        let Some(adm) = &self.admission else {
-            return Ok(());
-        };
-        if self.admission_plugin_on(plugins::VALIDATING_ADMISSION_POLICY) {
-            crate::admission::policy::validate(
-                self,
-                &adm.policies,
+        if let Some(adm) = &self.admission {
+            if self.admission_plugin_on(plugins::VALIDATING_ADMISSION_POLICY) {
+                crate::admission::policy::validate(
+                    self,
+                    &adm.policies,
+                    a,
+                    || Admission::request_json(a, opts),
+                    obj,
+                    old,
+                    opts,
+                )
+                .await?;
+            }
+            adm.validate(a, obj, old, opts).await?;
+        }
+        // Last, as upstream: what the others refuse charges no quota.
+        if on(plugins::RESOURCE_QUOTA) {
+            crate::admission::resourcequota::validate(
+                self.storage.as_ref(),
+                &self.resources,
+                &self.quota_namespaces,
                 a,
-                || Admission::request_json(a, opts),
                 obj,
                 old,
                 opts,
             )
             .await?;
         }
-        adm.validate(a, obj, old, opts).await
+        Ok(())
     }
 
     /// Reads one object.

@@ -140,30 +140,28 @@ pub fn default_pod_spec(spec: &mut Value) {
     }
 }
 
-/// A pod's QoS class from its containers' requests and limits.
-fn qos_class(spec: &Value) -> &'static str {
-    let containers: Vec<&Value> = spec["containers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .collect();
-    let empty = |v: &Value| v.as_object().is_none_or(Map::is_empty);
-    if containers
-        .iter()
-        .all(|c| empty(&c["resources"]["requests"]) && empty(&c["resources"]["limits"]))
-    {
-        return "BestEffort";
-    }
-    let guaranteed = containers.iter().all(|c| {
-        let (req, lim) = (&c["resources"]["requests"], &c["resources"]["limits"]);
-        ["cpu", "memory"]
-            .iter()
-            .all(|r| lim.get(*r).is_some() && (req.get(*r).is_none() || req[*r] == lim[*r]))
-    });
-    if guaranteed {
-        "Guaranteed"
-    } else {
-        "Burstable"
+/// Upstream's `SetDefaults_Pod`: a container (or init container) with a
+/// limit and no request for a resource requests its limit. Pods only, not
+/// pod templates.
+fn default_requests_from_limits(pod: &mut Value) {
+    for list in ["containers", "initContainers"] {
+        for c in pod["spec"]
+            .get_mut(list)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            let Some(limits) = c["resources"]["limits"].as_object().cloned() else {
+                continue;
+            };
+            if limits.is_empty() {
+                continue;
+            }
+            let requests = child(child(c, "resources"), "requests");
+            for (k, v) in limits {
+                set_default(requests, &k, v);
+            }
+        }
     }
 }
 
@@ -185,7 +183,10 @@ impl Workloads {
             default_pod_spec(child(template, "spec"));
         }
         match self.0 {
-            Kind::Pod => default_pod_spec(child(obj, "spec")),
+            Kind::Pod => {
+                default_pod_spec(child(obj, "spec"));
+                default_requests_from_limits(obj);
+            }
             Kind::Deployment => {
                 let spec = child(obj, "spec");
                 set_default(spec, "replicas", json!(1));
@@ -521,7 +522,8 @@ impl Strategy for Workloads {
     fn prepare_for_create(&self, obj: &mut Value, _user: &UserInfo) {
         match self.0 {
             Kind::Pod => {
-                let qos = qos_class(&obj["spec"]);
+                default_requests_from_limits(obj);
+                let qos = wasm_apiserver_api::quota::compute_qos(obj);
                 obj["status"] = json!({"phase": "Pending", "qosClass": qos});
             }
             Kind::Job if obj["spec"]["manualSelector"] != true => {

@@ -70,6 +70,7 @@ pub struct ServeArgs {
     /// ReplicaSets), `daemonset-controller` (a DaemonSet's pod on every eligible node),
     /// `statefulset-controller` (a StatefulSet's ordered pods and claims),
     /// `disruption-controller` (PodDisruptionBudgets' status),
+    /// `resourcequota-controller` (ResourceQuotas' status: usage counted),
     /// `job-controller` (runs Jobs' pods), `cronjob-controller` (Jobs on
     /// CronJobs' schedules), `ttl-after-finished-controller` (deletes
     /// finished Jobs after `ttlSecondsAfterFinished`),
@@ -125,6 +126,11 @@ pub struct ServeArgs {
     /// this server's flag).
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     pub pod_gc_period: Duration,
+
+    /// How often the resource quota controller recounts every quota's
+    /// usage (kube-controller-manager's flag).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub resource_quota_sync_period: Duration,
 
     /// The Job controller's first pod-failure backoff, doubled per failure
     /// (upstream's fixed 10 s; for tests).
@@ -517,6 +523,7 @@ impl ServeArgs {
             terminated_pod_gc_threshold: 12500,
             pod_gc_period: Duration::from_secs(20),
             pod_gc_orphan_quarantine: Duration::from_secs(40),
+            resource_quota_sync_period: Duration::from_secs(300),
             job_pod_failure_backoff: Duration::from_secs(10),
             cronjob_controller_clock_speed: 1.0,
             leader_elect_lease_duration: Duration::from_secs(15),

@@ -504,6 +504,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     controller::spawn_controller(state.objects.clone());
     namespaces::spawn_controller(state.objects.clone());
     namespaces::spawn_cache(state.objects.clone());
+    state.objects.spawn_quota_cache();
     if !args.etcd_compaction_interval.is_zero() {
         wasm_apiserver_storage::spawn_compactor(storage.clone(), args.etcd_compaction_interval);
     }
@@ -703,7 +704,8 @@ fn start_controllers(
     use wasm_apiserver_registry::controllers::{
         Client, apiservice, bootstrap, certificates, cronjob, daemonset, deployment, disruption,
         endpoints, endpointslicemirroring, gc, hostname, job, leader, nodelifecycle, podgc,
-        policy_audit, replicaset, scheduler, serviceaccounts, statefulset, ttlafterfinished, wasm,
+        policy_audit, replicaset, resourcequota, scheduler, serviceaccounts, statefulset,
+        ttlafterfinished, wasm,
     };
     let ca_pem = &pki.ca_pem;
     let objects = &state.objects;
@@ -815,6 +817,16 @@ fn start_controllers(
     if args.controller_enabled(disruption::NAME) {
         disruption::spawn(
             client(disruption::NAME),
+            leadership.clone(),
+            &state.controllers,
+        );
+    }
+    if args.controller_enabled(resourcequota::NAME) {
+        resourcequota::spawn(
+            client(resourcequota::NAME),
+            resourcequota::Config {
+                sync_period: args.resource_quota_sync_period,
+            },
             leadership.clone(),
             &state.controllers,
         );

@@ -36,6 +36,7 @@ mod policy_kit;
 mod python_client;
 mod registry_trust;
 mod resource_handlers;
+mod resource_quotas;
 mod rollouts;
 mod scheduling;
 mod server_side_apply;

@@ -31,6 +31,7 @@ pub mod noderestriction;
 pub mod ownerrefs;
 pub mod plugins;
 pub mod policy;
+pub mod resourcequota;
 pub mod serviceaccount;
 pub mod shadow;
 

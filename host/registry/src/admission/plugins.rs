@@ -10,7 +10,7 @@
 //! refused for disabling with a message saying so.
 //!
 //! Upstream's other default-on plugins, which this server does not have
-//! ([`NOT_IMPLEMENTED`]: `LimitRanger`, `ResourceQuota`, `PodSecurity`,
+//! ([`NOT_IMPLEMENTED`]: `LimitRanger`, `PodSecurity`,
 //! ...), are accepted by name so that a kubeadm or k3s configuration
 //! listing them starts; the server logs a warning that they are not
 //! implemented here and do nothing. Any other name is refused.
@@ -30,6 +30,7 @@ pub const VALIDATING_ADMISSION_POLICY: &str = "ValidatingAdmissionPolicy";
 pub const MUTATING_ADMISSION_POLICY: &str = "MutatingAdmissionPolicy";
 pub const MUTATING_WEBHOOK: &str = "MutatingAdmissionWebhook";
 pub const VALIDATING_WEBHOOK: &str = "ValidatingAdmissionWebhook";
+pub const RESOURCE_QUOTA: &str = "ResourceQuota";
 
 /// Every plugin this server has, in upstream's order.
 pub const KNOWN: &[&str] = &[
@@ -46,6 +47,7 @@ pub const KNOWN: &[&str] = &[
     MUTATING_WEBHOOK,
     VALIDATING_ADMISSION_POLICY,
     VALIDATING_WEBHOOK,
+    RESOURCE_QUOTA,
 ];
 
 /// Upstream's default-on plugins this server does not implement: accepted
@@ -60,7 +62,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "RuntimeClass",
     "ClusterTrustBundleAttest",
     "DefaultIngressClass",
-    "ResourceQuota",
 ];
 
 /// Plugins that cannot be disabled here.
@@ -216,8 +217,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             e.unimplemented(),
-            ["LimitRanger", "ResourceQuota", "PodSecurity", "Priority"]
+            ["LimitRanger", "PodSecurity", "Priority"]
         );
+        assert!(e.is_on(RESOURCE_QUOTA));
+        let off = Enabled::from_flags(&[], &v("ResourceQuota")).unwrap();
+        assert!(!off.is_on(RESOURCE_QUOTA) && Enabled::default().is_on(RESOURCE_QUOTA));
         assert!(e.is_on(DEFAULT_TOLERATION_SECONDS) && e.is_on(TAINT_NODES_BY_CONDITION));
         assert!(!e.names().contains(&"LimitRanger"));
         // Names upstream does not have on by default, and typos, still stop

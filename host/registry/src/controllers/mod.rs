@@ -44,6 +44,7 @@ pub mod podgc;
 pub mod policy_audit;
 pub mod queue;
 pub mod replicaset;
+pub mod resourcequota;
 pub mod scheduler;
 pub mod serviceaccounts;
 pub mod statefulset;
@@ -151,6 +152,19 @@ pub async fn run_until<R: Reconcile>(
     for t in tasks.0.iter_mut() {
         let _ = t.await;
     }
+}
+
+/// Locks a controller's cache, whatever a panicking holder left in it.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A namespaced object's queue key: (`namespace`, `name`).
+pub(crate) fn namespaced_key(obj: &Value) -> (String, String) {
+    (
+        meta::namespace(obj).unwrap_or_default().to_string(),
+        meta::name(obj).unwrap_or_default().to_string(),
+    )
 }
 
 pub(crate) struct AbortOnDrop(pub(crate) Vec<tokio::task::JoinHandle<()>>);
