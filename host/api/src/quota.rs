@@ -151,7 +151,8 @@ impl fmt::Display for Quantity {
         let sign = if self.nanos < 0 { "-" } else { "" };
         let abs = self.nanos.unsigned_abs();
         let nano = NANO as u128;
-        let binary = self.format == Format::BinarySI && abs >= 1024 * nano && abs.is_multiple_of(nano);
+        let binary =
+            self.format == Format::BinarySI && abs >= 1024 * nano && abs.is_multiple_of(nano);
         if binary {
             let (mut v, mut exp) = (abs / nano, 0usize);
             while exp < 6 && v % 1024 == 0 {

@@ -22,7 +22,7 @@
 
 use super::leader::Leadership;
 use super::queue::Queue;
-use super::{Action, Client, Metrics, Reconcile};
+use super::{Action, Client, Metrics, Reconcile, lock, namespaced_key};
 use crate::options::{Preconditions, Propagation};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -75,17 +75,6 @@ impl Clock {
 }
 
 type Key = (String, String);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn key_of(obj: &Value) -> Key {
-    (
-        meta::namespace(obj).unwrap_or_default().to_string(),
-        meta::name(obj).unwrap_or_default().to_string(),
-    )
-}
 
 fn uid(obj: &Value) -> &str {
     meta::str_field(obj, "uid").unwrap_or_default()
@@ -224,7 +213,7 @@ impl CronJobController {
     /// Deletes a Job in the background and drops it from `active`
     /// (upstream's `deleteJob`). Whether it went.
     async fn delete_job(&self, cj: &mut Value, job: &Value) -> bool {
-        let (ns, name) = key_of(job);
+        let (ns, name) = namespaced_key(job);
         let pre = Preconditions {
             propagation: Some(Propagation::Background),
             ..Default::default()
@@ -286,7 +275,7 @@ impl CronJobController {
     ) -> Result<(Option<Duration>, bool)> {
         let now = self.clock.now();
         let mut update = false;
-        let (ns, name) = key_of(cj);
+        let (ns, name) = namespaced_key(cj);
         let cronjobs = self
             .client
             .objects
@@ -636,12 +625,12 @@ pub fn spawn(client: Client, clock: Clock, leadership: Leadership, metrics: &Met
                         c.set_job(k, None);
                     }
                     for j in all {
-                        c.set_job(key_of(j), Some(j.clone()));
+                        c.set_job(namespaced_key(j), Some(j.clone()));
                     }
                     jobs_listed.send_replace(true);
                 },
                 move |job, deleted| {
-                    let key = key_of(&job);
+                    let key = namespaced_key(&job);
                     let parent_key = {
                         let mut c = lock(&c2);
                         let p = c.set_job(key.clone(), (!deleted).then(|| job.clone()));
@@ -668,11 +657,11 @@ pub fn spawn(client: Client, clock: Clock, leadership: Leadership, metrics: &Met
                                 c.set_cronjob(k, None);
                             }
                             for cj in all {
-                                c.set_cronjob(key_of(cj), Some(cj.clone()));
+                                c.set_cronjob(namespaced_key(cj), Some(cj.clone()));
                             }
                         },
                         move |cj, deleted| {
-                            let key = key_of(&cj);
+                            let key = namespaced_key(&cj);
                             {
                                 let mut c = lock(&c4);
                                 let newer = c.cronjobs.get(&key).is_none_or(|cur| {

@@ -21,7 +21,7 @@
 use super::history::{History, hash_label};
 use super::leader::Leadership;
 use super::queue::Queue;
-use super::{Action, Client, Metrics, Reconcile};
+use super::{Action, Client, Metrics, Reconcile, lock, namespaced_key};
 use crate::options::{ListParams, Preconditions};
 use crate::resources::Resource;
 use serde_json::{Value, json};
@@ -41,17 +41,6 @@ pub const CONTROLLER: &str = "daemonset-controller";
 pub const NAME: &str = "daemon-set-controller";
 
 type Key = (String, String);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn key_of(obj: &Value) -> Key {
-    (
-        meta::namespace(obj).unwrap_or_default().to_string(),
-        meta::name(obj).unwrap_or_default().to_string(),
-    )
-}
 
 /// The DaemonSet that controls `pod`, if one does.
 fn controller_of(pod: &Value) -> Option<(&str, &str)> {
@@ -411,9 +400,9 @@ pub fn spawn(client: Client, leadership: Leadership, metrics: &Metrics) {
             let (k1, k2, q1) = (known.clone(), known.clone(), queue.clone());
             let follow_sets = objects.follow(
                 &sets,
-                move |listed| *lock(&k1) = listed.iter().map(key_of).collect(),
+                move |listed| *lock(&k1) = listed.iter().map(namespaced_key).collect(),
                 move |ds, deleted| {
-                    let key = key_of(&ds);
+                    let key = namespaced_key(&ds);
                     {
                         let mut k = lock(&k2);
                         k.retain(|x| x != &key);

@@ -31,8 +31,9 @@
 
 use super::leader::Leadership;
 use super::queue::Queue;
-use super::replicaset::{Children, Key, Owners, SpamFilter, claim, key_of, lock, recheck_owner};
+use super::replicaset::{Children, Key, Owners, SpamFilter, claim, recheck_owner};
 use super::{Action, Client, Metrics, Reconcile};
+use super::{lock, namespaced_key};
 use crate::options::Preconditions;
 use crate::resources::Resource;
 use serde_json::{Value, json};
@@ -110,7 +111,7 @@ impl Deployments {
 
     /// Writes the Deployment's status (and keeps `d` in step).
     async fn write_status(&self, d: &mut Value, status: Value) -> Result<()> {
-        let (ns, n) = key_of(d);
+        let (ns, n) = namespaced_key(d);
         let want = uid(d).to_string();
         let out = self
             .client
@@ -140,7 +141,7 @@ impl Deployments {
         if d["metadata"]["annotations"][rules::REVISION].as_str() == Some(revision) {
             return Ok(());
         }
-        let (ns, n) = key_of(d);
+        let (ns, n) = namespaced_key(d);
         let want = uid(d).to_string();
         let out = self
             .client
@@ -177,7 +178,7 @@ impl Deployments {
         if !resize && !rules::replicas_annotations_need_update(rs, desired, max) {
             return Ok(rs.clone());
         }
-        let (ns, n) = key_of(rs);
+        let (ns, n) = namespaced_key(rs);
         let want = uid(rs).to_string();
         let updated = self
             .client
@@ -243,7 +244,7 @@ impl Deployments {
             let min_ready_differs =
                 rs["spec"]["minReadySeconds"].as_i64().unwrap_or(0) != min_ready;
             if annotated || min_ready_differs {
-                let (ns, n) = key_of(&rs);
+                let (ns, n) = namespaced_key(&rs);
                 let annotations = rs["metadata"]["annotations"].clone();
                 let want = uid(&rs).to_string();
                 let updated = self
@@ -421,7 +422,7 @@ impl Deployments {
     async fn clean_up(&self, d: &Value, old: &[Value]) -> Result<()> {
         let refs: Vec<&Value> = old.iter().collect();
         for rs in rules::sets_to_clean_up(d, &refs) {
-            let (ns, n) = key_of(rs);
+            let (ns, n) = namespaced_key(rs);
             let pre = Preconditions {
                 uid: Some(uid(rs).to_string()),
                 ..Default::default()
@@ -627,7 +628,7 @@ impl Reconcile for Deployments {
 /// The Deployments to queue for a ReplicaSet event (upstream's
 /// `addReplicaSet`, `updateReplicaSet`, `deleteReplicaSet`).
 fn on_set(cache: &Mutex<Cache>, rs: Value, deleted: bool) -> Vec<Key> {
-    let key = key_of(&rs);
+    let key = namespaced_key(&rs);
     let mut c = lock(cache);
     if !deleted
         && let Some(o) = c.sets.get(&key)
@@ -668,7 +669,7 @@ fn on_set(cache: &Mutex<Cache>, rs: Value, deleted: bool) -> Vec<Key> {
 /// Tracks which sets still have pods that are not terminal; the
 /// `Recreate` Deployment to queue when that changes.
 fn on_pod(cache: &Mutex<Cache>, pod: &Value, deleted: bool) -> Option<Key> {
-    let key = key_of(pod);
+    let key = namespaced_key(pod);
     let phase = pod["status"]["phase"].as_str().unwrap_or_default();
     let counts = !deleted && phase != "Succeeded" && phase != "Failed";
     let set = shared::controller_uid(pod)
@@ -736,7 +737,7 @@ pub fn spawn(client: Client, leadership: Leadership, metrics: &Metrics) {
                 &deployments,
                 move |listed| {
                     let mut c = lock(&c1);
-                    let keys: HashSet<Key> = listed.iter().map(key_of).collect();
+                    let keys: HashSet<Key> = listed.iter().map(namespaced_key).collect();
                     for k in c.deployments.keys() {
                         if !keys.contains(&k) {
                             c.deployments.set(&k, None);
@@ -744,14 +745,14 @@ pub fn spawn(client: Client, leadership: Leadership, metrics: &Metrics) {
                         }
                     }
                     for d in listed {
-                        c.deployments.set(&key_of(d), Some(d.clone()));
+                        c.deployments.set(&namespaced_key(d), Some(d.clone()));
                     }
                     if std::mem::take(&mut first) {
                         s1.send_modify(|n| *n += 1);
                     }
                 },
                 move |d, deleted| {
-                    let key = key_of(&d);
+                    let key = namespaced_key(&d);
                     lock(&c2).deployments.set(&key, (!deleted).then_some(d));
                     q2.add(key);
                     async {}
@@ -771,7 +772,7 @@ pub fn spawn(client: Client, leadership: Leadership, metrics: &Metrics) {
                 &sets,
                 move |listed| {
                     let mut c = lock(&c3);
-                    let keys: HashSet<Key> = listed.iter().map(key_of).collect();
+                    let keys: HashSet<Key> = listed.iter().map(namespaced_key).collect();
                     let gone: Vec<Key> = c
                         .sets
                         .objs
@@ -790,7 +791,7 @@ pub fn spawn(client: Client, leadership: Leadership, metrics: &Metrics) {
                     }
                     if std::mem::take(&mut first_sets) {
                         for rs in listed {
-                            c.sets.set(&key_of(rs), Some(Arc::new(rs.clone())));
+                            c.sets.set(&namespaced_key(rs), Some(Arc::new(rs.clone())));
                         }
                         s2.send_modify(|n| *n += 1);
                     }
@@ -815,7 +816,7 @@ pub fn spawn(client: Client, leadership: Leadership, metrics: &Metrics) {
             let follow_pods = objects.follow(
                 &pods,
                 move |listed| {
-                    let keys: HashSet<Key> = listed.iter().map(key_of).collect();
+                    let keys: HashSet<Key> = listed.iter().map(namespaced_key).collect();
                     let gone: Vec<Key> = lock(&c5)
                         .pod_set
                         .keys()

@@ -16,7 +16,7 @@
 
 use super::leader::Leadership;
 use super::queue::Queue;
-use super::{Action, Client, Metrics, Reconcile};
+use super::{Action, Client, Metrics, Reconcile, lock, namespaced_key};
 use crate::resources::Resource;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -31,17 +31,6 @@ type Result<T, E = ApiError> = std::result::Result<T, E>;
 pub const NAME: &str = "disruption-controller";
 
 type Key = (String, String);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn key_of(obj: &Value) -> Key {
-    (
-        meta::namespace(obj).unwrap_or_default().to_string(),
-        meta::name(obj).unwrap_or_default().to_string(),
-    )
-}
 
 /// Whether a budget selects a pod (a null or empty selector: none, as the
 /// eviction subresource decides).
@@ -258,7 +247,7 @@ pub fn spawn(client: Client, leadership: Leadership, metrics: &Metrics) {
                 &budgets,
                 move |_| lock(&c1).budgets.clear(),
                 move |pdb, deleted| {
-                    let key = key_of(&pdb);
+                    let key = namespaced_key(&pdb);
                     {
                         let mut c = lock(&c2);
                         if deleted {
@@ -279,7 +268,7 @@ pub fn spawn(client: Client, leadership: Leadership, metrics: &Metrics) {
                 &pods,
                 move |_| lock(&c3).pods.clear(),
                 move |pod, deleted| {
-                    let (ns, name) = key_of(&pod);
+                    let (ns, name) = namespaced_key(&pod);
                     let keys: BTreeSet<Key> = {
                         let mut c = lock(&c4);
                         let old = c.pods.get(&ns).and_then(|m| m.get(&name)).cloned();

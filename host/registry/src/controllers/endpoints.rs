@@ -25,7 +25,7 @@
 
 use super::leader::Leadership;
 use super::queue::Queue;
-use super::{Action, Client, Metrics, Reconcile};
+use super::{Action, Client, Metrics, Reconcile, lock, namespaced_key};
 use crate::options::{ListParams, Preconditions};
 use crate::resources::Resource;
 use serde_json::{Value, json};
@@ -99,17 +99,6 @@ impl Cache {
             .map(|(k, _)| k.clone())
             .collect()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn key_of(obj: &Value) -> Key {
-    (
-        meta::namespace(obj).unwrap_or_default().to_string(),
-        meta::name(obj).unwrap_or_default().to_string(),
-    )
 }
 
 /// What endpoints show of a pod: a change elsewhere (another status
@@ -346,7 +335,7 @@ pub fn spawn(
                 move |listed| {
                     l1.send_modify(|n| *n += 1);
                     let mut c = lock(&c1);
-                    let names: BTreeSet<Key> = listed.iter().map(key_of).collect();
+                    let names: BTreeSet<Key> = listed.iter().map(namespaced_key).collect();
                     let gone: Vec<Key> = c
                         .services
                         .keys()
@@ -359,7 +348,7 @@ pub fn spawn(
                     }
                 },
                 move |svc, deleted| {
-                    let key = key_of(&svc);
+                    let key = namespaced_key(&svc);
                     {
                         let mut c = lock(&c2);
                         if deleted {
@@ -383,7 +372,7 @@ pub fn spawn(
                     c.pods_by_ns.clear();
                 },
                 move |pod, deleted| {
-                    let key = key_of(&pod);
+                    let key = namespaced_key(&pod);
                     let services = {
                         let mut c = lock(&c4);
                         let old = c.pods.get(&key).cloned();

@@ -22,7 +22,7 @@
 use super::endpoints::{apply_slice_plan, managed_slices};
 use super::leader::Leadership;
 use super::queue::Queue;
-use super::{Action, Client, Metrics, Reconcile};
+use super::{Action, Client, Metrics, Reconcile, lock, namespaced_key};
 use crate::resources::Resource;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -39,17 +39,6 @@ type Result<T, E = ApiError> = std::result::Result<T, E>;
 pub const NAME: &str = "endpointslicemirroring-controller";
 
 type Key = (String, String);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn key_of(obj: &Value) -> Key {
-    (
-        meta::namespace(obj).unwrap_or_default().to_string(),
-        meta::name(obj).unwrap_or_default().to_string(),
-    )
-}
 
 #[derive(Default)]
 struct Cache {
@@ -141,7 +130,7 @@ pub fn spawn(client: Client, leadership: Leadership, metrics: &Metrics) {
                                     let keys: Vec<Key> = map.keys().cloned().collect();
                                     map.clear();
                                     for item in items {
-                                        map.insert(key_of(item), item.clone());
+                                        map.insert(namespaced_key(item), item.clone());
                                     }
                                     // Everything known before and after.
                                     let all: Vec<Key> =
@@ -153,7 +142,7 @@ pub fn spawn(client: Client, leadership: Leadership, metrics: &Metrics) {
                                     listed.send_modify(|n| *n += 1);
                                 },
                                 move |obj, deleted| {
-                                    let key = key_of(&obj);
+                                    let key = namespaced_key(&obj);
                                     {
                                         let mut c = lock(&c2);
                                         let map = pick(&mut c);

@@ -29,7 +29,7 @@
 
 use super::leader::Leadership;
 use super::queue::Queue;
-use super::{Action, Client, Metrics, Reconcile};
+use super::{Action, Client, Metrics, Reconcile, lock, namespaced_key};
 use crate::options::Preconditions;
 use serde_json::{Value, json};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -74,17 +74,6 @@ type Key = (String, String);
 enum Item {
     Job(String, String),
     Orphan(String, String),
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn key_of(obj: &Value) -> Key {
-    (
-        meta::namespace(obj).unwrap_or_default().to_string(),
-        meta::name(obj).unwrap_or_default().to_string(),
-    )
 }
 
 fn uid(obj: &Value) -> &str {
@@ -155,7 +144,7 @@ impl Cache {
     /// Keeps the newer of the cached Job and `job` (a write's answer may
     /// come before its watch event).
     fn newer_job(&mut self, job: &Value) {
-        let key = key_of(job);
+        let key = namespaced_key(job);
         if self.jobs.get(&key).is_none_or(|cur| rv(cur) < rv(job)) {
             self.set_job(key, Some(job.clone()));
         }
@@ -372,7 +361,7 @@ impl JobController {
     /// (adopted), with owned ones that stopped matching released
     /// (upstream's `ClaimPods`).
     async fn claim_pods(&self, job: &Value) -> Result<Vec<Value>> {
-        let (ns, _) = key_of(job);
+        let (ns, _) = namespaced_key(job);
         let sel = selector(job);
         let (owned, orphans): (Vec<Value>, Vec<Value>) = {
             let c = lock(&self.cache);
@@ -411,7 +400,7 @@ impl JobController {
                     {"op": "test", "path": format!("/metadata/ownerReferences/{i}/uid"), "value": uid(job)},
                     {"op": "remove", "path": format!("/metadata/ownerReferences/{i}")},
                 ]);
-                let (pns, pname) = key_of(&pod);
+                let (pns, pname) = namespaced_key(&pod);
                 match self
                     .client
                     .patch(
@@ -467,7 +456,7 @@ impl JobController {
                 {"op": "add", "path": "/metadata/ownerReferences", "value": refs},
                 {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
             ]);
-            let (pns, pname) = key_of(&pod);
+            let (pns, pname) = namespaced_key(&pod);
             match self
                 .client
                 .patch(
@@ -492,7 +481,7 @@ impl JobController {
         if !batch::has_tracking_finalizer(pod) {
             return Ok(());
         }
-        let (ns, name) = key_of(pod);
+        let (ns, name) = namespaced_key(pod);
         let patch = json!({"metadata": {
             "$deleteFromPrimitiveList/finalizers": [batch::TRACKING_FINALIZER],
         }});
@@ -514,7 +503,7 @@ impl JobController {
     }
 
     async fn delete_pod(&self, pod: &Value) -> Result<()> {
-        let (ns, name) = key_of(pod);
+        let (ns, name) = namespaced_key(pod);
         let pre = Preconditions {
             uid: Some(uid(pod).to_string()),
             ..Default::default()
@@ -756,7 +745,7 @@ impl JobController {
     /// Writes the Job's status (a precondition on its resourceVersion, as
     /// upstream's `UpdateStatus`), keeping the answer as the Job.
     async fn write_status(&self, job: &mut Value) -> Result<()> {
-        let (ns, name) = key_of(job);
+        let (ns, name) = namespaced_key(job);
         let out = self
             .client
             .replace(
@@ -1346,7 +1335,7 @@ impl Reconcile for JobController {
 /// What a pod event means for the Jobs (upstream's `addPod`, `updatePod`,
 /// `deletePod`): the items to queue.
 fn on_pod(ctrl: &JobController, cache: &mut Cache, pod: Value, deleted: bool) -> Vec<Item> {
-    let key = key_of(&pod);
+    let key = namespaced_key(&pod);
     let old = cache.set_pod(key.clone(), (!deleted).then(|| pod.clone()));
     let mut out = Vec::new();
     let job_item = |k: &Key| Item::Job(k.0.clone(), k.1.clone());
@@ -1460,14 +1449,14 @@ pub fn spawn(client: Client, config: Config, leadership: Leadership, metrics: &M
                         c.set_job(k, None);
                     }
                     for j in listed {
-                        c.set_job(key_of(j), Some(j.clone()));
+                        c.set_job(namespaced_key(j), Some(j.clone()));
                     }
                     if let Some(ctrl) = w1.upgrade() {
                         ctrl.synced[0].store(true, std::sync::atomic::Ordering::Release);
                     }
                 },
                 move |job, deleted| {
-                    let key = key_of(&job);
+                    let key = namespaced_key(&job);
                     let mut orphans = Vec::new();
                     {
                         let mut c = lock(&c2);
@@ -1503,7 +1492,7 @@ pub fn spawn(client: Client, config: Config, leadership: Leadership, metrics: &M
                             c.set_pod(k, None);
                         }
                         for p in listed {
-                            c.set_pod(key_of(p), Some(p.clone()));
+                            c.set_pod(namespaced_key(p), Some(p.clone()));
                         }
                         c.jobs.keys().cloned().collect()
                     };

@@ -26,7 +26,7 @@
 
 use super::leader::Leadership;
 use super::queue::Queue;
-use super::{Action, Client, Metrics, Reconcile};
+use super::{Action, Client, Metrics, Reconcile, lock};
 use crate::options::Preconditions;
 use serde_json::{Value, json};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -98,10 +98,6 @@ impl Cache {
             .filter_map(|k| self.pods.get(k).cloned())
             .collect()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn now_rfc3339() -> String {

@@ -34,7 +34,7 @@
 
 use super::leader::Leadership;
 use super::queue::Queue;
-use super::{Action, Client, Metrics, Reconcile};
+use super::{Action, Client, Metrics, Reconcile, lock, namespaced_key};
 use crate::options::Preconditions;
 use crate::resources::Resource;
 use serde_json::{Value, json};
@@ -96,17 +96,6 @@ pub const REPLICATION_CONTROLLER: Flavor = Flavor {
     controller: "replicationcontroller-controller",
     queue: "replicationmanager",
 };
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-pub(crate) fn key_of(obj: &Value) -> Key {
-    (
-        meta::namespace(obj).unwrap_or_default().to_string(),
-        meta::name(obj).unwrap_or_default().to_string(),
-    )
-}
 
 fn uid(obj: &Value) -> &str {
     meta::str_field(obj, "uid").unwrap_or_default()
@@ -245,7 +234,7 @@ impl Owners {
                     .as_ref()
                     .is_some_and(|s| !s.is_empty() && s.matches_object(child))
             })
-            .map(|o| key_of(&o.obj))
+            .map(|o| namespaced_key(&o.obj))
             .collect()
     }
 }
@@ -388,7 +377,7 @@ where
     let mut first_error = None;
     for child in candidates {
         let matches = matches(&child);
-        let (ns, name) = key_of(&child);
+        let (ns, name) = namespaced_key(&child);
         let refs: Vec<Value> = child["metadata"]["ownerReferences"]
             .as_array()
             .cloned()
@@ -465,7 +454,7 @@ async fn patch_owners(
 /// Upstream's `RecheckDeletionTimestamp`: the owner, read afresh (not
 /// from the cache), is the one seen and is not being deleted.
 pub(crate) async fn recheck_owner(client: &Client, info: &Resource, owner: &Value) -> Result<()> {
-    let (ns, name) = key_of(owner);
+    let (ns, name) = namespaced_key(owner);
     let fresh = client.get(info, Some(&ns), &name).await?;
     if uid(&fresh) != uid(owner) {
         return Err(ApiError::Conflict(
@@ -605,14 +594,14 @@ impl ReplicaSets {
         let names: Vec<String> = victims
             .iter()
             .map(|p| {
-                let (ns, n) = key_of(p);
+                let (ns, n) = namespaced_key(p);
                 format!("{ns}/{n}")
             })
             .collect();
         lock(&self.expectations).expect_deletions(key, names.clone(), Instant::now());
         let info = self.pods_info();
         let results = futures::future::join_all(victims.iter().map(|p| {
-            let (ns, n) = key_of(p);
+            let (ns, n) = namespaced_key(p);
             let pre = Preconditions {
                 uid: Some(uid(p).to_string()),
                 ..Default::default()
@@ -782,7 +771,7 @@ fn on_pod(
     pod: Value,
     deleted: bool,
 ) -> Vec<Key> {
-    let key = key_of(&pod);
+    let key = namespaced_key(&pod);
     let pod_name = format!("{}/{}", key.0, key.1);
     let mut c = lock(cache);
     let new = (!deleted).then(|| Arc::new(slim_pod(&pod)));
@@ -879,7 +868,7 @@ pub fn spawn(client: Client, flavor: Flavor, leadership: Leadership, metrics: &M
                 &owners,
                 move |listed| {
                     let mut c = lock(&c1);
-                    let keys: HashSet<Key> = listed.iter().map(key_of).collect();
+                    let keys: HashSet<Key> = listed.iter().map(namespaced_key).collect();
                     for k in c.owners.keys() {
                         if !keys.contains(&k) {
                             c.owners.set(&k, None);
@@ -887,14 +876,14 @@ pub fn spawn(client: Client, flavor: Flavor, leadership: Leadership, metrics: &M
                         }
                     }
                     for o in listed {
-                        c.owners.set(&key_of(o), Some(o.clone()));
+                        c.owners.set(&namespaced_key(o), Some(o.clone()));
                     }
                     if std::mem::take(&mut first) {
                         s1.send_modify(|n| *n += 1);
                     }
                 },
                 move |obj, deleted| {
-                    let key = key_of(&obj);
+                    let key = namespaced_key(&obj);
                     lock(&c2).owners.set(&key, (!deleted).then_some(obj));
                     if deleted {
                         lock(&e1).forget(&key);
@@ -917,7 +906,7 @@ pub fn spawn(client: Client, flavor: Flavor, leadership: Leadership, metrics: &M
                 &pods,
                 move |listed| {
                     let mut c = lock(&c3);
-                    let keys: HashSet<Key> = listed.iter().map(key_of).collect();
+                    let keys: HashSet<Key> = listed.iter().map(namespaced_key).collect();
                     let gone: Vec<Key> = c
                         .pods
                         .objs
@@ -935,7 +924,7 @@ pub fn spawn(client: Client, flavor: Flavor, leadership: Leadership, metrics: &M
                     }
                     if std::mem::take(&mut first_pods) {
                         for p in listed {
-                            c.pods.set(&key_of(p), Some(Arc::new(slim_pod(p))));
+                            c.pods.set(&namespaced_key(p), Some(Arc::new(slim_pod(p))));
                         }
                         s2.send_modify(|n| *n += 1);
                     }

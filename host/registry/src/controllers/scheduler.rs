@@ -31,6 +31,7 @@
 
 use super::Client;
 use super::leader::Leadership;
+use super::lock;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,10 +82,6 @@ fn pod_key(pod: &Value) -> PodKey {
         meta::namespace(pod).unwrap_or_default().to_string(),
         meta::name(pod).unwrap_or_default().to_string(),
     )
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Selectors of the objects that make the default spread constraints.

@@ -22,8 +22,9 @@
 use super::history::{History, hash_label};
 use super::leader::Leadership;
 use super::queue::Queue;
-use super::replicaset::{SpamFilter, claim_matching, key_of, lock, recheck_owner};
+use super::replicaset::{SpamFilter, claim_matching, recheck_owner};
 use super::{Action, Client, Metrics, Reconcile};
+use super::{lock, namespaced_key};
 use crate::options::{ListParams, Preconditions};
 use crate::resources::Resource;
 use serde_json::{Value, json};
@@ -519,13 +520,13 @@ pub fn spawn(client: Client, leadership: Leadership, metrics: &Metrics) {
                     s.clear();
                     for set in listed {
                         s.insert(
-                            key_of(set),
+                            namespaced_key(set),
                             replicas::selector(&set["spec"]["selector"]).ok(),
                         );
                     }
                 },
                 move |set, deleted| {
-                    let key = key_of(&set);
+                    let key = namespaced_key(&set);
                     {
                         let mut s = lock(&s2);
                         if deleted {
@@ -574,12 +575,12 @@ pub fn spawn(client: Client, leadership: Leadership, metrics: &Metrics) {
                     let mut c = lock(&c1);
                     c.clear();
                     for claim in listed {
-                        c.insert(key_of(claim), slim_claim(claim));
+                        c.insert(namespaced_key(claim), slim_claim(claim));
                     }
                     ready.store(true, Ordering::Release);
                 },
                 move |claim, deleted| {
-                    let key = key_of(&claim);
+                    let key = namespaced_key(&claim);
                     if deleted {
                         lock(&c2).remove(&key);
                         // A claim a scaled-away pod owned: its set may be

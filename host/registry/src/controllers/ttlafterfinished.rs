@@ -11,7 +11,7 @@
 
 use super::leader::Leadership;
 use super::queue::Queue;
-use super::{Action, Client, Metrics, Reconcile};
+use super::{Action, Client, Metrics, Reconcile, lock, namespaced_key};
 use crate::options::{Preconditions, Propagation};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -26,17 +26,6 @@ type Result<T, E = ApiError> = std::result::Result<T, E>;
 pub const NAME: &str = "ttl-after-finished-controller";
 
 type Key = (String, String);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn key_of(obj: &Value) -> Key {
-    (
-        meta::namespace(obj).unwrap_or_default().to_string(),
-        meta::name(obj).unwrap_or_default().to_string(),
-    )
-}
 
 /// Whether the Job waits for its TTL (`needsCleanup`).
 fn needs_cleanup(job: &Value) -> bool {
@@ -162,7 +151,7 @@ pub fn spawn(client: Client, leadership: Leadership, metrics: &Metrics) {
                 &info,
                 move |_| lock(&j1).clear(),
                 move |job, deleted| {
-                    let key = key_of(&job);
+                    let key = namespaced_key(&job);
                     let wanted = !deleted && needs_cleanup(&job);
                     {
                         let mut all = lock(&j2);
