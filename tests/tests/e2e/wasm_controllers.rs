@@ -165,11 +165,13 @@ fn namespace_defaults_generates_repairs_and_removes() {
             o["metadata"]["labels"]["app.kubernetes.io/managed-by"],
             "namespace-defaults"
         );
-        // Written as the controller's ServiceAccount, by apply.
+        // Written as the controller's ServiceAccount, by apply (the
+        // quota's status is the resourcequota-controller's, as upstream).
         let managers: Vec<&str> = o["metadata"]["managedFields"]
             .as_array()
             .unwrap()
             .iter()
+            .filter(|m| m["subresource"] != "status")
             .map(|m| m["manager"].as_str().unwrap())
             .collect();
         assert_eq!(managers, ["namespace-defaults"], "{o}");
