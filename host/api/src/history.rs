@@ -148,11 +148,7 @@ pub fn next_number(sorted: &[Value]) -> i64 {
 /// Which revisions of `sorted` (oldest first) a history limit deletes:
 /// those not `live`, oldest first, as many as exceed `limit` (upstream's
 /// `truncateHistory` / `cleanupHistory`). A negative limit keeps all.
-pub fn beyond_limit(
-    sorted: &[Value],
-    live: impl Fn(&Value) -> bool,
-    limit: i64,
-) -> Vec<&Value> {
+pub fn beyond_limit(sorted: &[Value], live: impl Fn(&Value) -> bool, limit: i64) -> Vec<&Value> {
     let old: Vec<&Value> = sorted.iter().filter(|r| !live(r)).collect();
     if limit < 0 {
         return Vec::new();
