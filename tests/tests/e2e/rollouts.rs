@@ -857,17 +857,15 @@ fn a_replica_finishes_the_rollout_its_dead_leader_started() {
             "spec":{{"containers":[{{"name":"nginx","image":"{image}"}}]}}}}}}}}"#
         )
     };
-    let out = kubectl_stdin(
-        &survivor,
-        None,
-        &["apply", "-f", "-"],
-        &manifest("nginx:1.27"),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let apply = |image: &str| {
+        let out = kubectl_stdin(&survivor, None, &["apply", "-f", "-"], &manifest(image));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    apply("nginx:1.27");
     rollout_status(&survivor, "deployment/web");
     let mut pod_watch = KubectlWatch::spawn(
         &survivor,
@@ -886,17 +884,7 @@ fn a_replica_finishes_the_rollout_its_dead_leader_started() {
     pod_watch.wait_for_json(Duration::from_secs(10), "the listed pods", |e| {
         e["type"] == "ADDED"
     });
-    let out = kubectl_stdin(
-        &survivor,
-        None,
-        &["apply", "-f", "-"],
-        &manifest("nginx:1.28"),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply("nginx:1.28");
     // Mid-rollout: two pods of the new template exist, four to go.
     poll_until(WAIT, "two new pods", || {
         (images(&survivor, "app=web")
