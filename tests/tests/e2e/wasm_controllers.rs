@@ -72,7 +72,14 @@ fn namespace_defaults(name: &str, sa: &str) -> Value {
 
 /// The controller's status once it has seen its latest generation.
 fn wait_status(server: &Server, name: &str, phase: &str) -> Value {
-    poll_until(WAIT, &format!("controller {name} to be {phase}"), || {
+    wait_status_for(server, name, phase, WAIT)
+}
+
+/// [`wait_status`] with its own patience: a componentize-py module is
+/// compiled cold by every test server (its cache lives in the data dir),
+/// which takes tens of seconds on a busy machine, as in `context_aware`.
+fn wait_status_for(server: &Server, name: &str, phase: &str, wait: Duration) -> Value {
+    poll_until(wait, &format!("controller {name} to be {phase}"), || {
         let c = kubectl_json(server, None, &["get", "controller", name, "-o", "json"]);
         let seen = c["status"]["observedGeneration"] == c["metadata"]["generation"];
         (seen && c["status"]["phase"] == phase).then(|| c["status"].clone())
@@ -662,7 +669,7 @@ fn the_python_example_generates_what_the_rust_one_does() {
     python["spec"]["module"]["file"] = json!("namespace_defaults_python.wasm");
     python["spec"]["config"] = json!({"label": "py-tenant", "manager": "python-defaults"});
     apply(&server, &python);
-    wait_status(&server, "python-defaults", "Active");
+    wait_status_for(&server, "python-defaults", "Active", Duration::from_secs(120));
     wait_status(&server, "rust-defaults", "Active");
     kubectl_ok(&server, None, &["create", "namespace", "by-rust"]);
     kubectl_ok(
