@@ -4,7 +4,7 @@
 //! custom resources register the same [`ResourceInfo`] shape at runtime.
 
 use crate::resource::{AUTHZ, Column, RBAC, Registry, Render, ResourceInfo, Subresource};
-use crate::{admission, controller, handler};
+use crate::{admission, controller, handler, scheduler_plugin};
 use serde_json::json;
 
 /// The group of APIService objects.
@@ -298,6 +298,34 @@ pub fn resources() -> Vec<ResourceInfo> {
                 "Keys waiting to be reconciled",
                 ".status.queueDepth",
             ),
+            Column::age(),
+        ]),
+        ResourceInfo::new(
+            scheduler_plugin::GROUP,
+            scheduler_plugin::VERSION,
+            scheduler_plugin::PLURAL,
+            scheduler_plugin::KIND,
+            false,
+        )
+        .short_names(&["schedplugin"])
+        .subresources(&["status"])
+        .columns(vec![
+            Column::name(),
+            Column::new(
+                "Scheduler",
+                "string",
+                "The scheduler whose cycles the plugin joins",
+                ".spec.schedulerName",
+            )
+            .or(json!(crate::scheduler::DEFAULT_SCHEDULER)),
+            Column::new(
+                "Weight",
+                "integer",
+                "How many times its scores count",
+                ".spec.weight",
+            )
+            .or(json!(1)),
+            string("Status", "Whether the plugin is loaded", ".status.phase"),
             Column::age(),
         ]),
     ];

@@ -44,6 +44,7 @@ pub mod report;
 pub mod request;
 pub mod resource;
 pub mod scheduler;
+pub mod scheduler_plugin;
 pub mod schema;
 pub mod selector;
 pub mod statefulset;

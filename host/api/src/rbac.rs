@@ -1657,6 +1657,17 @@ pub fn bootstrap_policy() -> Vec<Value> {
                 &["storage.k8s.io"],
                 &["csidrivers", "csistoragecapacities"],
             ),
+            // Not upstream's: the wasm plugins it runs, and their status.
+            PolicyRule::new(
+                READ,
+                &[crate::scheduler_plugin::GROUP],
+                &[crate::scheduler_plugin::PLURAL],
+            ),
+            PolicyRule::new(
+                &["patch", "update"],
+                &[crate::scheduler_plugin::GROUP],
+                &["schedulerplugins/status"],
+            ),
         ],
     ));
     let mut out = aggregate(&roles);

@@ -587,6 +587,7 @@ mod tests {
                 "policy",
                 "rbac.authorization.k8s.io",
                 "scheduling.k8s.io",
+                "scheduling.wasm-apiserver.io",
                 "storage.k8s.io",
             ]
         );

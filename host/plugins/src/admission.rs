@@ -169,58 +169,10 @@ macro_rules! binding {
     };
 }
 
-/// The frozen 0.1.0 admission world (`wit/frozen/0.1.0`); the
-/// authenticator and authorizer bindings of 0.1.0 reuse its `log` and
-/// `types` imports.
-pub(crate) mod v0_1 {
-    wasmtime::component::bindgen!({
-        world: "admission-plugin",
-        path: "../../wit/frozen/0.1.0",
-        exports: { default: async },
-    });
-    binding!("0.1.0", |_| Vec::new());
-}
-
-/// The frozen 0.2.0 admission world (`wit/frozen/0.2.0`); the other 0.2.0
-/// bindings reuse its `log` and `types` imports.
-pub(crate) mod v0_2 {
-    wasmtime::component::bindgen!({
-        world: "admission-plugin",
-        path: "../../wit/frozen/0.2.0",
-        exports: { default: async },
-    });
-    binding!("0.2.0", |s| {
-        s.causes
-            .iter()
-            .map(|c| FieldCause {
-                field: c.field.clone(),
-                reason: c.reason.clone(),
-                message: c.message.clone(),
-            })
-            .collect()
-    });
-}
-
-/// The current 0.3.0 admission world (`wit/`), which imports `cluster`;
-/// the other 0.3.0 bindings reuse its `log`, `types` and `cluster`.
-pub(crate) mod v0_3 {
-    wasmtime::component::bindgen!({
-        world: "admission-plugin",
-        path: "../../wit",
-        imports: { "wasm-apiserver:plugin/cluster": async },
-        exports: { default: async },
-    });
-    binding!("0.3.0", |s| {
-        s.causes
-            .iter()
-            .map(|c| FieldCause {
-                field: c.field.clone(),
-                reason: c.reason.clone(),
-                message: c.message.clone(),
-            })
-            .collect()
-    });
-
+/// The host side of the `cluster` import and its conversions, for every
+/// version whose worlds import it (0.3.0 and later).
+macro_rules! cluster_binding {
+    () => {
     use wasm_apiserver::plugin::cluster as wit_cluster;
 
     impl wit_cluster::Host for StoreState {
@@ -331,6 +283,73 @@ pub(crate) mod v0_3 {
             resource_version,
         }
     }
+    };
+}
+
+/// The causes of a WIT `status` of 0.2.0 and later.
+macro_rules! causes {
+    () => {
+        |s| {
+            s.causes
+                .iter()
+                .map(|c| FieldCause {
+                    field: c.field.clone(),
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                })
+                .collect()
+        }
+    };
+}
+
+/// The frozen 0.1.0 admission world (`wit/frozen/0.1.0`); the
+/// authenticator and authorizer bindings of 0.1.0 reuse its `log` and
+/// `types` imports.
+pub(crate) mod v0_1 {
+    wasmtime::component::bindgen!({
+        world: "admission-plugin",
+        path: "../../wit/frozen/0.1.0",
+        exports: { default: async },
+    });
+    binding!("0.1.0", |_| Vec::new());
+}
+
+/// The frozen 0.2.0 admission world (`wit/frozen/0.2.0`); the other 0.2.0
+/// bindings reuse its `log` and `types` imports.
+pub(crate) mod v0_2 {
+    wasmtime::component::bindgen!({
+        world: "admission-plugin",
+        path: "../../wit/frozen/0.2.0",
+        exports: { default: async },
+    });
+    binding!("0.2.0", causes!());
+}
+
+/// The frozen 0.3.0 admission world (`wit/frozen/0.3.0`), which imports
+/// `cluster`; the other 0.3.0 bindings reuse its `log`, `types` and
+/// `cluster`.
+pub(crate) mod v0_3 {
+    wasmtime::component::bindgen!({
+        world: "admission-plugin",
+        path: "../../wit/frozen/0.3.0",
+        imports: { "wasm-apiserver:plugin/cluster": async },
+        exports: { default: async },
+    });
+    binding!("0.3.0", causes!());
+    cluster_binding!();
+}
+
+/// The current 0.4.0 admission world (`wit/`); the other 0.4.0 bindings
+/// (the scheduler's too) reuse its `log`, `types` and `cluster`.
+pub(crate) mod v0_4 {
+    wasmtime::component::bindgen!({
+        world: "admission-plugin",
+        path: "../../wit",
+        imports: { "wasm-apiserver:plugin/cluster": async },
+        exports: { default: async },
+    });
+    binding!("0.4.0", causes!());
+    cluster_binding!();
 }
 
 /// `kind` label of admission metrics.
@@ -411,7 +430,7 @@ struct Inner {
 /// What runs an admission plugin's calls.
 enum Backend {
     /// A component of either version of the admission world.
-    Component(Versioned<v0_1::Pre, v0_2::Pre, v0_3::Pre>),
+    Component(Versioned<v0_1::Pre, v0_2::Pre, v0_3::Pre, v0_4::Pre>),
     /// A Kubewarden policy (a waPC core module).
     Kubewarden(Policy),
 }
@@ -647,6 +666,7 @@ impl AdmissionPlugin {
             Backend::Component(Versioned::V0_1(p)) => v0_1::call(p, phase, request).await,
             Backend::Component(Versioned::V0_2(p)) => v0_2::call(p, phase, request).await,
             Backend::Component(Versioned::V0_3(p)) => v0_3::call(p, phase, request).await,
+            Backend::Component(Versioned::V0_4(p)) => v0_4::call(p, phase, request).await,
             Backend::Kubewarden(p) => p
                 .validate(request.request, phase == Phase::Mutate)
                 .await

@@ -107,11 +107,11 @@ pub(crate) mod v0_2 {
     binding!("0.2.0", v0_2);
 }
 
-/// The current 0.3.0 authenticator world; imports shared with admission's.
+/// The frozen 0.3.0 authenticator world; imports shared with admission's.
 pub(crate) mod v0_3 {
     wasmtime::component::bindgen!({
         world: "authenticator-plugin",
-        path: "../../wit",
+        path: "../../wit/frozen/0.3.0",
         exports: { default: async },
         with: {
             "wasm-apiserver:plugin/types@0.3.0": crate::admission::v0_3::wasm_apiserver::plugin::types,
@@ -119,6 +119,20 @@ pub(crate) mod v0_3 {
         },
     });
     binding!("0.3.0", v0_3);
+}
+
+/// The current 0.4.0 authenticator world; imports shared with admission's.
+pub(crate) mod v0_4 {
+    wasmtime::component::bindgen!({
+        world: "authenticator-plugin",
+        path: "../../wit",
+        exports: { default: async },
+        with: {
+            "wasm-apiserver:plugin/types@0.4.0": crate::admission::v0_4::wasm_apiserver::plugin::types,
+            "wasm-apiserver:plugin/log@0.4.0": crate::admission::v0_4::wasm_apiserver::plugin::log,
+        },
+    });
+    binding!("0.4.0", v0_4);
 }
 
 /// `kind` label of authenticator metrics.
@@ -171,7 +185,7 @@ pub struct AuthenticatorPlugin {
 }
 
 struct Inner {
-    plugin: Versioned<v0_1::Pre, v0_2::Pre, v0_3::Pre>,
+    plugin: Versioned<v0_1::Pre, v0_2::Pre, v0_3::Pre, v0_4::Pre>,
     metrics: Arc<OpMetrics>,
 }
 
@@ -246,6 +260,7 @@ impl AuthenticatorPlugin {
             Versioned::V0_1(p) => v0_1::call(p, request).await,
             Versioned::V0_2(p) => v0_2::call(p, request).await,
             Versioned::V0_3(p) => v0_3::call(p, request).await,
+            Versioned::V0_4(p) => v0_4::call(p, request).await,
         }?;
         check(self.inner.plugin.core(), outcome)
     }

@@ -126,11 +126,11 @@ mod v0_2 {
     handler_binding!("0.2.0", v0_2);
 }
 
-/// The current 0.3.0 handler world (it imports `cluster`).
+/// The frozen 0.3.0 handler world (it imports `cluster`).
 mod v0_3 {
     wasmtime::component::bindgen!({
         world: "resource-handler-plugin",
-        path: "../../wit",
+        path: "../../wit/frozen/0.3.0",
         exports: { default: async },
         with: {
             "wasm-apiserver:plugin/types@0.3.0": crate::admission::v0_3::wasm_apiserver::plugin::types,
@@ -141,10 +141,26 @@ mod v0_3 {
     handler_binding!("0.3.0", v0_3);
 }
 
-/// A handler of either version.
+/// The current 0.4.0 handler world.
+mod v0_4 {
+    wasmtime::component::bindgen!({
+        world: "resource-handler-plugin",
+        path: "../../wit",
+        exports: { default: async },
+        with: {
+            "wasm-apiserver:plugin/types@0.4.0": crate::admission::v0_4::wasm_apiserver::plugin::types,
+            "wasm-apiserver:plugin/log@0.4.0": crate::admission::v0_4::wasm_apiserver::plugin::log,
+            "wasm-apiserver:plugin/cluster@0.4.0": crate::admission::v0_4::wasm_apiserver::plugin::cluster,
+        },
+    });
+    handler_binding!("0.4.0", v0_4);
+}
+
+/// A handler of any version (the world is new in 0.2.0).
 enum Versions {
     V0_2(Loaded<v0_2::Pre>),
     V0_3(Loaded<v0_3::Pre>),
+    V0_4(Loaded<v0_4::Pre>),
 }
 
 impl Versions {
@@ -152,6 +168,7 @@ impl Versions {
         match self {
             Versions::V0_2(p) => &p.core,
             Versions::V0_3(p) => &p.core,
+            Versions::V0_4(p) => &p.core,
         }
     }
 
@@ -159,13 +176,16 @@ impl Versions {
         match self {
             Versions::V0_2(p) => p.check_config().await,
             Versions::V0_3(p) => p.check_config().await,
+            Versions::V0_4(p) => p.check_config().await,
         }
     }
 
     /// Gives a handler of a version whose world imports `cluster` its reads.
     fn set_cluster(&mut self, cluster: Option<Arc<crate::ClusterAccess>>) {
-        if let Versions::V0_3(p) = self {
-            p.cluster = cluster;
+        match self {
+            Versions::V0_3(p) => p.cluster = cluster,
+            Versions::V0_4(p) => p.cluster = cluster,
+            Versions::V0_2(_) => {}
         }
     }
 }
@@ -238,13 +258,13 @@ impl Runtime {
         cluster: Option<crate::ClusterAccess>,
     ) -> Result<ResourceHandlerPlugin, PluginError> {
         use crate::kind::WorldPre;
-        let (compiled, frozen) = self
-            .compile_and_check(name, wasm, v0_2::Pre::EXPORT)
-            .await?;
-        let mut plugin = if frozen {
+        let compiled = self.compile(name, wasm).await?;
+        let mut plugin = if compiled.exports(v0_2::Pre::EXPORT) {
             Versions::V0_2(self.link_compiled(name, compiled, config, limits)?)
-        } else {
+        } else if compiled.exports(v0_3::Pre::EXPORT) {
             Versions::V0_3(self.link_compiled(name, compiled, config, limits)?)
+        } else {
+            Versions::V0_4(self.link_compiled(name, compiled, config, limits)?)
         };
         plugin.set_cluster(cluster.map(Arc::new));
         let inner = Inner {
@@ -311,6 +331,7 @@ impl ResourceHandlerPlugin {
         let answer = match &self.inner.plugin {
             Versions::V0_2(p) => v0_2::convert(p, uid, desired, texts).await,
             Versions::V0_3(p) => v0_3::convert(p, uid, desired, texts).await,
+            Versions::V0_4(p) => v0_4::convert(p, uid, desired, texts).await,
         }?
         .map_err(|message| refused(core, message))?;
         let size: usize = answer.iter().map(String::len).sum();
@@ -358,6 +379,7 @@ impl ResourceHandlerPlugin {
         let answer = match &self.inner.plugin {
             Versions::V0_2(p) => v0_2::default(p, request).await,
             Versions::V0_3(p) => v0_3::default(p, request).await,
+            Versions::V0_4(p) => v0_4::default(p, request).await,
         }?
         .map_err(|message| refused(core, message))?;
         let Some(text) = answer else {
@@ -394,6 +416,7 @@ impl ResourceHandlerPlugin {
         let causes = match &self.inner.plugin {
             Versions::V0_2(p) => v0_2::validate(p, request).await,
             Versions::V0_3(p) => v0_3::validate(p, request).await,
+            Versions::V0_4(p) => v0_4::validate(p, request).await,
         }?;
         let size = causes
             .iter()

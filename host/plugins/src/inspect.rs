@@ -10,6 +10,7 @@ const KINDS: &[(&str, &str)] = &[
     ("authorizer", "authorizer-plugin"),
     ("resource-handler", "resource-handler-plugin"),
     ("controller", "controller-plugin"),
+    ("scheduler", "scheduler-plugin"),
 ];
 
 /// The description of a component.

@@ -268,56 +268,63 @@ impl<P: WorldPre> Ready<P> {
     }
 }
 
-/// A plugin loaded against one of the versions of its world (0.1.0 and
-/// 0.2.0 frozen, 0.3.0 current): the host binds every one, so a component
-/// never has to be rebuilt for a newer server.
-pub(crate) enum Versioned<A: WorldPre, B: WorldPre, C: WorldPre> {
+/// A plugin loaded against one of the versions of its world (0.1.0, 0.2.0
+/// and 0.3.0 frozen, 0.4.0 current): the host binds every one, so a
+/// component never has to be rebuilt for a newer server.
+pub(crate) enum Versioned<A: WorldPre, B: WorldPre, C: WorldPre, D: WorldPre> {
     V0_1(Loaded<A>),
     V0_2(Loaded<B>),
     V0_3(Loaded<C>),
+    V0_4(Loaded<D>),
 }
 
-impl<A: WorldPre, B: WorldPre, C: WorldPre> Versioned<A, B, C> {
+/// Runs `$e` with `$p` bound to the [`Loaded`] of whichever version.
+macro_rules! each_version {
+    ($v:expr, $p:ident => $e:expr) => {
+        match $v {
+            Versioned::V0_1($p) => $e,
+            Versioned::V0_2($p) => $e,
+            Versioned::V0_3($p) => $e,
+            Versioned::V0_4($p) => $e,
+        }
+    };
+}
+
+impl Compiled {
+    /// Whether the component exports `iface` (which tells the version of
+    /// a world it targets).
+    pub(crate) fn exports(&self, iface: &str) -> bool {
+        self.component.get_export_index(None, iface).is_some()
+    }
+}
+
+impl<A: WorldPre, B: WorldPre, C: WorldPre, D: WorldPre> Versioned<A, B, C, D> {
     /// The shared part of the plugin, whatever its version.
     pub(crate) fn core(&self) -> &PluginCore {
-        match self {
-            Versioned::V0_1(p) => &p.core,
-            Versioned::V0_2(p) => &p.core,
-            Versioned::V0_3(p) => &p.core,
-        }
+        each_version!(self, p => &p.core)
     }
 
     /// Calls that found a prepared instance, and calls that instantiated.
     pub(crate) fn prepared_stats(&self) -> (u64, u64) {
-        match self {
-            Versioned::V0_1(p) => p.prepared_stats(),
-            Versioned::V0_2(p) => p.prepared_stats(),
-            Versioned::V0_3(p) => p.prepared_stats(),
-        }
+        each_version!(self, p => p.prepared_stats())
     }
 
     /// Has the plugin check its configuration.
     pub(crate) async fn check_config(&self) -> Result<(), PluginError> {
-        match self {
-            Versioned::V0_1(p) => p.check_config().await,
-            Versioned::V0_2(p) => p.check_config().await,
-            Versioned::V0_3(p) => p.check_config().await,
-        }
+        each_version!(self, p => p.check_config().await)
     }
 
     /// Prepares no instances ahead of calls ([`Loaded::unprepared`]).
     pub(crate) fn unprepared(&mut self) {
-        match self {
-            Versioned::V0_1(p) => p.unprepared(),
-            Versioned::V0_2(p) => p.unprepared(),
-            Versioned::V0_3(p) => p.unprepared(),
-        }
+        each_version!(self, p => p.unprepared())
     }
 
     /// Gives a plugin of a version whose world imports `cluster` its reads.
     pub(crate) fn set_cluster(&mut self, cluster: Option<Arc<crate::cluster::ClusterAccess>>) {
-        if let Versioned::V0_3(p) = self {
-            p.cluster = cluster;
+        match self {
+            Versioned::V0_3(p) => p.cluster = cluster,
+            Versioned::V0_4(p) => p.cluster = cluster,
+            Versioned::V0_1(_) | Versioned::V0_2(_) => {}
         }
     }
 }
@@ -330,38 +337,28 @@ impl Runtime {
     /// package version: the component's exports tell which it targets (the
     /// current one when it exports none, so the error names the current
     /// world).
-    pub(crate) async fn load_versioned<A: WorldPre, B: WorldPre, C: WorldPre>(
+    pub(crate) async fn load_versioned<A: WorldPre, B: WorldPre, C: WorldPre, D: WorldPre>(
         &self,
         name: &str,
         wasm: &[u8],
         config: &str,
         limits: Limits,
-    ) -> Result<Versioned<A, B, C>, PluginError> {
+    ) -> Result<Versioned<A, B, C, D>, PluginError> {
         let compiled = self.compile(name, wasm).await?;
-        let exports = |iface: &str| compiled.component.get_export_index(None, iface).is_some();
+        let exports = |iface: &str| compiled.exports(iface);
         if exports(A::EXPORT) {
             self.link(name, compiled, config, limits)
                 .map(Versioned::V0_1)
         } else if exports(B::EXPORT) {
             self.link(name, compiled, config, limits)
                 .map(Versioned::V0_2)
-        } else {
+        } else if exports(C::EXPORT) {
             self.link(name, compiled, config, limits)
                 .map(Versioned::V0_3)
+        } else {
+            self.link(name, compiled, config, limits)
+                .map(Versioned::V0_4)
         }
-    }
-
-    /// Whether a compiled component exports `iface` (which tells the
-    /// version of a world it targets).
-    pub(crate) async fn compile_and_check(
-        &self,
-        name: &str,
-        wasm: &[u8],
-        iface: &str,
-    ) -> Result<(Compiled, bool), PluginError> {
-        let compiled = self.compile(name, wasm).await?;
-        let has = compiled.component.get_export_index(None, iface).is_some();
-        Ok((compiled, has))
     }
 
     /// Links an already compiled component against world `P`.

@@ -65,6 +65,8 @@
 //!   capabilities.
 //! * `cluster`: what a plugin may read of the cluster ([`Cluster`], the
 //!   host's reads; [`ClusterAccess`], its grants and per-evaluation budget).
+//! * `scheduler`: the `scheduler-plugin` world (filter and score plugins
+//!   of the scheduling framework, every candidate node in one call).
 //! * `controller`: the `controller-plugin` world (reconcile one key, with
 //!   reads, writes and events); `writes`: what a controller may write
 //!   ([`writes::Writes`], the host's requests as the controller's
@@ -90,6 +92,7 @@ mod kubewarden;
 mod metrics;
 mod runtime;
 mod sandbox;
+mod scheduler;
 mod types;
 mod wapc;
 pub mod writes;
@@ -103,6 +106,9 @@ pub use error::PluginError;
 pub use handler::{ObjectRequest, ResourceHandlerPlugin};
 pub use inspect::Inspection;
 pub use runtime::{Limits, Runtime, RuntimeConfig};
+pub use scheduler::{
+    ExtensionPoints, Filtered, MAX_SCORE, Refusal, RefusalCode, SchedulerPlugin, Scored,
+};
 pub use types::{
     AdmissionRequest, AdmissionResponse, CacheStats, DenyStatus, FieldCause, Gvk, Gvr, Operation,
     UserInfo,

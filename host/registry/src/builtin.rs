@@ -301,6 +301,44 @@ impl Strategy for ResourceHandlers {
     }
 }
 
+/// A 422 for a spec its parser refused with `message` (`<field>: <text>`).
+fn invalid_spec(info: &ResourceInfo, obj: &Value, message: &str) -> ApiError {
+    let name = meta::name(obj).unwrap_or_default();
+    let (field, text) = message
+        .split_once(": ")
+        .filter(|(f, _)| f.starts_with("spec"))
+        .unwrap_or(("spec", message));
+    ApiError::Invalid(
+        wasm_apiserver_api::error::Target::new(&info.group, &info.kind, name),
+        vec![wasm_apiserver_api::Cause {
+            reason: "FieldValueInvalid".into(),
+            field: field.into(),
+            message: text.into(),
+        }],
+    )
+}
+
+/// `SchedulerPlugin` objects: the spec is checked on write (a 422 naming
+/// the field) and its cluster grants as an admission plugin's; the
+/// scheduler on the leader loads them.
+struct SchedulerPlugins(Objects);
+
+impl Strategy for SchedulerPlugins {
+    fn validate(
+        &self,
+        info: &ResourceInfo,
+        _namespace: Option<&str>,
+        obj: &Value,
+        old: Option<&Value>,
+        user: &UserInfo,
+    ) -> Result<(), ApiError> {
+        validate_object(info, obj)?;
+        wasm_apiserver_api::scheduler_plugin::SchedulerPluginSpec::parse(&obj["spec"])
+            .map_err(|m| invalid_spec(info, obj, &m))?;
+        check_grants(&self.0, info, obj, old, user)
+    }
+}
+
 /// `Controller` objects: the spec is checked on write (a 422 naming the
 /// field), and naming a ServiceAccount needs the writer's own right to act
 /// as it (`impersonate` on that `serviceaccounts` object, as
@@ -320,22 +358,8 @@ impl Strategy for Controllers {
         validate_object(info, obj)?;
         let name = meta::name(obj).unwrap_or_default();
         let target = wasm_apiserver_api::error::Target::new(&info.group, &info.kind, name);
-        let spec = wasm_apiserver_api::controller::ControllerSpec::parse(&obj["spec"]).map_err(
-            |message| {
-                let (field, text) = message
-                    .split_once(": ")
-                    .filter(|(f, _)| f.starts_with("spec"))
-                    .unwrap_or(("spec", message.as_str()));
-                ApiError::Invalid(
-                    target.clone(),
-                    vec![wasm_apiserver_api::Cause {
-                        reason: "FieldValueInvalid".into(),
-                        field: field.into(),
-                        message: text.into(),
-                    }],
-                )
-            },
-        )?;
+        let spec = wasm_apiserver_api::controller::ControllerSpec::parse(&obj["spec"])
+            .map_err(|m| invalid_spec(info, obj, &m))?;
         // A status write keeps what the author was allowed.
         if old.is_some_and(|o| o["spec"]["serviceAccountName"] == obj["spec"]["serviceAccountName"])
         {
@@ -576,6 +600,9 @@ pub fn install(objects: &Objects, deps: Dependencies) -> Installed {
                     }
                     (wasm_apiserver_api::controller::GROUP, _) => {
                         Some(Arc::new(Controllers(objects.clone())))
+                    }
+                    (wasm_apiserver_api::scheduler_plugin::GROUP, _) => {
+                        Some(Arc::new(SchedulerPlugins(objects.clone())))
                     }
                     (webhook::GROUP, webhook::VALIDATING) => {
                         Some(Arc::new(WebhookConfigurations {

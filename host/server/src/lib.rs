@@ -38,6 +38,7 @@ mod parse_errors;
 pub mod plugin_cli;
 pub mod proxy;
 pub mod satoken;
+pub mod scheduler_cli;
 pub mod server;
 pub mod snapshot;
 pub mod state;

@@ -25,7 +25,8 @@ pub enum PluginCommand {
     /// receive) and compare its answers with the expected ones; or run a
     /// controller's reconcile of one key over fixture objects
     /// (`--cluster`, `--for`, `--key`), printing the writes it makes, or
-    /// over a case table (`--cases`).
+    /// over a case table (`--cases`); or a scheduler plugin's filter and
+    /// score over the nodes and pods of a case table (`--cases`).
     Test(TestArgs),
     /// Measure an admission plugin: cold compile, cached load, and the
     /// latency of calls (each on a fresh instance, as the server runs them).
@@ -314,6 +315,31 @@ async fn test(runtime: &Runtime, args: TestArgs) -> anyhow::Result<i32> {
     };
     if args.key.is_some() || args.for_kind.is_some() || controller_table {
         return test_controller(runtime, &args, config.as_deref()).await;
+    }
+    // A scheduler plugin's table lists nodes.
+    if let Some(cases) = &args.cases {
+        let files = table_files(cases)?;
+        let tables: Vec<Value> = files
+            .iter()
+            .filter_map(|f| std::fs::read(f).ok())
+            .filter_map(|b| serde_yaml::from_slice::<Value>(&b).ok())
+            .collect();
+        if tables.iter().any(crate::scheduler_cli::is_scheduler_table) {
+            let (mut passed, mut failed) = (0, 0);
+            for file in files {
+                let (p, f) = crate::scheduler_cli::run_table(
+                    runtime,
+                    &args.component,
+                    config.as_deref(),
+                    &file,
+                )
+                .await?;
+                passed += p;
+                failed += f;
+            }
+            println!("{passed} passed, {failed} failed");
+            return Ok(if failed == 0 { 0 } else { 1 });
+        }
     }
     // An admission plugin's cluster reads answer from `--cluster`.
     let cluster = match &args.cluster {

@@ -13,6 +13,12 @@
 //!   throughput, as kube-scheduler's `scheduler_perf` reports it); target
 //!   ≥ 500. Also pods bound per second when they are created and scheduled
 //!   at once (bounded by the creation rate).
+//! - `plugins`: the `schedule` scenario's pending pods on nodes labelled
+//!   `score` (0–100) and some `avoid=true`, bound by a scheduler with no
+//!   plugin and by one with the `node-label-score` example (Rust) as a
+//!   `SchedulerPlugin`, rounds interleaved; target wasm ÷ none ≥ 0.6×.
+//!   Also the plugin's cost per (pod, node) of a filter and a score call,
+//!   from the server's `wasm_apiserver_plugin_call_duration_seconds`.
 //! - `deployment`: 100 agent nodes; the time from creating a Deployment of
 //!   1,000 replicas to `availableReplicas` 1,000; then the server's RSS
 //!   with those 1,000 pods and 100 nodes, every controller on.
@@ -38,7 +44,7 @@ use serde_json::json;
 use wasm_apiserver_e2e::node_agent::{NodeAgent, NodeSpec};
 use wasm_apiserver_e2e::{Server, kube_client};
 
-const SCENARIOS: &[&str] = &["configmaps", "schedule", "deployment", "idle"];
+const SCENARIOS: &[&str] = &["configmaps", "schedule", "plugins", "deployment", "idle"];
 
 struct Options {
     scenarios: Vec<String>,
@@ -128,6 +134,9 @@ fn main() -> anyhow::Result<()> {
     }
     if o.runs("schedule") {
         schedule(&runtime, &bin, &o)?;
+    }
+    if o.runs("plugins") {
+        plugins(&runtime, &bin, &o)?;
     }
     if o.runs("deployment") || o.runs("idle") {
         deployment_and_idle(&runtime, &bin, &o)?;
@@ -306,17 +315,170 @@ fn schedule(
     Ok(())
 }
 
+// --- plugins: the scheduler with a wasm plugin ------------------------------
+
+fn plugins(rt: &tokio::runtime::Runtime, bin: &std::path::Path, o: &Options) -> anyhow::Result<()> {
+    println!(
+        "\n== plugins: {} labelled nodes, {} pods; no plugin vs node-label-score (wasm), {} rounds",
+        o.nodes, o.pods, o.rounds
+    );
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/target");
+    let module = "node-label-score-rust.wasm";
+    if !dir.join(module).is_file() {
+        bail!(
+            "{} is missing: run scripts/build-example-plugins.sh",
+            dir.join(module).display()
+        );
+    }
+    let dir_arg = dir.to_string_lossy().into_owned();
+    let args = [
+        "--disable-admission-plugins=TaintNodesByCondition",
+        "--controllers=*,-node-lifecycle-controller,-taint-eviction-controller",
+        "--disable-scheduler",
+        "--plugin-dir",
+        dir_arg.as_str(),
+    ];
+    let mut rates: HashMap<&str, Vec<f64>> = HashMap::new();
+    let mut per_node_us = Vec::new();
+    for round in 0..o.rounds {
+        // Interleaved, the order flipped every round.
+        let order = if round % 2 == 0 {
+            ["none", "wasm"]
+        } else {
+            ["wasm", "none"]
+        };
+        for variant in order {
+            let mut server = Server::start_binary(bin.to_path_buf(), &args);
+            or_diagnose(
+                &server,
+                rt.block_on(async {
+                    register_nodes(&server, o.nodes, true).await?;
+                    create_pods(&server, "pending", o.pods, 16).await?;
+                    if variant == "wasm" {
+                        let plugins: Api<kube::api::DynamicObject> = Api::all_with(
+                            kube_client(&server),
+                            &kube::api::ApiResource {
+                                group: "scheduling.wasm-apiserver.io".into(),
+                                version: "v1alpha1".into(),
+                                api_version: "scheduling.wasm-apiserver.io/v1alpha1".into(),
+                                kind: "SchedulerPlugin".into(),
+                                plural: "schedulerplugins".into(),
+                            },
+                        );
+                        let obj = serde_json::from_value(json!({
+                            "apiVersion": "scheduling.wasm-apiserver.io/v1alpha1",
+                            "kind": "SchedulerPlugin",
+                            "metadata": {"name": "label-score"},
+                            "spec": {"module": {"file": module}, "weight": 1,
+                                "config": {"label": "score", "avoidLabel": "avoid"}},
+                        }))?;
+                        plugins.create(&PostParams::default(), &obj).await?;
+                    }
+                    anyhow::Ok(())
+                }),
+            )?;
+            server.remove_args(&["--disable-scheduler"]);
+            server.restart();
+            let bound = or_diagnose(&server, rt.block_on(follow_bindings(&server, o.pods, None)))?;
+            let (first, last) = span(&bound)?;
+            let rate = (o.pods - 1) as f64 / last.duration_since(first).as_secs_f64().max(1e-3);
+            let avoided = bound.values().filter(|(_, n)| avoided_node(n)).count();
+            println!(
+                "round {round} {variant}: {rate:.0} pods/s; spread {}; on avoided nodes: {avoided}",
+                spread(&bound)
+            );
+            if variant == "wasm" {
+                if avoided > 0 {
+                    bail!("the plugin let {avoided} pods onto avoided nodes");
+                }
+                let metrics = rt.block_on(server_metrics(&server))?;
+                let (mut secs, mut calls) = (0.0, 0.0);
+                for op in ["filter", "score"] {
+                    let l = format!("plugin=\"label-score\",kind=\"scheduler\",op=\"{op}\"");
+                    secs += metric(
+                        &metrics,
+                        &format!("wasm_apiserver_plugin_call_duration_seconds_sum{{{l}}}"),
+                    );
+                    calls += metric(
+                        &metrics,
+                        &format!("wasm_apiserver_plugin_call_duration_seconds_count{{{l}}}"),
+                    );
+                }
+                // A cycle is one filter and one score call (over every
+                // node and the feasible ones).
+                let pairs = calls / 2.0 * o.nodes as f64;
+                if pairs > 0.0 {
+                    per_node_us.push(secs * 1e6 / pairs);
+                }
+            }
+            rates.entry(variant).or_default().push(rate);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let none = median(rates.get_mut("none").context("no rounds")?);
+    let wasm = median(rates.get_mut("wasm").context("no rounds")?);
+    println!("median pods/s: none {none:.0}, wasm {wasm:.0}");
+    if !per_node_us.is_empty() {
+        let us = median(&mut per_node_us);
+        println!("wasm plugin: {us:.2} µs per (pod, node) for its filter and score calls together");
+    }
+    target(
+        "plugin-wasm-vs-none",
+        wasm / none,
+        "×",
+        "≥ 0.6×",
+        wasm / none >= 0.6,
+    );
+    Ok(())
+}
+
+/// Whether the node `register_nodes` labelled `avoid=true`.
+fn avoided_node(name: &str) -> bool {
+    name.trim_start_matches("node-")
+        .parse::<usize>()
+        .is_ok_and(|i| i % 10 == 0)
+}
+
+async fn server_metrics(server: &Server) -> anyhow::Result<String> {
+    let client = kube_client(server);
+    let req = http::Request::get("/metrics").body(Vec::new())?;
+    Ok(client.request_text(req).await?)
+}
+
+/// The value of the sample `series` (name and labels as printed).
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 async fn register_bare_nodes(server: &Server, count: usize) -> anyhow::Result<()> {
+    register_nodes(server, count, false).await
+}
+
+/// Ready nodes without a kubelet; with `scores`, each labelled `score` (a
+/// spread of 0–100) and every tenth `avoid=true`.
+async fn register_nodes(server: &Server, count: usize, scores: bool) -> anyhow::Result<()> {
     let nodes: Api<Node> = Api::all(kube_client(server));
     let resources = json!({"cpu": "4", "memory": "16Gi", "pods": "110"});
     for i in 0..count {
         let name = format!("node-{i:03}");
+        let mut labels = json!({
+            "kubernetes.io/hostname": name,
+            "topology.kubernetes.io/zone": format!("zone-{}", i % 3),
+        });
+        if scores {
+            labels["score"] = json!(((i * 37) % 101).to_string());
+            if i % 10 == 0 {
+                labels["avoid"] = json!("true");
+            }
+        }
         let node: Node = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {
-                "kubernetes.io/hostname": name,
-                "topology.kubernetes.io/zone": format!("zone-{}", i % 3),
-            }},
+            "metadata": {"name": name, "labels": labels},
         }))?;
         nodes.create(&PostParams::default(), &node).await?;
         let status = json!({"status": {

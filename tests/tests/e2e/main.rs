@@ -38,6 +38,7 @@ mod registry_trust;
 mod resource_handlers;
 mod resource_quotas;
 mod rollouts;
+mod scheduler_plugins;
 mod scheduling;
 mod server_side_apply;
 mod service_endpoints;

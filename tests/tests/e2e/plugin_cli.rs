@@ -296,3 +296,54 @@ fn a_context_aware_plugin_reads_fixtures_offline() {
     ]);
     assert_eq!(code, 0, "{out}");
 }
+
+/// A scheduler plugin's case table (nodes, pods, expected refusals and
+/// scores) passes offline for the example in all three languages; a
+/// configuration that scores another label fails it by name; `inspect`
+/// names the scheduler world.
+#[test]
+fn the_scheduler_example_passes_one_case_table_in_three_languages() {
+    let table = fixtures().join("node-label-score.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    for lang in ["rust", "python", "js"] {
+        let component = wasm_apiserver_e2e::example_plugin_dir()
+            .join(format!("node-label-score-{lang}.wasm"));
+        let cache = dir.path().join(format!("cache-{lang}"));
+        let (code, out) = plugin(&[
+            "test",
+            component.to_str().unwrap(),
+            "--cases",
+            table.to_str().unwrap(),
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{lang}: {out}");
+        assert!(out.contains(" passed, 0 failed"), "{lang}: {out}");
+        assert!(!out.contains("FAIL"), "{lang}: {out}");
+        let (code, out) = plugin(&[
+            "inspect",
+            component.to_str().unwrap(),
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{lang}: {out}");
+        assert!(
+            out.contains("scheduler-plugin (wasm-apiserver:plugin@0.4.0"),
+            "{lang}: {out}"
+        );
+    }
+    let other = dir.path().join("other.json");
+    std::fs::write(&other, r#"{"label": "elsewhere"}"#).unwrap();
+    let rust = wasm_apiserver_e2e::example_plugin_dir().join("node-label-score-rust.wasm");
+    let (code, out) = plugin(&[
+        "test",
+        rust.to_str().unwrap(),
+        "--cases",
+        table.to_str().unwrap(),
+        "--config",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("expected score"), "{out}");
+    assert!(out.contains("expected a refusal"), "{out}");
+}

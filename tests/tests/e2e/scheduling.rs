@@ -18,7 +18,7 @@ use wasm_apiserver_e2e::{Server, kubectl_json, kubectl_ok, kubectl_stdin, poll_u
 
 const WAIT: Duration = Duration::from_secs(30);
 
-fn start(extra: &[&str]) -> Server {
+pub(crate) fn start(extra: &[&str]) -> Server {
     let mut args = vec![
         "--disable-admission-plugins=TaintNodesByCondition",
         "--controllers=*,-node-lifecycle-controller,-taint-eviction-controller",
@@ -27,7 +27,7 @@ fn start(extra: &[&str]) -> Server {
     Server::start_with_args(&args)
 }
 
-fn apply(server: &Server, doc: &Value) {
+pub(crate) fn apply(server: &Server, doc: &Value) {
     let out = kubectl_stdin(server, None, &["apply", "-f", "-"], &doc.to_string());
     assert!(
         out.status.success(),
@@ -38,7 +38,13 @@ fn apply(server: &Server, doc: &Value) {
 
 /// A Ready node with `cpu` and 8Gi allocatable, `labels` (its hostname
 /// label added) and `taints`.
-fn add_node(server: &Server, name: &str, cpu: &str, labels: &[(&str, &str)], taints: Value) {
+pub(crate) fn add_node(
+    server: &Server,
+    name: &str,
+    cpu: &str,
+    labels: &[(&str, &str)],
+    taints: Value,
+) {
     let mut l: BTreeMap<&str, &str> = labels.iter().copied().collect();
     l.insert("kubernetes.io/hostname", name);
     apply(
@@ -69,7 +75,7 @@ fn add_node(server: &Server, name: &str, cpu: &str, labels: &[(&str, &str)], tai
 }
 
 /// A pod of one container requesting `cpu`, with `spec` merged in.
-fn pod(name: &str, cpu: &str, labels: Value, spec: Value) -> Value {
+pub(crate) fn pod(name: &str, cpu: &str, labels: Value, spec: Value) -> Value {
     let mut p = json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "labels": labels},
         "spec": {"containers": [{"name": "c", "image": "nginx",
@@ -81,7 +87,7 @@ fn pod(name: &str, cpu: &str, labels: Value, spec: Value) -> Value {
 }
 
 /// The node the pod is bound to, once it is.
-fn bound(server: &Server, name: &str) -> String {
+pub(crate) fn bound(server: &Server, name: &str) -> String {
     poll_until(WAIT, &format!("pod {name} to be bound"), || {
         let p = kubectl_json(server, None, &["get", "pod", name]);
         p["spec"]["nodeName"].as_str().map(String::from)
@@ -99,7 +105,7 @@ fn events(server: &Server, pod: &str) -> Vec<Value> {
         .collect()
 }
 
-fn scheduled_condition(server: &Server, name: &str) -> Option<Value> {
+pub(crate) fn scheduled_condition(server: &Server, name: &str) -> Option<Value> {
     let p = kubectl_json(server, None, &["get", "pod", name]);
     p["status"]["conditions"]
         .as_array()?

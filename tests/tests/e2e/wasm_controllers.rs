@@ -669,7 +669,12 @@ fn the_python_example_generates_what_the_rust_one_does() {
     python["spec"]["module"]["file"] = json!("namespace_defaults_python.wasm");
     python["spec"]["config"] = json!({"label": "py-tenant", "manager": "python-defaults"});
     apply(&server, &python);
-    wait_status_for(&server, "python-defaults", "Active", Duration::from_secs(120));
+    wait_status_for(
+        &server,
+        "python-defaults",
+        "Active",
+        Duration::from_secs(120),
+    );
     wait_status(&server, "rust-defaults", "Active");
     kubectl_ok(&server, None, &["create", "namespace", "by-rust"]);
     kubectl_ok(

@@ -1185,6 +1185,20 @@ impl Framework {
         pod: &PodInfo,
         cluster: &Cluster,
     ) -> Result<ScheduleResult, ScheduleError> {
+        let filtered = self.filter(pod, cluster, false)?;
+        self.score(pod, cluster, filtered, &[])
+    }
+
+    /// The filter half of a cycle: PreFilter, then the filters over the
+    /// nodes from where the last cycle stopped until enough fit (every
+    /// node when `all`: plugins outside the framework, which filter
+    /// after it, must not find too few). An error when no node fits.
+    pub fn filter(
+        &mut self,
+        pod: &PodInfo,
+        cluster: &Cluster,
+        all: bool,
+    ) -> Result<Filtered, ScheduleError> {
         let nodes = cluster.nodes();
         if nodes.is_empty() {
             return Err(ScheduleError::NoNodes);
@@ -1214,17 +1228,14 @@ impl Framework {
                     )));
                 }
                 _ => {
-                    let status = Status {
-                        plugin: p.name().to_string(),
-                        ..s
+                    let mut filtered = Filtered {
+                        state,
+                        feasible: nodes.iter().map(|n| n.name.clone()).collect(),
+                        fit,
+                        evaluated: 0,
                     };
-                    fit.pre_filter_msg = Some(status.message());
-                    fit.unschedulable_plugins.insert(p.name().to_string());
-                    for n in nodes {
-                        fit.statuses.insert(n.name.clone(), status.clone());
-                    }
-                    fit.set_preemption_message(pod);
-                    return Err(ScheduleError::Fit(fit));
+                    filtered.refuse_pod(p.name(), s);
+                    return Err(filtered.into_error(pod));
                 }
             }
         }
@@ -1234,8 +1245,12 @@ impl Framework {
             .filter(|p| !skipped.contains(p.name()))
             .collect();
         // Filter, from where the last cycle stopped, until enough fit.
-        let want = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, nodes.len());
-        let mut feasible: Vec<&NodeInfo> = Vec::with_capacity(want.min(nodes.len()));
+        let want = if all {
+            nodes.len()
+        } else {
+            num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, nodes.len())
+        };
+        let mut feasible = Vec::with_capacity(want.min(nodes.len()));
         let start = self.next_start % nodes.len();
         let mut processed = 0;
         for i in 0..nodes.len() {
@@ -1271,12 +1286,43 @@ impl Framework {
                 }
             }
             if ok {
-                feasible.push(node);
+                feasible.push(node.name.clone());
             }
         }
         self.next_start = (start + processed) % nodes.len();
-        let evaluated = processed;
+        let filtered = Filtered {
+            state,
+            feasible,
+            fit,
+            evaluated: processed,
+        };
+        if filtered.feasible.is_empty() {
+            return Err(filtered.into_error(pod));
+        }
+        Ok(filtered)
+    }
+
+    /// The score half of a cycle: PreScore, Score, NormalizeScore and the
+    /// weights of the framework's scorers, plus `extra` scores (plugins
+    /// outside the framework, each node's score already normalized and a
+    /// weight), then the best of the feasible nodes that still exist, ties
+    /// broken at random.
+    pub fn score(
+        &mut self,
+        pod: &PodInfo,
+        cluster: &Cluster,
+        filtered: Filtered,
+        extra: &[ExtraScores],
+    ) -> Result<ScheduleResult, ScheduleError> {
+        let Filtered {
+            mut state,
+            feasible,
+            fit,
+            evaluated,
+        } = filtered;
+        let feasible: Vec<&NodeInfo> = feasible.iter().filter_map(|n| cluster.node(n)).collect();
         if feasible.is_empty() {
+            let mut fit = fit;
             fit.set_preemption_message(pod);
             return Err(ScheduleError::Fit(fit));
         }
@@ -1302,6 +1348,11 @@ impl Framework {
                 *t += s * weight;
             }
         }
+        for e in extra {
+            for (t, n) in totals.iter_mut().zip(&feasible) {
+                *t += e.scores.get(&n.name).copied().unwrap_or(0) * e.weight;
+            }
+        }
         // The best, ties broken at random (reservoir sampling, as upstream).
         let mut best = 0;
         let mut ties = 1u64;
@@ -1322,6 +1373,63 @@ impl Framework {
             feasible: feasible.len(),
         })
     }
+}
+
+/// The filter half of a cycle ([`Framework::filter`]), which plugins
+/// outside the framework (wasm ones, called between the halves) narrow
+/// further before [`Framework::score`].
+pub struct Filtered {
+    /// What the framework's plugins keep for the score half.
+    pub state: CycleState,
+    /// The names of the nodes that fit so far, in the order filtered.
+    pub feasible: Vec<String>,
+    /// Why the others do not.
+    pub fit: FitError,
+    /// How many nodes were filtered.
+    pub evaluated: usize,
+}
+
+impl Filtered {
+    /// Plugin `plugin` refused `node` with `status` (not a success).
+    pub fn refuse(&mut self, plugin: &str, node: &str, status: Status) {
+        self.feasible.retain(|n| n != node);
+        self.fit.unschedulable_plugins.insert(plugin.to_string());
+        self.fit.statuses.insert(
+            node.to_string(),
+            Status {
+                plugin: plugin.to_string(),
+                ..status
+            },
+        );
+    }
+
+    /// Plugin `plugin`'s PreFilter refused the pod: every node still
+    /// feasible fails with `status`, whose message becomes the error's.
+    pub fn refuse_pod(&mut self, plugin: &str, status: Status) {
+        let status = Status {
+            plugin: plugin.to_string(),
+            ..status
+        };
+        self.fit.pre_filter_msg = Some(status.message());
+        self.fit.unschedulable_plugins.insert(plugin.to_string());
+        for n in self.feasible.drain(..) {
+            self.fit.statuses.insert(n, status.clone());
+        }
+    }
+
+    /// The error of a cycle no node is left for.
+    pub fn into_error(mut self, pod: &PodInfo) -> ScheduleError {
+        self.fit.set_preemption_message(pod);
+        ScheduleError::Fit(self.fit)
+    }
+}
+
+/// One outside plugin's normalized scores (`0..=MAX_NODE_SCORE`) by node
+/// name, and its weight.
+#[derive(Debug, Clone, Default)]
+pub struct ExtraScores {
+    pub weight: i64,
+    pub scores: HashMap<String, i64>,
 }
 
 /// Sets `PodScheduled` to `status` with `reason` and `message`, its

@@ -38,11 +38,12 @@ const FIXTURES: &[&str] = &[
     "namespace_authorizer",
     // A context-aware policy of package 0.3.0 (the `cluster` import).
     "unique_ingress_host",
-    // Resource handlers and the frozen 0.1.0 and 0.2.0 packages, by handlers.rs.
+    // Resource handlers and the frozen 0.1.0, 0.2.0 and 0.3.0 packages, by handlers.rs.
     "widget_converter",
     "hostile_handler",
     "frozen_deny_names",
     "frozen_v2_deny_names",
+    "frozen_v3_deny_names",
     // A context-aware handler of package 0.3.0, by handlers.rs.
     "namespace_team_handler",
     // Controllers (package 0.3.0), by controllers.rs.
@@ -50,6 +51,8 @@ const FIXTURES: &[&str] = &[
     "hostile_controller",
     "widget_status",
     "noop_controller",
+    // Scheduler plugins (package 0.4.0), by scheduler.rs.
+    "hostile_scheduler",
 ];
 
 fn runtime() -> Runtime {

@@ -272,8 +272,8 @@ async fn components_of_the_frozen_package_load_next_to_current_ones() {
             Limits::default(),
         )
         .await
-        .expect("a 0.3.0 component loads");
-    // The frozen 0.2.0 package too, next to both.
+        .expect("a 0.4.0 component loads");
+    // The frozen 0.2.0 and 0.3.0 packages too, next to both.
     let v2 = runtime
         .load_admission(
             "frozen-v2",
@@ -283,6 +283,24 @@ async fn components_of_the_frozen_package_load_next_to_current_ones() {
         )
         .await
         .expect("a 0.2.0 component loads");
+    let v3 = runtime
+        .load_admission(
+            "frozen-v3",
+            &wasm("frozen_v3_deny_names"),
+            r#"{"prefix": "older-"}"#,
+            Limits::default(),
+        )
+        .await
+        .expect("a 0.3.0 component loads");
+    let denied = v3.validate(&configmap_request("older-one")).await.unwrap();
+    assert!(!denied.allowed);
+    assert!(denied.status.unwrap().message.contains("reserved"));
+    assert!(
+        v3.validate(&configmap_request("old-one"))
+            .await
+            .unwrap()
+            .allowed
+    );
     let denied = v2.validate(&configmap_request("old-one")).await.unwrap();
     assert!(!denied.allowed);
     assert!(denied.status.unwrap().message.contains("reserved"));
@@ -317,7 +335,7 @@ async fn components_of_the_frozen_package_load_next_to_current_ones() {
         .await
         .unwrap_err();
     assert!(matches!(err, PluginError::WrongWorld { .. }), "{err}");
-    assert!(err.to_string().contains("admission-plugin@0.3.0"), "{err}");
+    assert!(err.to_string().contains("admission-plugin@0.4.0"), "{err}");
     let err = runtime
         .load_resource_handler("frozen", &wasm("frozen_deny_names"), "", Limits::default())
         .await

@@ -9,3 +9,4 @@ mod controllers;
 mod handlers;
 mod kubewarden;
 mod polyglot;
+mod scheduler;

@@ -46,6 +46,7 @@ pub mod queue;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod scheduler;
+pub mod scheduler_plugins;
 pub mod serviceaccounts;
 pub mod statefulset;
 pub mod ttlafterfinished;

@@ -26,12 +26,18 @@
 //!   framework's message (written when it changes) and a `FailedScheduling`
 //!   Event, both from `default-scheduler`.
 //!
+//! **Wasm plugins** (`SchedulerPlugin` objects, [`scheduler_plugins`])
+//! join the cycle after the built-in filters and beside the built-in
+//! scores: the built-in filters run under the state's lock, the plugins'
+//! calls outside it, the scores under it again.
+//!
 //! Preemption is not implemented: the message's `preemption:` part is the
 //! one upstream's DefaultPreemption writes when it finds no victims.
 
 use super::Client;
 use super::leader::Leadership;
 use super::lock;
+use super::scheduler_plugins::{self, Plugins};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -153,6 +159,8 @@ struct State {
     /// Pods assumed on a node, binding in flight or not yet seen: uid → key.
     assumed: HashMap<String, PodKey>,
     selectors: Selectors,
+    /// Each node as wasm plugins see it (JSON text), kept from the watch.
+    node_text: HashMap<String, String>,
 }
 
 impl State {
@@ -222,8 +230,11 @@ impl State {
         let name = meta::name(node).unwrap_or_default();
         if deleted {
             self.cluster.remove_node(name);
+            self.node_text.remove(name);
             return false;
         }
+        self.node_text
+            .insert(name.to_string(), scheduler_plugins::plugin_text(node));
         let relevant = |n: &NodeInfo| {
             (
                 n.labels.clone(),
@@ -255,6 +266,10 @@ struct Scheduler {
     /// rate-limits each object's events).
     last_failure: Mutex<HashMap<PodKey, (String, Instant)>>,
     stats: Arc<Stats>,
+    /// Its wasm plugins (`SchedulerPlugin` objects), and whether those of
+    /// the first list are loaded.
+    plugins: Arc<Plugins>,
+    plugins_synced: Arc<std::sync::atomic::AtomicBool>,
     /// Whether the first lists of nodes and of pods are in.
     synced: [std::sync::atomic::AtomicBool; 2],
 }
@@ -264,28 +279,52 @@ const REPEAT_EVENT_AFTER: Duration = Duration::from_secs(300);
 
 impl Scheduler {
     /// Schedules the next pod, if one is ready; whether one was.
-    fn schedule_one(self: &Arc<Self>) -> bool {
+    async fn schedule_one(self: &Arc<Self>) -> bool {
         let now = Instant::now();
-        let mut st = lock(&self.state);
-        let Some((key, _attempts)) = st.queue.pop(now) else {
-            return false;
+        let active = self.plugins.snapshot();
+        let (key, pod, mut info, result) = {
+            let mut st = lock(&self.state);
+            let Some((key, _attempts)) = st.queue.pop(now) else {
+                return false;
+            };
+            let Some(pod) = st.pending.get(&key).cloned() else {
+                st.queue.done(&key);
+                return true;
+            };
+            let mut info = PodInfo::new(&pod);
+            info.default_spread_selector = st.selectors.default_selector(&pod, &info.labels);
+            let State {
+                framework, cluster, ..
+            } = &mut *st;
+            if active.is_empty() {
+                let result = framework.schedule(&info, cluster);
+                (key, pod, info, result)
+            } else {
+                // The built-in filters now; the wasm plugins outside the lock.
+                match framework.filter(&info, cluster, true) {
+                    Err(e) => (key, pod, info, Err(e)),
+                    Ok(filtered) => {
+                        let texts: HashMap<String, String> = filtered
+                            .feasible
+                            .iter()
+                            .filter_map(|n| st.node_text.get(n).map(|t| (n.clone(), t.clone())))
+                            .collect();
+                        drop(st);
+                        let result = self
+                            .with_plugins(&active, &pod, &info, filtered, &texts)
+                            .await;
+                        (key, pod, info, result)
+                    }
+                }
+            }
         };
-        let Some(pod) = st.pending.get(&key).cloned() else {
-            st.queue.done(&key);
-            return true;
-        };
-        let mut info = PodInfo::new(&pod);
-        info.default_spread_selector = st.selectors.default_selector(&pod, &info.labels);
-        let State {
-            framework, cluster, ..
-        } = &mut *st;
-        let result = framework.schedule(&info, cluster);
         let outcome = match &result {
             Ok(_) => 0,
             Err(ScheduleError::Error(_)) => 2,
             Err(_) => 1,
         };
         self.stats.attempts[outcome].fetch_add(1, Ordering::Relaxed);
+        let mut st = lock(&self.state);
         match result {
             Ok(r) => {
                 // Assume: the next cycle counts it on its node.
@@ -309,6 +348,38 @@ impl Scheduler {
             }
         }
         true
+    }
+
+    /// The rest of a cycle with wasm plugins, after the built-in filters:
+    /// the plugins' filters, their scores, and the framework's scores.
+    async fn with_plugins(
+        &self,
+        active: &[Arc<scheduler_plugins::Active>],
+        pod: &Value,
+        info: &PodInfo,
+        mut filtered: sched::Filtered,
+        texts: &HashMap<String, String>,
+    ) -> Result<sched::ScheduleResult, ScheduleError> {
+        let text = scheduler_plugins::plugin_text(pod);
+        let uid = info.uid.as_str();
+        let states = scheduler_plugins::filter(active, uid, &text, texts, &mut filtered)
+            .await
+            .map_err(ScheduleError::Error)?;
+        if filtered.feasible.is_empty() {
+            return Err(filtered.into_error(info));
+        }
+        let extra = if filtered.feasible.len() > 1 {
+            scheduler_plugins::score(active, uid, &text, texts, &filtered.feasible, &states)
+                .await
+                .map_err(ScheduleError::Error)?
+        } else {
+            Vec::new()
+        };
+        let mut st = lock(&self.state);
+        let State {
+            framework, cluster, ..
+        } = &mut *st;
+        framework.score(info, cluster, filtered, &extra)
     }
 
     async fn bind(&self, key: PodKey, uid: String, pod: Value, node: String) {
@@ -597,11 +668,14 @@ pub fn spawn(client: Client, config: Config, leadership: Leadership, metrics: &s
                 pending: HashMap::new(),
                 assumed: HashMap::new(),
                 selectors: Selectors::default(),
+                node_text: HashMap::new(),
             }),
             wake: Notify::new(),
             bindings: Arc::new(Semaphore::new(BINDINGS)),
             last_failure: Mutex::new(HashMap::new()),
             stats: stats.clone(),
+            plugins: Arc::new(Plugins::default()),
+            plugins_synced: Default::default(),
             synced: Default::default(),
         });
         run(this)
@@ -628,6 +702,7 @@ async fn run(this: Arc<Scheduler>) {
                 .collect();
             for n in gone {
                 st.cluster.remove_node(&n);
+                st.node_text.remove(&n);
             }
             // The listed nodes now, so that scheduling starts with them.
             let now = Instant::now();
@@ -710,6 +785,12 @@ async fn run(this: Arc<Scheduler>) {
         follow_selectors(this.clone(), "apps", "replicasets"),
         follow_selectors(this.clone(), "apps", "statefulsets"),
     );
+    let plugins = scheduler_plugins::manage(
+        this.client.clone(),
+        NAME,
+        this.plugins.clone(),
+        this.plugins_synced.clone(),
+    );
     let flush = {
         let this = this.clone();
         async move {
@@ -730,14 +811,17 @@ async fn run(this: Arc<Scheduler>) {
     let schedule = {
         let this = this.clone();
         async move {
-            // Upstream waits for its informers' caches to sync.
-            while !this.synced.iter().all(|s| s.load(Ordering::Relaxed)) {
+            // Upstream waits for its informers' caches to sync; a new
+            // leader also for its wasm plugins to be loaded.
+            while !this.synced.iter().all(|s| s.load(Ordering::Relaxed))
+                || !this.plugins_synced.load(Ordering::Relaxed)
+            {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             loop {
                 // A burst at most, then let the followers in.
                 let mut n = 0;
-                while n < 64 && this.schedule_one() {
+                while n < 64 && this.schedule_one().await {
                     n += 1;
                 }
                 if n > 0 {
@@ -762,7 +846,7 @@ async fn run(this: Arc<Scheduler>) {
         follow_pods,
         follow_namespaces,
         selectors,
-        futures::future::join(flush, schedule),
+        futures::future::join3(flush, schedule, plugins),
     )
     .await;
 }
@@ -787,6 +871,7 @@ mod tests {
             pending: HashMap::new(),
             assumed: HashMap::new(),
             selectors: Selectors::default(),
+            node_text: HashMap::new(),
         }
     }
 

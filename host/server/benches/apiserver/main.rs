@@ -36,7 +36,9 @@
 //! snapshot of 100,000 objects, run only when named), `churn` (issue 37:
 //! the data file under 1,000 Leases renewed every 2 s, after 1 minute and
 //! after `BENCH_CHURN_MINUTES`, default 10; run only when named),
-//! `rbac` (issue 4) and `etcd` (issue 5;
+//! `scheduler-plugins` (issue 54: a scheduling cycle in-process with no
+//! plugin, a native plugin and the same logic as a wasm component; see
+//! `scheduler.rs`), `rbac` (issue 4) and `etcd` (issue 5;
 //! needs the `etcd` feature and `etcd` on PATH). Each is a function that returns one or more
 //! [`Row`]s; the table at the end is Markdown, so runs can be pasted side by
 //! side, and the targets and ratios of each issue follow it. `BENCH_SECONDS`
@@ -119,6 +121,7 @@ mod hook;
 mod operations;
 mod policy_audit;
 mod rbac;
+mod scheduler;
 mod watch;
 mod workloads;
 
@@ -256,6 +259,9 @@ fn main() -> Result<(), Error> {
         if wanted("crossplane") {
             crossplane::crossplane(&srv, dir.path()).await?;
         }
+        if wanted("scheduler-plugins") {
+            rows.extend(scheduler::scheduler_plugins().await?);
+        }
         Ok::<_, Error>(rows)
     })?;
 
@@ -285,6 +291,7 @@ fn print_targets(rows: &[Row]) {
     policy_audit::print_targets(rows);
     operations::print_targets(rows);
     rbac::print_targets(rows);
+    scheduler::print_targets(rows);
     #[cfg(feature = "etcd")]
     etcd::print_targets(rows);
 }
