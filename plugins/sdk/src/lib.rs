@@ -1,6 +1,6 @@
 //! The Rust SDK for wasm-apiserver admission policies.
 //!
-//! It binds the `wasm-apiserver:plugin@0.3.0` package (`wit/` at the
+//! It binds the `wasm-apiserver:plugin@0.4.0` package (`wit/` at the
 //! repository root) once and hides the boilerplate around it: a policy is a
 //! type implementing [`Policy`], exported with [`export_policy!`].
 //!
@@ -44,7 +44,7 @@
 //! [`export_admission!`]) for plugins that want them.
 //!
 //! Versioning: the SDK's version follows the WIT package it binds
-//! (`0.3.x` binds `wasm-apiserver:plugin@0.3.0`). A server keeps loading
+//! (`0.4.x` binds `wasm-apiserver:plugin@0.4.0`). A server keeps loading
 //! every frozen package version, so a policy built with this SDK keeps
 //! loading in later servers without a rebuild.
 
