@@ -17,20 +17,16 @@ impl SchedulerPlugin for NodeLabelScore {
     const POINTS: &'static [Point] = &[Point::Filter, Point::Score];
 
     fn check(config: &Config) -> Result<(), String> {
-        match config.label.is_empty() {
-            true => Err("invalid configuration: label must be a non-empty string".into()),
-            false => Ok(()),
-        }
+        let ok = !config.label.is_empty();
+        ok.then_some(()).ok_or("invalid configuration: label must be a non-empty string".into())
     }
 
     fn filter(config: &Config, _: &str, _: &Pod, node: &Node) -> Result<(), Refusal> {
         let avoid = &config.avoid_label;
-        match !avoid.is_empty() && node.label(avoid) == Some("true") {
-            true => {
-                Err(Refusal::unschedulable_and_unresolvable(format!("node has label {avoid}=true")))
-            }
-            false => Ok(()),
-        }
+        let fits = avoid.is_empty() || node.label(avoid) != Some("true");
+        fits.then_some(()).ok_or_else(|| {
+            Refusal::unschedulable_and_unresolvable(format!("node has label {avoid}=true"))
+        })
     }
 
     fn score(config: &Config, _: &str, _: &Pod, node: &Node) -> Result<i64, Refusal> {
