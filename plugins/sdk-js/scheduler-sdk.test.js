@@ -82,6 +82,8 @@ test('unclaimed points answer neutrally', () => {
   const s = exportScheduler(sample);
   assert.deepEqual(s.preScore('', 'kept', POD, []), { tag: 'proceed', val: 'kept' });
   assert.deepEqual(s.normalizeScore('', '', POD, [5n, 500n]), [5n, 500n]);
+  assert.deepEqual(s.normalizeScore('', '', POD, BigInt64Array.from([5n, 500n])), [5n, 500n]);
+  assert.deepEqual(exportScheduler(scaled).normalizeScore('', '', POD, BigInt64Array.from([5n, 10n])), [50n, 100n]);
   const plain = exportScheduler({});
   assert.deepEqual(plain.filter('', '', POD, [JSON.stringify(node('a'))]), [undefined]);
   assert.deepEqual(plain.score('', '', POD, [JSON.stringify(node('a'))]), [0n]);

@@ -287,7 +287,9 @@ export function exportScheduler(plugin) {
     filter: (config, state, pod, nodes) => run.filter(config, state, pod, nodes).map((r) => r?.toWit()),
     preScore: (config, state, pod, nodes) => witPrepared(run.preScore(config, state, pod, nodes)),
     score: (config, state, pod, nodes) => witScores(run.score(config, state, pod, nodes)),
-    normalizeScore: (config, state, pod, scores) => witScores(run.normalizeScore(config, state, pod, scores.map(Number))),
+    // list<s64> may arrive as a BigInt64Array, whose map keeps BigInts:
+    // Array.from makes plain numbers.
+    normalizeScore: (config, state, pod, scores) => witScores(run.normalizeScore(config, state, pod, Array.from(scores, Number))),
   };
 }
 
