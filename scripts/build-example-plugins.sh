@@ -16,6 +16,9 @@
 #   controller SDK)               -> examples/target/namespace-defaults-python.wasm
 #   examples/namespace-defaults/js/{app,logic}.js (the same, on the
 #   JavaScript controller SDK)    -> examples/target/namespace-defaults-js.wasm
+#   examples/node-label-score/{rust,python,js} (one scheduler plugin, world
+#   scheduler-plugin, in three languages on the SDKs' scheduler support)
+#                                 -> examples/target/node-label-score-{rust,python,js}.wasm
 #
 # Idempotent and fast on reruns:
 # * rebuilds a component only when a hash of its inputs (source, wit/,
@@ -158,6 +161,19 @@ nd_py_hash="$(echo "componentize-py $PY_VERSION -w controller-plugin componentiz
         "$py_sdk/wasm_apiserver_controller_sdk.py" "${wit_files[@]}")"
 build namespace-defaults-python "$nd_py_hash" nd_py_build
 
+# node-label-score in Python: a scheduler plugin (world scheduler-plugin) on
+# the Python scheduler SDK (same folder as the admission SDK, which it uses
+# for configuration parsing).
+nls_py_build() {
+    (cd "$root/examples/node-label-score/python" &&
+        componentize_py -d "$root/wit" -w scheduler-plugin componentize -p . -p "$py_sdk" app \
+            -o "$tmp" >/dev/null)
+}
+nls_py_hash="$(echo "componentize-py $PY_VERSION -w scheduler-plugin componentize -p . -p sdk app" |
+    inputs_hash "$root/examples/node-label-score/python/app.py" "$py_sdk/wasm_apiserver_sdk.py" \
+        "$py_sdk/wasm_apiserver_scheduler_sdk.py" "${wit_files[@]}")"
+build node-label-score-python "$nls_py_hash" nls_py_build
+
 # --- JavaScript -------------------------------------------------------------
 need node
 need npm
@@ -247,26 +263,52 @@ nd_js_hash="$(echo "componentize-js -n controller-plugin -d http -d fetch-event 
         "$js_sdk" "$js_ctl_sdk" "$js_dir/package-lock.json" "${wit_files[@]}")"
 build namespace-defaults-js "$nd_js_hash" nd_js_build
 
+# node-label-score in JavaScript: a scheduler plugin on the JavaScript
+# scheduler SDK, staged with both SDK modules (the scheduler SDK uses the
+# admission SDK's configuration parsing).
+js_sched_sdk="$root/plugins/sdk-js/wasm-apiserver-scheduler-sdk.js"
+nls_js_build() {
+    js_tool
+    local stage="$out/.node-label-score-js"
+    rm -rf "$stage" && mkdir -p "$stage"
+    cp "$root/examples/node-label-score/js/app.js" "$js_sdk" "$js_sched_sdk" "$stage/"
+    (cd "$stage" &&
+        "$js_dir/node_modules/.bin/componentize-js" --wit "$root/wit" -n scheduler-plugin \
+            -d http -d fetch-event -o "$tmp" app.js >/dev/null)
+    rm -rf "$stage"
+}
+nls_js_hash="$(echo "componentize-js -n scheduler-plugin -d http -d fetch-event (staged with the sdks)" |
+    inputs_hash "$root/examples/node-label-score/js/app.js" "$js_sdk" "$js_sched_sdk" \
+        "$js_dir/package-lock.json" "${wit_files[@]}")"
+build node-label-score-js "$nls_js_hash" nls_js_build
+
 # --- Rust ---------------------------------------------------------------------
-# labels-policy in Rust: a standalone crate (its own workspace, lock file
-# and target dir, as a policy repository has). From the build cache when its
-# sources, the SDK's and the toolchain are unchanged; otherwise cargo decides
-# what is up to date.
-rust_hash="$(cd "$root" && rust_versions |
-    tree_hash examples/labels-policy/rust plugins/sdk wit rust-toolchain.toml)"
-if cache_restore examples/labels-policy-rust "$rust_hash" "$out"; then
-    printf '%10d  %s (from the build cache)\n' "$(stat -c %s "$out/labels-policy-rust.wasm")" \
-        "examples/target/labels-policy-rust.wasm"
-    exit 0
-fi
-if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
-    rustup target add wasm32-wasip2
-fi
-start="$(now)"
-(cd "$root/examples/labels-policy/rust" &&
-    cargo build --target wasm32-wasip2 --release --quiet --locked --target-dir "$out/cargo")
-cp -f "$out/cargo/wasm32-wasip2/release/labels_policy.wasm" "$out/.labels-policy-rust.wasm.tmp"
-mv -f "$out/.labels-policy-rust.wasm.tmp" "$out/labels-policy-rust.wasm"
-cache_store examples/labels-policy-rust "$rust_hash" "$out/labels-policy-rust.wasm"
-printf '%10d  %s (cargo, %s)\n' "$(stat -c %s "$out/labels-policy-rust.wasm")" \
-    "examples/target/labels-policy-rust.wasm" "$(since "$start")"
+# rust_example NAME CRATE: examples/NAME/rust, a standalone crate (its own
+# workspace, lock file and target dir, as a plugin repository has), into
+# examples/target/NAME-rust.wasm. From the build cache when its sources, the
+# SDK's and the toolchain are unchanged; otherwise cargo decides what is up
+# to date.
+rust_example() {
+    local name="$1" crate="$2" hash start wasm="$out/$1-rust.wasm"
+    hash="$(cd "$root" && rust_versions |
+        tree_hash "examples/$name/rust" plugins/sdk wit rust-toolchain.toml)"
+    if cache_restore "examples/$name-rust" "$hash" "$out"; then
+        printf '%10d  %s (from the build cache)\n' "$(stat -c %s "$wasm")" "${wasm#"$root"/}"
+        return
+    fi
+    if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
+        rustup target add wasm32-wasip2
+    fi
+    start="$(now)"
+    (cd "$root/examples/$name/rust" &&
+        cargo build --target wasm32-wasip2 --release --quiet --locked --target-dir "$out/cargo")
+    cp -f "$out/cargo/wasm32-wasip2/release/$crate.wasm" "$out/.$name-rust.wasm.tmp"
+    mv -f "$out/.$name-rust.wasm.tmp" "$wasm"
+    cache_store "examples/$name-rust" "$hash" "$wasm"
+    printf '%10d  %s (cargo, %s)\n' "$(stat -c %s "$wasm")" "${wasm#"$root"/}" "$(since "$start")"
+}
+
+# labels-policy in Rust (an admission policy on the SDK).
+rust_example labels-policy labels_policy
+# node-label-score in Rust (a scheduler plugin on the SDK's scheduler module).
+rust_example node-label-score node_label_score

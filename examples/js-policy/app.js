@@ -15,7 +15,7 @@
 //
 // Deletes and requests without an object are allowed unchanged.
 
-import { log } from 'wasm-apiserver:plugin/log@0.3.0';
+import { log } from 'wasm-apiserver:plugin/log@0.4.0';
 
 const PLUGIN = 'js-policy';
 const ANNOTATION = 'policy.example.com/checked-by';

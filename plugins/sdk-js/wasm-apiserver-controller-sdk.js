@@ -6,9 +6,9 @@
 // `ctx` handed to reconcile, made from the component's imports by witHost
 // (or from fixture objects by fixtureHost, in plain Node tests):
 //
-//   import * as cluster from 'wasm-apiserver:plugin/cluster@0.3.0';
-//   import * as writes from 'wasm-apiserver:plugin/writes@0.3.0';
-//   import * as events from 'wasm-apiserver:plugin/events@0.3.0';
+//   import * as cluster from 'wasm-apiserver:plugin/cluster@0.4.0';
+//   import * as writes from 'wasm-apiserver:plugin/writes@0.4.0';
+//   import * as events from 'wasm-apiserver:plugin/events@0.4.0';
 //   import { exportController, witHost } from './wasm-apiserver-controller-sdk.js';
 //
 //   export const controller = exportController({
@@ -30,11 +30,11 @@
 // `componentize-js --wit wit -n controller-plugin -d http -d fetch-event app.js`
 // from a folder holding app.js, this file and wasm-apiserver-sdk.js.
 //
-// Versioning: SDK 0.3.x binds wasm-apiserver:plugin@0.3.0.
+// Versioning: SDK 0.4.x binds wasm-apiserver:plugin@0.4.0.
 
 import { parseConfig } from './wasm-apiserver-sdk.js';
 
-export const VERSION = '0.3.0';
+export const VERSION = '0.4.0';
 
 const REASONS = ['initial', 'changed', 'deleted', 'owned', 'watched', 'resync', 'requeued', 'retry'];
 

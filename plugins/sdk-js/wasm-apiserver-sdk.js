@@ -17,7 +17,7 @@
 // and `cluster.canI` (the kinds it reads listed in its AdmissionPlugin's
 // spec.contextAwareResources), handing the component's import to the SDK:
 //
-//   import * as clusterImport from 'wasm-apiserver:plugin/cluster@0.3.0';
+//   import * as clusterImport from 'wasm-apiserver:plugin/cluster@0.4.0';
 //   import { cluster, exportPolicy, Response } from './wasm-apiserver-sdk.js';
 //   export const admission = exportPolicy({
 //     validate(config, req) {
@@ -34,9 +34,9 @@
 // it the ones it uses), so it runs and is tested in plain Node too
 // (sdk.test.js).
 //
-// Versioning: SDK 0.3.x binds wasm-apiserver:plugin@0.3.0.
+// Versioning: SDK 0.4.x binds wasm-apiserver:plugin@0.4.0.
 
-export const VERSION = '0.3.0';
+export const VERSION = '0.4.0';
 
 const isObject = (v) => typeof v === 'object' && v !== null && !Array.isArray(v);
 const copy = (v) => (v === undefined ? undefined : JSON.parse(JSON.stringify(v)));
@@ -417,7 +417,7 @@ export const SUBJECT_ACCESS_REVIEW = ['authorization.k8s.io/v1', 'SubjectAccessR
 const unconnected = {
   fail() {
     throw new ClusterError('the cluster import is not connected: import * as cluster from '
-      + "'wasm-apiserver:plugin/cluster@0.3.0' and pass it: exportPolicy(policy, { cluster }) "
+      + "'wasm-apiserver:plugin/cluster@0.4.0' and pass it: exportPolicy(policy, { cluster }) "
       + '(or call setCluster in a test)');
   },
   get() { return this.fail(); },
@@ -463,7 +463,7 @@ function witCluster(imports) {
 
 /**
  * Sends `cluster` calls to the component's `cluster` import
- * (`import * as cluster from 'wasm-apiserver:plugin/cluster@0.3.0'`);
+ * (`import * as cluster from 'wasm-apiserver:plugin/cluster@0.4.0'`);
  * `exportPolicy(policy, { cluster })` does it.
  */
 export function connectCluster(imports) {
@@ -612,7 +612,7 @@ export function setCanI(answer) {
 }
 
 /**
- * Reads of the cluster (the `cluster` import of package 0.3.0): objects of
+ * Reads of the cluster (the `cluster` import, since package 0.3.0): objects of
  * the kinds the plugin's `spec.contextAwareResources` grants, from the
  * server's own store within the plugin's read budget, and
  * SubjectAccessReviews. Objects are parsed JSON; a refusal throws a

@@ -32,14 +32,14 @@ Build with ``componentize-py -d wit -w controller-plugin -p <this folder>
 componentize app``. Natively (plain CPython, for tests) the same calls
 answer from fixtures: :func:`set_cluster`, then :func:`writes`.
 
-Versioning: SDK 0.3.x binds ``wasm-apiserver:plugin@0.3.0``.
+Versioning: SDK 0.4.x binds ``wasm-apiserver:plugin@0.4.0``.
 """
 
 import json
 
 from wasm_apiserver_sdk import parse_config
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 REASONS = ["initial", "changed", "deleted", "owned", "watched", "resync", "requeued", "retry"]
 

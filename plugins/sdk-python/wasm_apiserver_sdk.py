@@ -26,13 +26,13 @@ imports the generated bindings (``wit_world``) only in :func:`export` and
 on the first :data:`cluster` call, so it runs and is tested in plain
 CPython too.
 
-Versioning: SDK 0.3.x binds ``wasm-apiserver:plugin@0.3.0``.
+Versioning: SDK 0.4.x binds ``wasm-apiserver:plugin@0.4.0``.
 """
 
 import json
 import re
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 # --- configuration ----------------------------------------------------------
 
@@ -488,7 +488,7 @@ SUBJECT_ACCESS_REVIEW = ("authorization.k8s.io/v1", "SubjectAccessReview")
 
 
 class Cluster:
-    """Reads of the cluster (the ``cluster`` import of package 0.3.0), as
+    """Reads of the cluster (the ``cluster`` import, since package 0.3.0), as
     :data:`cluster`: objects of the kinds the plugin's
     ``spec.contextAwareResources`` grants, from the server's own store
     within the plugin's read budget, and SubjectAccessReviews. Objects are

@@ -88,7 +88,8 @@ _own_artifacts=(-name '*wasm_apiserver*' -o -name '*wasm-apiserver*' -o -name 'i
     -o -name 'e2e-*' -o -name 'corpus-*' -o -name 'mutations-*' -o -name 'checker-*'
     -o -name 'check_history-*' -o -name 'check-history*' -o -name 'namespace_defaults*'
     -o -name 'namespace-defaults*' -o -name 'labels_policy*' -o -name 'labels-policy*'
-    -o -name 'incremental')
+    -o -name 'node_label_score*' -o -name 'node-label-score*' -o -name 'hostile_scheduler*'
+    -o -name 'hostile-scheduler*' -o -name 'incremental')
 
 # prune_own_artifacts DIR: removes this repository's artifacts from a copy
 # of a cargo profile folder.

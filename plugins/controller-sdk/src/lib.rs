@@ -1,6 +1,6 @@
 //! The Rust SDK for wasm-apiserver controllers.
 //!
-//! It binds the `controller-plugin` world of `wasm-apiserver:plugin@0.3.0`
+//! It binds the `controller-plugin` world of `wasm-apiserver:plugin@0.4.0`
 //! (`wit/controller.wit` at the repository root). A controller is a type
 //! implementing [`Controller`], exported with [`export_controller!`]:
 //!

@@ -1,4 +1,4 @@
-//! `namespace-defaults`: a controller of `Namespace`s (package 0.3.0).
+//! `namespace-defaults`: a controller of `Namespace`s (since package 0.3.0).
 //!
 //! Every namespace labelled `tenant` (the label is configurable) gets three
 //! objects, generated and kept as generated, as Kyverno's `generate` rules

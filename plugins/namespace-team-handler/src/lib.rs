@@ -1,4 +1,4 @@
-//! `namespace-team-handler`: a context-aware resource handler (package
+//! `namespace-team-handler`: a context-aware resource handler (since package
 //! 0.3.0). `default` sets a namespaced custom resource's `spec.team` from
 //! its Namespace's `team` label, read through the `cluster` import (its
 //! `ResourceHandler` grants `{apiVersion: v1, kind: Namespace}`); a failed

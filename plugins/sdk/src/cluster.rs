@@ -1,4 +1,4 @@
-//! Reads of the cluster (the `cluster` import of package 0.3.0): objects
+//! Reads of the cluster (the `cluster` import, since package 0.3.0): objects
 //! of the kinds the plugin's `spec.contextAwareResources` grants, straight
 //! from the server's store, within the plugin's read budget, and
 //! SubjectAccessReviews through the server's authorizers ([`can_i`]).

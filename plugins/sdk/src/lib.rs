@@ -1,6 +1,6 @@
 //! The Rust SDK for wasm-apiserver admission policies.
 //!
-//! It binds the `wasm-apiserver:plugin@0.3.0` package (`wit/` at the
+//! It binds the `wasm-apiserver:plugin@0.4.0` package (`wit/` at the
 //! repository root) once and hides the boilerplate around it: a policy is a
 //! type implementing [`Policy`], exported with [`export_policy!`].
 //!
@@ -40,11 +40,19 @@
 //!   AdmissionReview, or on a YAML case table of `wasm-apiserver plugin
 //!   test --cases`.
 //!
+//! Scheduler plugins (the `scheduler-plugin` world: filter and score of the
+//! scheduling framework) are written the same way, one pod and one node at
+//! a time: a type implementing [`scheduler::SchedulerPlugin`], exported
+//! with [`export_scheduler_plugin!`]; see [`scheduler`]. Natively,
+//! [`testing::run_scheduler_cases`] runs one on a case table.
+//!
 //! The raw bindings stay available ([`admission::Guest`],
-//! [`export_admission!`]) for plugins that want them.
+//! [`export_admission!`]; [`scheduler::raw::Guest`],
+//! [`scheduler::export_scheduler!`])
+//! for plugins that want them.
 //!
 //! Versioning: the SDK's version follows the WIT package it binds
-//! (`0.3.x` binds `wasm-apiserver:plugin@0.3.0`). A server keeps loading
+//! (`0.4.x` binds `wasm-apiserver:plugin@0.4.0`). A server keeps loading
 //! every frozen package version, so a policy built with this SDK keeps
 //! loading in later servers without a rebuild.
 
@@ -66,6 +74,7 @@ mod patch;
 pub mod policy;
 mod request;
 mod response;
+pub mod scheduler;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 

@@ -27,6 +27,14 @@
 //! [`set_can_i`] (what `can_i` answers) and [`set_grants`] (which kinds the
 //! plugin may read, as `spec.contextAwareResources`; others fail with the
 //! host's error).
+//!
+//! Scheduler plugins run on their own case table: [`run_scheduler_cases`]
+//! (the format is in [`scheduler`]), or one
+//! cycle at a time with [`cycle`].
+
+pub mod scheduler;
+
+pub use scheduler::{Cycle, cycle, default_pod, run_scheduler_cases};
 
 use std::cell::RefCell;
 use std::fmt::Write as _;

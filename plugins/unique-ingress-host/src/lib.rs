@@ -1,5 +1,5 @@
 //! `unique-ingress-host`: a context-aware validating admission plugin
-//! (package 0.3.0): an Ingress may not name a host another Ingress, in any
+//! (since package 0.3.0): an Ingress may not name a host another Ingress, in any
 //! namespace, already serves. It reads the Ingresses through the `cluster`
 //! import (only those naming one of the request's hosts: a field selector
 //! the server answers from a field index), so its `AdmissionPlugin` grants

@@ -1,5 +1,5 @@
 //! `widget-status`: a controller of `Widget`s (`example.com/v1`, a custom
-//! resource with a `status` subresource), package 0.3.0.
+//! resource with a `status` subresource); controllers exist since package 0.3.0.
 //!
 //! For each Widget it applies a ConfigMap `<widget>-widget` that it owns
 //! (`ownerReferences` with `controller: true`, so the garbage collector

@@ -4,7 +4,7 @@
 //! policies, static plugins from `--admission-control-config-file`
 //! guarding the plugin objects themselves, and the request attributes a
 //! plugin sees (user and groups, also impersonated; dry runs); a
-//! context-aware component (package 0.3.0) reading the cluster.
+//! context-aware component (package 0.3.0 and later) reading the cluster.
 
 use std::time::Duration;
 use wasm_apiserver_e2e::{Server, kubectl, kubectl_json, kubectl_ok, write_manifest};
@@ -400,7 +400,7 @@ fn plugins_see_the_requesting_user_and_attributes() {
     assert_eq!(echo["name"], "e2", "{echo}");
 }
 
-/// A component of WIT package 0.3.0 reads the cluster through its
+/// A component of WIT package 0.3.0 or later reads the cluster through its
 /// `cluster` import: Ingress hosts unique across namespaces, seen as soon
 /// as the first write returned; without the grant the read is refused.
 #[test]

@@ -1,7 +1,7 @@
 //! Context-aware admission policies end to end. The unique-ingress-host
 //! example in Python and JavaScript (`examples/unique-ingress-host/{python,js}`,
 //! on the SDKs' `cluster` helpers, built by componentize-py and
-//! componentize-js against WIT 0.3.0's `admission-plugin` world) is loaded
+//! componentize-js against WIT 0.4.0's `admission-plugin` world) is loaded
 //! into a running server as an `AdmissionPlugin` with
 //! `spec.contextAwareResources`; one test per language runs the same
 //! steps. Its `list` reads the server's Ingresses across namespaces (seen

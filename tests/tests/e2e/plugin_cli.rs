@@ -91,11 +91,11 @@ fn inspect_names_the_world_and_what_is_not_granted() {
     let (code, out) = plugin(&["inspect", &component("require_labels.wasm")]);
     assert_eq!(code, 0, "{out}");
     assert!(
-        out.contains("admission-plugin (wasm-apiserver:plugin@0.3.0"),
+        out.contains("admission-plugin (wasm-apiserver:plugin@0.4.0"),
         "{out}"
     );
     assert!(
-        out.contains("wasm-apiserver:plugin/admission@0.3.0"),
+        out.contains("wasm-apiserver:plugin/admission@0.4.0"),
         "{out}"
     );
     assert!(out.contains("loads:     yes"), "{out}");
@@ -248,7 +248,7 @@ fn a_controller_reconciles_fixtures_and_judges_a_case_table() {
     );
 }
 
-/// A context-aware admission plugin (package 0.3.0) reads fixture objects
+/// A context-aware admission plugin (package 0.3.0 and later) reads fixture objects
 /// offline: the table's `cluster:` (or `--cluster`) answers its reads, and
 /// without them the denial it expected does not happen.
 #[test]

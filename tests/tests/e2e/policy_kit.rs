@@ -129,11 +129,11 @@ fn inspect_shows_each_example_in_the_admission_world() {
         let (code, out) = plugin(&["inspect", &component(lang)]);
         assert_eq!(code, 0, "{lang}: {out}");
         assert!(
-            out.contains("world:     admission-plugin (wasm-apiserver:plugin@0.3.0"),
+            out.contains("world:     admission-plugin (wasm-apiserver:plugin@0.4.0"),
             "{lang}: {out}"
         );
         assert!(
-            out.contains("  wasm-apiserver:plugin/admission@0.3.0"),
+            out.contains("  wasm-apiserver:plugin/admission@0.4.0"),
             "{lang}: {out}"
         );
         assert!(out.contains("loads:     yes"), "{lang}: {out}");

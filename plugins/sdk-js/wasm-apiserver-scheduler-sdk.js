@@ -1,0 +1,396 @@
+// The JavaScript SDK for wasm-apiserver scheduler plugins (componentize-js).
+//
+// The same concepts as the Rust SDK's scheduler module (plugins/sdk): a
+// plugin is an object with a configuration schema (the admission SDK's
+// parseConfig rules) and functions for one pod and one node at a time,
+// exported with exportScheduler:
+//
+//   import { clampScore, exportScheduler, parseInteger, Refusal } from './wasm-apiserver-scheduler-sdk.js';
+//   export const scheduler = exportScheduler({
+//     config: { label: 'rank' },
+//     filter(config, pod, node) {
+//       if (node.label('maintenance') === 'true') return Refusal.unschedulable('node in maintenance');
+//     },
+//     score(config, pod, node) {
+//       return clampScore(parseInteger(node.label(config.label)) ?? 0);
+//     },
+//   });
+//
+// The host passes every candidate node of a scheduling cycle in one call;
+// the SDK parses the pod once per call and each node once, calls the
+// function for each node and answers in the nodes' order. The extension
+// points it claims (`extension-points`) are exactly the functions the plugin
+// object has: preFilter(config, pod), filter(config, pod, node),
+// preScore(config, pod, nodes), score(config, pod, node) and
+// normalizeScore(config, pod, scores). filter returns undefined when the
+// node fits, or a Refusal; score a number; normalizeScore the array brought
+// to 0-100; preFilter and preScore a state string (or SKIP, or a Refusal),
+// which later points read as `pod.state`. check(config) throws for a
+// configuration the plugin cannot use.
+//
+// Failures never trap: a bad configuration, JSON that does not parse, or an
+// exception thrown by a function answers a refusal with code `error`. Scores
+// are not clamped: out of 0-100 without normalizeScore fails the cycle, as
+// upstream's framework does (clampScore brings one into range).
+//
+// Build with `componentize-js --wit wit -n scheduler-plugin -d http -d
+// fetch-event app.js` from a folder holding app.js, this file and
+// wasm-apiserver-sdk.js. It imports no WIT interface, so it runs and is
+// tested in plain Node too (scheduler-sdk.test.js); there `cycle` runs a
+// plugin as the server's scheduler would and `checkCase` checks one case of
+// a `wasm-apiserver plugin test` case table.
+//
+// Versioning: SDK 0.4.x binds wasm-apiserver:plugin@0.4.0.
+
+import { parseConfig } from './wasm-apiserver-sdk.js';
+
+export const VERSION = '0.4.0';
+
+/** The lowest score a node may get (upstream's MinNodeScore). */
+export const MIN_SCORE = 0;
+/** The highest score a node may get (upstream's MaxNodeScore). */
+export const MAX_SCORE = 100;
+
+/** The extension points, by function name, in the WIT flags' order. */
+export const POINTS = ['preFilter', 'filter', 'preScore', 'score', 'normalizeScore'];
+
+/** The refusal codes, as the WIT enum names them. */
+export const CODES = ['unschedulable', 'unschedulable-and-unresolvable', 'error'];
+
+/** What preFilter or preScore returns to skip this pod. */
+export const SKIP = Symbol('skip');
+
+/** Brings `score` into 0-100. */
+export const clampScore = (score) => Math.max(MIN_SCORE, Math.min(MAX_SCORE, score));
+
+/**
+ * An integer as the scheduler SDKs read one alike: an optional sign and ASCII
+ * digits, nothing else; undefined otherwise (and for undefined). Beyond 2^53
+ * it is the nearest number (clampScore gives what the other SDKs give).
+ */
+export function parseInteger(text) {
+  return typeof text === 'string' && /^[+-]?[0-9]+$/.test(text) ? Number(text) : undefined;
+}
+
+/**
+ * Why a pod cannot go to a node, or why the plugin failed: a code and
+ * reasons. Return it from filter (or preFilter/preScore), or throw it.
+ */
+export class Refusal extends Error {
+  constructor(code, ...reasons) {
+    if (!CODES.includes(code)) throw new Error(`unknown refusal code ${JSON.stringify(code)}: one of ${CODES.join(', ')}`);
+    super(`${code}: ${reasons.join('; ')}`);
+    this.name = 'Refusal';
+    this.code = code;
+    this.reasons = reasons;
+  }
+
+  /** The node does not fit now; preempting pods might change that. */
+  static unschedulable(...reasons) { return new Refusal('unschedulable', ...reasons); }
+
+  /** The node does not fit, and preemption cannot change that. */
+  static unschedulableAndUnresolvable(...reasons) { return new Refusal('unschedulable-and-unresolvable', ...reasons); }
+
+  /** The plugin failed. */
+  static error(...reasons) { return new Refusal('error', ...reasons); }
+
+  /** The record the host reads. */
+  toWit() { return { code: this.code, reasons: [...this.reasons] }; }
+}
+
+const isObject = (v) => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * A Pod or Node as the host sent it (`kubectl get -o json`), parsed once.
+ * `json` is the whole object; `state` (on the pod) is the cycle state the
+ * plugin's preFilter or preScore returned ('' without one).
+ */
+export class KubeObject {
+  constructor(json, state = '') {
+    this.json = isObject(json) ? json : {};
+    this.state = state;
+  }
+
+  static parse(text, what) {
+    try {
+      return new KubeObject(JSON.parse(text));
+    } catch (e) {
+      throw Refusal.error(`${what} is not valid JSON: ${e.message}`);
+    }
+  }
+
+  #metadata(field) {
+    const v = isObject(this.json.metadata) ? this.json.metadata[field] : undefined;
+    return isObject(v) ? v : {};
+  }
+
+  /** metadata.name ('' when absent). */
+  get name() {
+    const n = this.json.metadata?.name;
+    return typeof n === 'string' ? n : '';
+  }
+
+  /** metadata.namespace (undefined for a node). */
+  get namespace() {
+    const n = this.json.metadata?.namespace;
+    return typeof n === 'string' ? n : undefined;
+  }
+
+  /** metadata.labels (string values only). */
+  get labels() {
+    return Object.fromEntries(Object.entries(this.#metadata('labels')).filter(([, v]) => typeof v === 'string'));
+  }
+
+  /** One label's value, or undefined. */
+  label(key) {
+    const v = this.#metadata('labels')[key];
+    return typeof v === 'string' ? v : undefined;
+  }
+
+  /** One annotation's value, or undefined. */
+  annotation(key) {
+    const v = this.#metadata('annotations')[key];
+    return typeof v === 'string' ? v : undefined;
+  }
+}
+
+const asRefusal = (e, what) => (e instanceof Refusal ? e : Refusal.error(`${what} failed: ${e?.message ?? String(e)}`));
+
+function prepared(answer) {
+  if (answer === SKIP || answer instanceof Refusal) return answer;
+  if (typeof answer !== 'string') return Refusal.error(`the state must be a string, got ${typeof answer}`);
+  return answer;
+}
+
+function ints(scores, what) {
+  for (const s of scores) {
+    if (!Number.isSafeInteger(s)) throw Refusal.error(`${what} must return safe integers, got ${String(s)}`);
+  }
+  return scores;
+}
+
+/**
+ * The plain-JavaScript answers of each point for `plugin` (no bindings): a
+ * state string, SKIP or a Refusal; an array of undefined or Refusal; an
+ * array of integers or a Refusal.
+ */
+export function runner(plugin) {
+  const configure = (text) => {
+    const config = parseConfig(text, plugin.config ?? {});
+    plugin.check?.(config);
+    return config;
+  };
+  const prepare = (text, pod, state = '') => {
+    let config;
+    try {
+      config = configure(text);
+    } catch (e) {
+      throw Refusal.error(e?.message ?? String(e));
+    }
+    const p = KubeObject.parse(pod, 'pod');
+    p.state = state;
+    return [config, p];
+  };
+  return {
+    configure,
+    points: () => POINTS.filter((p) => typeof plugin[p] === 'function'),
+    preFilter(text, pod) {
+      try {
+        const [config, p] = prepare(text, pod);
+        return plugin.preFilter ? prepared(plugin.preFilter(config, p)) : '';
+      } catch (e) {
+        return asRefusal(e, 'preFilter');
+      }
+    },
+    filter(text, state, pod, nodes) {
+      let config;
+      let p;
+      try {
+        [config, p] = prepare(text, pod, state);
+      } catch (e) {
+        return nodes.map(() => asRefusal(e, 'filter'));
+      }
+      return nodes.map((n) => {
+        let answer;
+        try {
+          answer = plugin.filter ? plugin.filter(config, p, KubeObject.parse(n, 'node')) : undefined;
+        } catch (e) {
+          return asRefusal(e, 'filter');
+        }
+        if (answer === undefined || answer === null) return undefined;
+        if (answer instanceof Refusal) return answer;
+        return Refusal.error(`filter must return undefined or a Refusal, got ${typeof answer}`);
+      });
+    },
+    preScore(text, state, pod, nodes) {
+      try {
+        const [config, p] = prepare(text, pod, state);
+        const parsed = nodes.map((n) => KubeObject.parse(n, 'node'));
+        return plugin.preScore ? prepared(plugin.preScore(config, p, parsed)) : state;
+      } catch (e) {
+        return asRefusal(e, 'preScore');
+      }
+    },
+    score(text, state, pod, nodes) {
+      try {
+        const [config, p] = prepare(text, pod, state);
+        return ints(nodes.map((n) => (plugin.score
+          ? plugin.score(config, p, KubeObject.parse(n, 'node')) : MIN_SCORE)), 'score');
+      } catch (e) {
+        return asRefusal(e, 'score');
+      }
+    },
+    normalizeScore(text, state, pod, scores) {
+      try {
+        const [config, p] = prepare(text, pod, state);
+        if (!plugin.normalizeScore) return scores;
+        const out = plugin.normalizeScore(config, p, [...scores]);
+        if (!Array.isArray(out) || out.length !== scores.length) {
+          return Refusal.error('normalizeScore must return one score per node');
+        }
+        return ints(out, 'normalizeScore');
+      } catch (e) {
+        return asRefusal(e, 'normalizeScore');
+      }
+    },
+  };
+}
+
+const witPrepared = (answer) => {
+  if (answer === SKIP) return { tag: 'skip' };
+  if (answer instanceof Refusal) return { tag: 'refuse', val: answer.toWit() };
+  return { tag: 'proceed', val: answer };
+};
+
+// A result's err is what the export throws (a record, not an Error).
+const witScores = (answer) => {
+  if (answer instanceof Refusal) throw answer.toWit();
+  return answer.map((s) => BigInt(s));
+};
+
+/** The `scheduler` interface componentize-js exports for `plugin`. */
+export function exportScheduler(plugin) {
+  const run = runner(plugin);
+  return {
+    checkConfig(text) {
+      try {
+        run.configure(text);
+      } catch (e) {
+        throw e?.message ?? String(e);
+      }
+    },
+    extensionPoints() {
+      const claimed = run.points();
+      return Object.fromEntries(POINTS.map((p) => [p, claimed.includes(p)]));
+    },
+    preFilter: (config, pod) => witPrepared(run.preFilter(config, pod)),
+    filter: (config, state, pod, nodes) => run.filter(config, state, pod, nodes).map((r) => r?.toWit()),
+    preScore: (config, state, pod, nodes) => witPrepared(run.preScore(config, state, pod, nodes)),
+    score: (config, state, pod, nodes) => witScores(run.score(config, state, pod, nodes)),
+    // list<s64> may arrive as a BigInt64Array, whose map keeps BigInts:
+    // Array.from makes plain numbers.
+    normalizeScore: (config, state, pod, scores) => witScores(run.normalizeScore(config, state, pod, Array.from(scores, Number))),
+  };
+}
+
+// --- running natively ---------------------------------------------------------
+
+/** The pod of a case that names none. */
+export const DEFAULT_POD = {
+  apiVersion: 'v1', kind: 'Pod', metadata: { name: 'p', namespace: 'default' },
+  spec: { containers: [{ name: 'c', image: 'nginx' }] },
+};
+
+/** A scheduling cycle the plugin failed (as the server would see it). */
+export class CycleFailed extends Error {}
+
+/**
+ * Runs one scheduling cycle as the server's scheduler does: the
+ * configuration checked, then only the points the plugin claims. `config` is
+ * text or a JSON-able value; `pod` and `nodes` are objects. Returns
+ * `{ refused, scores }`: node name -> Refusal, and node name -> final score of
+ * the nodes that fit. Throws CycleFailed for what fails a cycle.
+ */
+export function cycle(plugin, config, pod, nodes) {
+  const run = runner(plugin);
+  const text = typeof config === 'string' ? config : config === undefined || config === null ? '' : JSON.stringify(config);
+  try {
+    run.configure(text);
+  } catch (e) {
+    throw new CycleFailed(`check-config: ${e.message}`);
+  }
+  const points = run.points();
+  const podText = JSON.stringify(pod);
+  const names = nodes.map((n) => new KubeObject(n).name);
+  const texts = nodes.map((n) => JSON.stringify(n));
+  const refused = {};
+  const scores = {};
+  let state = '';
+  let filtering = points.includes('filter');
+  if (points.includes('preFilter')) {
+    const answer = run.preFilter(text, podText);
+    if (answer === SKIP) filtering = false;
+    else if (answer instanceof Refusal) return { refused: Object.fromEntries(names.map((n) => [n, answer])), scores };
+    else state = answer;
+  }
+  if (filtering) {
+    run.filter(text, state, podText, texts).forEach((r, i) => { if (r) refused[names[i]] = r; });
+  }
+  if (!points.includes('score')) return { refused, scores };
+  const fit = names.map((n, i) => [n, texts[i]]).filter(([n]) => !(n in refused));
+  const fitTexts = fit.map(([, t]) => t);
+  let scoreState = '';
+  if (points.includes('preScore')) {
+    const answer = run.preScore(text, state, podText, fitTexts);
+    if (answer === SKIP) return { refused, scores };
+    if (answer instanceof Refusal) throw new CycleFailed(`pre-score refused: ${answer.message}`);
+    scoreState = answer;
+  }
+  let raw = run.score(text, scoreState, podText, fitTexts);
+  if (raw instanceof Refusal) throw new CycleFailed(`score refused: ${raw.message}`);
+  if (points.includes('normalizeScore')) {
+    raw = run.normalizeScore(text, scoreState, podText, raw);
+    if (raw instanceof Refusal) throw new CycleFailed(`normalize-score refused: ${raw.message}`);
+  }
+  fit.forEach(([name], i) => {
+    if (raw[i] < MIN_SCORE || raw[i] > MAX_SCORE) throw new CycleFailed(`node "${name}" scored ${raw[i]}, out of 0-100`);
+    scores[name] = raw[i];
+  });
+  return { refused, scores };
+}
+
+/**
+ * The problems of one case of a case table (parsed, the format of
+ * tests/fixtures/plugin-cases/node-label-score.yaml); empty when it passes.
+ */
+export function checkCase(plugin, table, c) {
+  const config = 'config' in c ? c.config : table.config;
+  const nodes = c.nodes ?? table.nodes ?? [];
+  const wantRefused = c.expect?.refused ?? {};
+  const wantScores = c.expect?.scores ?? {};
+  let got;
+  try {
+    got = cycle(plugin, config, c.pod ?? DEFAULT_POD, nodes);
+  } catch (e) {
+    if (e instanceof CycleFailed) return [`the cycle failed: ${e.message}`];
+    throw e;
+  }
+  const problems = [];
+  const names = nodes.map((n) => new KubeObject(n).name);
+  for (const name of names) {
+    const want = wantRefused[name];
+    const r = got.refused[name];
+    if (want !== undefined && !r) problems.push(`${name}: expected refused (${JSON.stringify(want)}), it fits`);
+    else if (want === undefined && r) problems.push(`${name}: expected to fit, refused ${r.message}`);
+    else if (want !== undefined && !r.reasons.some((x) => x.includes(want))) {
+      problems.push(`${name}: expected a reason containing ${JSON.stringify(want)}, got ${r.message}`);
+    }
+  }
+  for (const name of Object.keys(wantRefused)) {
+    if (!names.includes(name)) problems.push(`${name}: expected refused, but there is no such node`);
+  }
+  for (const [name, want] of Object.entries(wantScores)) {
+    if (got.scores[name] !== want) problems.push(`${name}: expected score ${want}, got ${got.scores[name]}`);
+  }
+  return problems;
+}

@@ -1,0 +1,480 @@
+"""The Python SDK for wasm-apiserver scheduler plugins (componentize-py).
+
+The same concepts as the Rust SDK's ``scheduler`` module (``plugins/sdk``):
+a plugin is a subclass of :class:`SchedulerPlugin` with a configuration
+schema (the admission SDK's :func:`wasm_apiserver_sdk.parse_config` rules)
+and methods for one pod and one node at a time, exported with
+:func:`export`::
+
+    import wasm_apiserver_scheduler_sdk as sched
+
+    class ByLabel(sched.SchedulerPlugin):
+        config = {"label": "rank"}
+
+        def filter(self, config, pod, node):
+            if node.label("maintenance") == "true":
+                return sched.Refusal.unschedulable("node in maintenance")
+
+        def score(self, config, pod, node):
+            return sched.clamp_score(sched.parse_int(node.label(config.label)) or 0)
+
+    Scheduler = sched.export(ByLabel)    # what componentize-py looks up
+
+The host passes every candidate node of a scheduling cycle in one call; the
+SDK parses the pod once per call and each node once, calls the method for
+each node and answers in the nodes' order. The extension points it claims
+(``extension-points``) are exactly the methods the subclass overrides:
+``pre_filter(config, pod)``, ``filter(config, pod, node)``,
+``pre_score(config, pod, nodes)``, ``score(config, pod, node)`` and
+``normalize_score(config, pod, scores)``. ``filter`` returns ``None`` when
+the node fits, or a :class:`Refusal`; ``score`` an ``int``;
+``normalize_score`` the list brought to 0-100; ``pre_filter`` and
+``pre_score`` a state string (or :data:`SKIP`, or a :class:`Refusal`), which
+the later points read as ``pod.state``. ``check(config)`` raises
+``ValueError`` for a configuration the plugin cannot use.
+
+Failures never trap: a bad configuration, JSON that does not parse, or an
+exception raised by a method answers a refusal with code ``error``. Scores
+are not clamped: out of 0-100 without ``normalize_score`` fails the cycle,
+as upstream's framework does (:func:`clamp_score` brings one into range).
+
+Build with ``componentize-py -d wit -w scheduler-plugin -p <this folder>
+componentize app``. Natively (plain CPython, for tests) :func:`cycle` runs a
+plugin as the server's scheduler would, and :func:`run_cases` runs a case
+table of ``wasm-apiserver plugin test``.
+
+Versioning: SDK 0.4.x binds ``wasm-apiserver:plugin@0.4.0``.
+"""
+
+import json
+import re
+
+from wasm_apiserver_sdk import parse_config
+
+__version__ = "0.4.0"
+
+MIN_SCORE = 0
+"""The lowest score a node may get (upstream's ``MinNodeScore``)."""
+MAX_SCORE = 100
+"""The highest score a node may get (upstream's ``MaxNodeScore``)."""
+
+POINTS = ["pre_filter", "filter", "pre_score", "score", "normalize_score"]
+"""The extension points, by method name, in the WIT flags' order."""
+
+CODES = ["unschedulable", "unschedulable-and-unresolvable", "error"]
+"""The refusal codes, in the WIT enum's order."""
+
+SKIP = object()
+"""What ``pre_filter`` or ``pre_score`` returns to skip this pod."""
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def clamp_score(score):
+    """Brings ``score`` into 0-100."""
+    return max(MIN_SCORE, min(MAX_SCORE, score))
+
+
+def parse_int(text):
+    """An integer as the scheduler SDKs read one alike: an optional sign and
+    ASCII digits, nothing else; ``None`` otherwise (and for ``None``). A
+    value past 64 bits saturates, as in Rust."""
+    if not isinstance(text, str) or not _INTEGER.fullmatch(text):
+        return None
+    return max(-(2**63), min(2**63 - 1, int(text)))
+
+
+class Refusal(Exception):
+    """Why a pod cannot go to a node, or why the plugin failed: a code
+    (``unschedulable``, ``unschedulable-and-unresolvable``, ``error``) and
+    reasons. Return it from ``filter`` (or ``pre_filter``/``pre_score``), or
+    raise it anywhere."""
+
+    def __init__(self, code, *reasons):
+        if code not in CODES:
+            raise ValueError(f"unknown refusal code {code!r}: one of {', '.join(CODES)}")
+        super().__init__(f"{code}: {'; '.join(reasons)}")
+        self.code, self.reasons = code, list(reasons)
+
+    @classmethod
+    def unschedulable(cls, *reasons):
+        """The node does not fit now; preempting pods might change that."""
+        return cls("unschedulable", *reasons)
+
+    @classmethod
+    def unschedulable_and_unresolvable(cls, *reasons):
+        """The node does not fit, and preemption cannot change that."""
+        return cls("unschedulable-and-unresolvable", *reasons)
+
+    @classmethod
+    def error(cls, *reasons):
+        """The plugin failed."""
+        return cls("error", *reasons)
+
+    def __eq__(self, other):
+        return isinstance(other, Refusal) and (self.code, self.reasons) == (other.code, other.reasons)
+
+    def __repr__(self):
+        return f"Refusal({self.code!r}, {', '.join(map(repr, self.reasons))})"
+
+    def to_wit(self):
+        from wit_world.exports.scheduler import Code, Refusal as WitRefusal
+        return WitRefusal(Code(CODES.index(self.code)), list(self.reasons))
+
+
+class Object:
+    """A Pod or Node as the host sent it (``kubectl get -o json``), parsed
+    once. ``json`` is the whole dict; ``state`` (on the pod) is the cycle
+    state the plugin's ``pre_filter`` or ``pre_score`` returned (``""``
+    without one)."""
+
+    def __init__(self, obj, state=""):
+        self.json = obj if isinstance(obj, dict) else {}
+        self.state = state
+
+    @classmethod
+    def parse(cls, text, what):
+        try:
+            obj = json.loads(text)
+        except (TypeError, ValueError) as e:
+            raise Refusal.error(f"{what} is not valid JSON: {e}") from None
+        return cls(obj)
+
+    def _metadata(self, field):
+        m = self.json.get("metadata")
+        v = m.get(field) if isinstance(m, dict) else None
+        return v if isinstance(v, dict) else {}
+
+    @property
+    def name(self):
+        """``metadata.name`` (``""`` when absent)."""
+        m = self.json.get("metadata")
+        n = m.get("name") if isinstance(m, dict) else None
+        return n if isinstance(n, str) else ""
+
+    @property
+    def namespace(self):
+        """``metadata.namespace`` (``None`` for a node)."""
+        m = self.json.get("metadata")
+        n = m.get("namespace") if isinstance(m, dict) else None
+        return n if isinstance(n, str) else None
+
+    @property
+    def labels(self):
+        """``metadata.labels`` (string values only)."""
+        return {k: v for k, v in self._metadata("labels").items() if isinstance(v, str)}
+
+    def label(self, key):
+        """One label's value, or ``None``."""
+        return self.labels.get(key)
+
+    def annotation(self, key):
+        """One annotation's value, or ``None``."""
+        v = self._metadata("annotations").get(key)
+        return v if isinstance(v, str) else None
+
+
+Pod = Object
+Node = Object
+
+
+class SchedulerPlugin:
+    """Subclass it: set ``config`` (field -> default), override ``check``
+    and the points the plugin implements (only those are claimed)."""
+
+    config = {}
+
+    def check(self, config):
+        """Checks a parsed configuration beyond its schema; raise ``ValueError``."""
+
+    def pre_filter(self, config, pod):
+        """Once per pod, before any ``filter``: a state string, :data:`SKIP` or a :class:`Refusal`."""
+        return ""
+
+    def filter(self, config, pod, node):
+        """Whether ``node`` can run ``pod``: ``None`` when it fits, else a :class:`Refusal`."""
+        return None
+
+    def pre_score(self, config, pod, nodes):
+        """Once per pod, with the nodes that fit, before ``score``: as ``pre_filter``."""
+        return pod.state
+
+    def score(self, config, pod, node):
+        """The node's raw score (0-100 unless ``normalize_score`` is overridden)."""
+        return MIN_SCORE
+
+    def normalize_score(self, config, pod, scores):
+        """The raw scores, in order, brought to 0-100."""
+        return scores
+
+    def points(self):
+        """The points this plugin claims: the methods its class overrides."""
+        return [p for p in POINTS if getattr(type(self), p) is not getattr(SchedulerPlugin, p)]
+
+    def configure(self, text):
+        """Parses and checks a configuration: what ``check-config`` answers."""
+        config = parse_config(text, type(self).config)
+        self.check(config)
+        return config
+
+    def _prepare(self, text, pod, state=""):
+        try:
+            config = self.configure(text)
+        except ValueError as e:
+            raise Refusal.error(str(e)) from None
+        pod = Object.parse(pod, "pod")
+        pod.state = state
+        return config, pod
+
+    def _prepared(self, answer):
+        if answer is SKIP:
+            return SKIP
+        if isinstance(answer, Refusal):
+            return answer
+        if not isinstance(answer, str):
+            return Refusal.error(f"the state must be a string, got {type(answer).__name__}")
+        return answer
+
+    # What the SDK answers for each point, in plain Python (no bindings):
+    # a state string, SKIP or a Refusal; a list of None or Refusal; a list of
+    # ints or a Refusal.
+
+    def run_pre_filter(self, text, pod):
+        try:
+            config, pod = self._prepare(text, pod)
+            return self._prepared(self.pre_filter(config, pod))
+        except Refusal as r:
+            return r
+        except Exception as e:  # noqa: BLE001 - a plugin's failure is a refusal, not a trap
+            return Refusal.error(f"pre_filter failed: {e}")
+
+    def run_filter(self, text, state, pod, nodes):
+        try:
+            config, pod = self._prepare(text, pod, state)
+        except Refusal as r:
+            return [r for _ in nodes]
+        out = []
+        for n in nodes:
+            try:
+                answer = self.filter(config, pod, Object.parse(n, "node"))
+            except Refusal as r:
+                answer = r
+            except Exception as e:  # noqa: BLE001
+                answer = Refusal.error(f"filter failed: {e}")
+            if answer is not None and not isinstance(answer, Refusal):
+                answer = Refusal.error(f"filter must return None or a Refusal, got {type(answer).__name__}")
+            out.append(answer)
+        return out
+
+    def run_pre_score(self, text, state, pod, nodes):
+        try:
+            config, pod = self._prepare(text, pod, state)
+            parsed = [Object.parse(n, "node") for n in nodes]
+            return self._prepared(self.pre_score(config, pod, parsed))
+        except Refusal as r:
+            return r
+        except Exception as e:  # noqa: BLE001
+            return Refusal.error(f"pre_score failed: {e}")
+
+    def run_score(self, text, state, pod, nodes):
+        try:
+            config, pod = self._prepare(text, pod, state)
+            scores = [self.score(config, pod, Object.parse(n, "node")) for n in nodes]
+            return _ints(scores, "score")
+        except Refusal as r:
+            return r
+        except Exception as e:  # noqa: BLE001
+            return Refusal.error(f"score failed: {e}")
+
+    def run_normalize_score(self, text, state, pod, scores):
+        try:
+            config, pod = self._prepare(text, pod, state)
+            out = self.normalize_score(config, pod, list(scores))
+            if not isinstance(out, list) or len(out) != len(scores):
+                return Refusal.error("normalize_score must return one score per node")
+            return _ints(out, "normalize_score")
+        except Refusal as r:
+            return r
+        except Exception as e:  # noqa: BLE001
+            return Refusal.error(f"normalize_score failed: {e}")
+
+
+def _ints(scores, what):
+    for s in scores:
+        if isinstance(s, bool) or not isinstance(s, int):
+            raise Refusal.error(f"{what} must return integers, got {s!r}")
+        if not -(2**63) <= s < 2**63:
+            raise Refusal.error(f"{what} returned {s}, past 64 bits")
+    return scores
+
+
+def _wit_prepared(answer):
+    from wit_world.exports.scheduler import Prepared_Proceed, Prepared_Refuse, Prepared_Skip
+    if answer is SKIP:
+        return Prepared_Skip()
+    if isinstance(answer, Refusal):
+        return Prepared_Refuse(answer.to_wit())
+    return Prepared_Proceed(answer)
+
+
+def _wit_scores(answer):
+    from componentize_py_types import Err
+    if isinstance(answer, Refusal):
+        raise Err(answer.to_wit())
+    return answer
+
+
+def export(plugin_class):
+    """The ``Scheduler`` class componentize-py exports for ``plugin_class``.
+    The bindings (``wit_world``) are imported on the first call, so a
+    plugin module that exports stays importable in plain CPython."""
+    plugin = plugin_class()
+
+    class Scheduler:
+        def check_config(self, config):
+            from componentize_py_types import Err
+            try:
+                plugin.configure(config)
+            except ValueError as e:
+                raise Err(str(e))
+
+        def extension_points(self, config):
+            from wit_world.exports.scheduler import ExtensionPointSet
+            flags = ExtensionPointSet(0)
+            for p in plugin.points():
+                flags |= ExtensionPointSet[p.upper()]
+            return flags
+
+        def pre_filter(self, config, pod):
+            return _wit_prepared(plugin.run_pre_filter(config, pod))
+
+        def filter(self, config, state, pod, nodes):
+            return [None if r is None else r.to_wit() for r in plugin.run_filter(config, state, pod, nodes)]
+
+        def pre_score(self, config, state, pod, nodes):
+            return _wit_prepared(plugin.run_pre_score(config, state, pod, nodes))
+
+        def score(self, config, state, pod, nodes):
+            return _wit_scores(plugin.run_score(config, state, pod, nodes))
+
+        def normalize_score(self, config, state, pod, scores):
+            return _wit_scores(plugin.run_normalize_score(config, state, pod, scores))
+
+    return Scheduler
+
+
+# --- running natively -------------------------------------------------------
+
+
+DEFAULT_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+               "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+"""The pod of a case that names none."""
+
+
+class CycleFailed(Exception):
+    """A scheduling cycle the plugin failed (as the server would see it)."""
+
+
+def cycle(plugin_class, config, pod, nodes):
+    """Runs one scheduling cycle as the server's scheduler does: the
+    configuration checked, then only the points the plugin claims.
+    ``config`` is text or a JSON-able value; ``pod`` and ``nodes`` are dicts.
+    Returns ``(refused, scores)``: node name -> :class:`Refusal`, and node
+    name -> final score of the nodes that fit (empty when the plugin does
+    not score). Raises :class:`CycleFailed` for what fails a cycle."""
+    plugin = plugin_class()
+    text = config if isinstance(config, str) else ("" if config is None else json.dumps(config))
+    try:
+        plugin.configure(text)
+    except ValueError as e:
+        raise CycleFailed(f"check-config: {e}") from None
+    points = plugin.points()
+    pod_text = json.dumps(pod)
+    names = [Object(n).name for n in nodes]
+    texts = [json.dumps(n) for n in nodes]
+    refused, scores = {}, {}
+    state, filtering = "", "filter" in points
+    if "pre_filter" in points:
+        answer = plugin.run_pre_filter(text, pod_text)
+        if answer is SKIP:
+            filtering = False
+        elif isinstance(answer, Refusal):
+            return {n: answer for n in names}, {}
+        else:
+            state = answer
+    if filtering:
+        for name, answer in zip(names, plugin.run_filter(text, state, pod_text, texts)):
+            if answer is not None:
+                refused[name] = answer
+    if "score" not in points:
+        return refused, scores
+    fit = [(n, t) for n, t in zip(names, texts) if n not in refused]
+    fit_texts = [t for _, t in fit]
+    score_state = ""
+    if "pre_score" in points:
+        answer = plugin.run_pre_score(text, state, pod_text, fit_texts)
+        if answer is SKIP:
+            return refused, scores
+        if isinstance(answer, Refusal):
+            raise CycleFailed(f"pre-score refused: {answer!r}")
+        score_state = answer
+    raw = plugin.run_score(text, score_state, pod_text, fit_texts)
+    if isinstance(raw, Refusal):
+        raise CycleFailed(f"score refused: {raw!r}")
+    if "normalize_score" in points:
+        raw = plugin.run_normalize_score(text, score_state, pod_text, raw)
+        if isinstance(raw, Refusal):
+            raise CycleFailed(f"normalize-score refused: {raw!r}")
+    for (name, _), s in zip(fit, raw):
+        if not MIN_SCORE <= s <= MAX_SCORE:
+            raise CycleFailed(f"node {name!r} scored {s}, out of 0-100")
+        scores[name] = s
+    return refused, scores
+
+
+def check_case(plugin_class, table, case):
+    """The problems of one case of a case table (parsed YAML, the format
+    of ``tests/fixtures/plugin-cases/node-label-score.yaml``); empty when
+    it passes."""
+    config = case["config"] if "config" in case else table.get("config")
+    nodes = case["nodes"] if "nodes" in case else table.get("nodes", [])
+    expect = case.get("expect") or {}
+    want_refused, want_scores = expect.get("refused") or {}, expect.get("scores") or {}
+    try:
+        refused, scores = cycle(plugin_class, config, case.get("pod") or DEFAULT_POD, nodes)
+    except CycleFailed as e:
+        return [f"the cycle failed: {e}"]
+    problems = []
+    names = [Object(n).name for n in nodes]
+    for name in names:
+        want, got = want_refused.get(name), refused.get(name)
+        if want is not None and got is None:
+            problems.append(f"{name}: expected refused ({want!r}), it fits")
+        elif want is None and got is not None:
+            problems.append(f"{name}: expected to fit, refused {got!r}")
+        elif want is not None and not any(want in r for r in got.reasons):
+            problems.append(f"{name}: expected a reason containing {want!r}, got {got!r}")
+    for name in want_refused:
+        if name not in names:
+            problems.append(f"{name}: expected refused, but there is no such node")
+    for name, want in want_scores.items():
+        if scores.get(name) != want:
+            problems.append(f"{name}: expected score {want}, got {scores.get(name)}")
+    return problems
+
+
+def run_cases(plugin_class, path):
+    """Runs every case of a YAML case table natively (needs PyYAML); prints
+    ``PASS``/``FAIL`` per case and returns the failures as
+    ``[(name, problems)]``."""
+    import yaml
+
+    with open(path, encoding="utf-8") as f:
+        table = yaml.safe_load(f)
+    failures = []
+    for case in table["cases"]:
+        problems = check_case(plugin_class, table, case)
+        print(f"{'FAIL' if problems else 'PASS'} {case['name']}{': ' + '; '.join(problems) if problems else ''}")
+        if problems:
+            failures.append((case["name"], problems))
+    return failures
