@@ -254,6 +254,15 @@ impl State {
     }
 }
 
+/// Where a cycle stands after its part under the lock.
+enum Half {
+    /// Decided (no wasm plugin, or the built-in filters failed the pod).
+    Done(Result<sched::ScheduleResult, ScheduleError>),
+    /// The wasm plugins' turn: the built-in filters' outcome and the
+    /// feasible nodes' texts.
+    Plugins(sched::Filtered, HashMap<String, String>),
+}
+
 /// The scheduler.
 struct Scheduler {
     client: Client,
@@ -282,7 +291,7 @@ impl Scheduler {
     async fn schedule_one(self: &Arc<Self>) -> bool {
         let now = Instant::now();
         let active = self.plugins.snapshot();
-        let (key, pod, mut info, result) = {
+        let (key, pod, mut info, first_half) = {
             let mut st = lock(&self.state);
             let Some((key, _attempts)) = st.queue.pop(now) else {
                 return false;
@@ -294,28 +303,34 @@ impl Scheduler {
             let mut info = PodInfo::new(&pod);
             info.default_spread_selector = st.selectors.default_selector(&pod, &info.labels);
             let State {
-                framework, cluster, ..
+                framework,
+                cluster,
+                node_text,
+                ..
             } = &mut *st;
-            if active.is_empty() {
-                let result = framework.schedule(&info, cluster);
-                (key, pod, info, result)
+            let half = if active.is_empty() {
+                Half::Done(framework.schedule(&info, cluster))
             } else {
                 // The built-in filters now; the wasm plugins outside the lock.
                 match framework.filter(&info, cluster, true) {
-                    Err(e) => (key, pod, info, Err(e)),
+                    Err(e) => Half::Done(Err(e)),
                     Ok(filtered) => {
-                        let texts: HashMap<String, String> = filtered
+                        let texts = filtered
                             .feasible
                             .iter()
-                            .filter_map(|n| st.node_text.get(n).map(|t| (n.clone(), t.clone())))
+                            .filter_map(|n| node_text.get(n).map(|t| (n.clone(), t.clone())))
                             .collect();
-                        drop(st);
-                        let result = self
-                            .with_plugins(&active, &pod, &info, filtered, &texts)
-                            .await;
-                        (key, pod, info, result)
+                        Half::Plugins(filtered, texts)
                     }
                 }
+            };
+            (key, pod, info, half)
+        };
+        let result = match first_half {
+            Half::Done(r) => r,
+            Half::Plugins(filtered, texts) => {
+                self.with_plugins(&active, &pod, &info, filtered, &texts)
+                    .await
             }
         };
         let outcome = match &result {

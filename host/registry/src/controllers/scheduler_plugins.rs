@@ -310,14 +310,15 @@ pub async fn manage(
     // The last object seen by name, for the counters' status writes.
     let seen: Arc<Mutex<BTreeMap<String, Value>>> = Default::default();
     let follow = {
+        let (watcher, watched) = (objects.clone(), info.clone());
         let (objects, info, plugins, seen) =
             (objects.clone(), info.clone(), plugins.clone(), seen.clone());
         let reset = (plugins.clone(), seen.clone(), first.clone(), synced.clone());
         let (first, synced) = (first.clone(), synced.clone());
         async move {
-            objects
+            watcher
                 .follow(
-                    &info,
+                    &watched,
                     move |listed| {
                         // Objects deleted while the watch was down.
                         let names: Vec<&str> = listed.iter().filter_map(meta::name).collect();
