@@ -39,9 +39,27 @@ pub const FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 /// A served resource's group, version and plural.
 type Gvr = (String, String, String);
 
-/// Which resources each CRD serves (by CRD name).
+/// Which resources each CRD serves (by CRD name), and the revision of the
+/// CRD they were last brought in line with.
 #[derive(Default)]
-pub struct Served(Mutex<BTreeMap<String, BTreeSet<Gvr>>>);
+pub struct Served(Mutex<BTreeMap<String, Entry>>);
+
+/// One CRD as [`apply`] last saw it.
+struct Entry {
+    /// The CRD's `resourceVersion` then (its deletion's for a deleted CRD:
+    /// the entry stays, without resources, so that an older change applied
+    /// late cannot register it again).
+    revision: u64,
+    resources: BTreeSet<Gvr>,
+}
+
+impl Entry {
+    /// Whether a change at `revision` is one this entry already reflects
+    /// or has gone past (0: unknown, never stale).
+    fn supersedes(&self, revision: u64) -> bool {
+        revision != 0 && revision <= self.revision
+    }
+}
 
 impl Served {
     fn owner_of(
@@ -60,7 +78,7 @@ impl Served {
                 let key = (r.group.clone(), r.version.clone(), r.plural.clone());
                 served
                     .iter()
-                    .find(|(_, keys)| keys.contains(&key))
+                    .find(|(_, entry)| entry.resources.contains(&key))
                     .map(|(name, _)| name.clone())
                     .unwrap_or_default()
             })
@@ -697,8 +715,27 @@ impl Strategy for Definitions {
 /// Brings the registry in line with one CRD (idempotent): registers the
 /// served versions of an accepted CRD, unregisters a deleted one, and
 /// starts the cleanup of a terminating one.
+///
+/// Every change comes twice, in no set order: from the write that made it
+/// (`after_write`) and from the watch ([`spawn_controller`]). A change older
+/// than the last one applied is dropped (the CRD's `resourceVersion`
+/// orders them): else the watch's `Terminating` event, handled after the
+/// cleanup deleted the CRD, or the delete request's own, handled after the
+/// watch's cleanup did, registers a deleted CRD again, for good.
 pub fn apply(objects: &Objects, served: &Arc<Served>, crd: &Value, deleted: bool) {
     let name = meta::name(crd).unwrap_or_default().to_string();
+    let revision = meta::str_field(crd, "resourceVersion")
+        .and_then(|rv| rv.parse::<u64>().ok())
+        .unwrap_or(0);
+    let seen = |served: &BTreeMap<String, Entry>| {
+        served
+            .get(&name)
+            .is_some_and(|entry| entry.supersedes(revision))
+    };
+    // The second copy of a change skips building its resources.
+    if seen(&served.0.lock().expect("served CRDs")) {
+        return;
+    }
     let accepted = crd["status"]["conditions"].as_array().is_some_and(|c| {
         c.iter()
             .any(|c| c["type"] == "NamesAccepted" && c["status"] == "True")
@@ -744,19 +781,29 @@ pub fn apply(objects: &Objects, served: &Arc<Served>, crd: &Value, deleted: bool
         .iter()
         .map(|r| (r.group.clone(), r.version.clone(), r.plural.clone()))
         .collect();
-    let previous = {
+    {
+        // Checked again, and held while the registry changes, so that two
+        // changes of one CRD cannot interleave.
         let mut map = served.0.lock().expect("served CRDs");
-        let previous = map.remove(&name).unwrap_or_default();
-        if !keys.is_empty() {
-            map.insert(name.clone(), keys.clone());
+        if seen(&map) {
+            return;
         }
-        previous
-    };
-    for (g, v, p) in previous.difference(&keys) {
-        objects.resources.remove(g, v, p);
-    }
-    if !wanted.is_empty() {
-        objects.resources.insert_all(wanted);
+        let previous = map
+            .insert(
+                name.clone(),
+                Entry {
+                    revision,
+                    resources: keys.clone(),
+                },
+            )
+            .map(|entry| entry.resources)
+            .unwrap_or_default();
+        for (g, v, p) in previous.difference(&keys) {
+            objects.resources.remove(g, v, p);
+        }
+        if !wanted.is_empty() {
+            objects.resources.insert_all(wanted);
+        }
     }
     if !deleted && meta::str_field(crd, "deletionTimestamp").is_some() {
         let objects = objects.clone();
@@ -818,10 +865,29 @@ async fn clean_up(objects: &Objects, crd: &Value) -> Result<(), ApiError> {
     }
 }
 
-/// Registers every stored CRD (at start, before serving).
+/// Registers every stored CRD (at start, before serving), and, on a
+/// relist after a watch error, unregisters those deleted meanwhile (whose
+/// deletion the watch never showed).
 pub async fn install_existing(objects: &Objects, served: &Arc<Served>) -> Result<u64, ApiError> {
     let crds = objects.resources.builtin(GROUP, "v1", PLURAL);
     let listed = objects.list(&crds, None, &ListParams::default()).await?;
+    let names: BTreeSet<&str> = listed.items.iter().filter_map(meta::name).collect();
+    let gone: Vec<String> = served
+        .0
+        .lock()
+        .expect("served CRDs")
+        .iter()
+        .filter(|(name, entry)| !entry.resources.is_empty() && !names.contains(name.as_str()))
+        .map(|(name, _)| name.clone())
+        .collect();
+    for name in gone {
+        // At the list's revision: one created since is newer, and stays.
+        let tombstone = json!({"metadata": {
+            "name": name,
+            "resourceVersion": listed.resource_version.to_string(),
+        }});
+        apply(objects, served, &tombstone, true);
+    }
     for crd in &listed.items {
         apply(objects, served, crd, false);
     }

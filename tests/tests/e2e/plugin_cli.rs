@@ -306,8 +306,8 @@ fn the_scheduler_example_passes_one_case_table_in_three_languages() {
     let table = fixtures().join("node-label-score.yaml");
     let dir = tempfile::tempdir().unwrap();
     for lang in ["rust", "python", "js"] {
-        let component = wasm_apiserver_e2e::example_plugin_dir()
-            .join(format!("node-label-score-{lang}.wasm"));
+        let component =
+            wasm_apiserver_e2e::example_plugin_dir().join(format!("node-label-score-{lang}.wasm"));
         let cache = dir.path().join(format!("cache-{lang}"));
         let (code, out) = plugin(&[
             "test",

@@ -1538,6 +1538,71 @@ pub(crate) mod tests {
         assert_eq!(pod_requests(&limits).0.milli_cpu, 300);
     }
 
+    /// The two halves with outside plugins between them: a refused node
+    /// is gone and named in the error, outside scores decide among equals,
+    /// a refused pod fails with that plugin's message.
+    #[test]
+    fn outside_plugins_narrow_and_score_between_the_halves() {
+        let c = cluster(&[
+            node("a", "4", "8Gi"),
+            node("b", "4", "8Gi"),
+            node("c", "4", "8Gi"),
+        ]);
+        let mut f = Framework::default_profile().with_seed(7);
+        let p = PodInfo::new(&pod("p", "100m", "64Mi"));
+        let mut filtered = f.filter(&p, &c, true).unwrap();
+        assert_eq!(filtered.feasible.len(), 3);
+        filtered.refuse(
+            "wasm",
+            "b",
+            Status::new(
+                Code::UnschedulableAndUnresolvable,
+                "node has label avoid=true",
+            ),
+        );
+        assert_eq!(filtered.feasible.len(), 2);
+        assert!(!filtered.feasible.contains(&"b".to_string()));
+        for _ in 0..20 {
+            let mut again = f.filter(&p, &c, true).unwrap();
+            again.refuse("wasm", "b", Status::new(Code::Unschedulable, "no"));
+            let extra = ExtraScores {
+                weight: 2,
+                scores: [("a".to_string(), 10), ("c".to_string(), 90)].into(),
+            };
+            let r = f.score(&p, &c, again, &[extra]).unwrap();
+            assert_eq!(r.node, "c");
+            assert_eq!(r.feasible, 2);
+        }
+        // Every node refused: the fit error counts the outside reason.
+        let mut all = f.filter(&p, &c, true).unwrap();
+        for n in ["a", "b", "c"] {
+            all.refuse(
+                "wasm",
+                n,
+                Status::new(
+                    Code::UnschedulableAndUnresolvable,
+                    "node has label avoid=true",
+                ),
+            );
+        }
+        assert!(all.feasible.is_empty());
+        let e = all.into_error(&p);
+        assert_eq!(
+            e.message(),
+            "0/3 nodes are available: 3 node has label avoid=true. preemption: 0/3 nodes are \
+             available: 3 Preemption is not helpful for scheduling.."
+        );
+        // A refused pod: the plugin's message is the error's.
+        let mut refused = f.filter(&p, &c, true).unwrap();
+        refused.refuse_pod("wasm", Status::new(Code::Unschedulable, "not today"));
+        let ScheduleError::Fit(fit) = refused.into_error(&p) else {
+            panic!("a fit error")
+        };
+        assert_eq!(fit.pre_filter_msg.as_deref(), Some("not today"));
+        assert!(fit.unschedulable_plugins.contains("wasm"));
+        assert_eq!(fit.statuses.len(), 3);
+    }
+
     #[test]
     fn adaptive_percentage_of_nodes() {
         assert_eq!(num_feasible_nodes_to_find(0, 10), 10);

@@ -534,12 +534,14 @@ async fn load(
         weight: spec.weight,
         policy: spec.failure_policy,
         plugin,
-        // A new version starts with the old one's counts, not its suspension.
+        // A new version starts with the old one's counts and last error,
+        // not its suspension.
         counters: running.map_or_else(Default::default, |r| {
             Arc::new(Counters {
                 calls: AtomicU64::new(r.counters.calls.load(Ordering::Relaxed)),
                 refusals: AtomicU64::new(r.counters.refusals.load(Ordering::Relaxed)),
                 failures: AtomicU64::new(r.counters.failures.load(Ordering::Relaxed)),
+                last_error: Mutex::new(super::lock(&r.counters.last_error).clone()),
                 ..Default::default()
             })
         }),
