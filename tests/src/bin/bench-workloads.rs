@@ -439,7 +439,7 @@ fn plugins(rt: &tokio::runtime::Runtime, bin: &std::path::Path, o: &Options) -> 
 fn avoided_node(name: &str) -> bool {
     name.trim_start_matches("node-")
         .parse::<usize>()
-        .is_ok_and(|i| i % 10 == 0)
+        .is_ok_and(|i: usize| i.is_multiple_of(10))
 }
 
 async fn server_metrics(server: &Server) -> anyhow::Result<String> {
@@ -472,7 +472,7 @@ async fn register_nodes(server: &Server, count: usize, scores: bool) -> anyhow::
         });
         if scores {
             labels["score"] = json!(((i * 37) % 101).to_string());
-            if i % 10 == 0 {
+            if i.is_multiple_of(10) {
                 labels["avoid"] = json!("true");
             }
         }

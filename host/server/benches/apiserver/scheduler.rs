@@ -28,7 +28,7 @@ const WASM: &str = "scheduler-plugins: wasm label score";
 fn node(i: usize) -> Value {
     let mut labels = json!({"kubernetes.io/hostname": format!("node-{i:03}"),
         "score": ((i * 37) % 101).to_string()});
-    if i % 10 == 0 {
+    if i.is_multiple_of(10) {
         labels["avoid"] = json!("true");
     }
     let r = json!({"cpu": "4", "memory": "16Gi", "pods": "110"});
@@ -137,7 +137,7 @@ async fn run(
             }
         };
         let r = result.expect("a node fits");
-        if r.node.trim_start_matches("node-").parse::<usize>().unwrap() % 10 == 0 {
+        if r.node.trim_start_matches("node-").parse::<usize>().unwrap().is_multiple_of(10) {
             avoided += 1;
         }
         info.node_name = r.node.clone();
