@@ -137,7 +137,12 @@ async fn run(
             }
         };
         let r = result.expect("a node fits");
-        if r.node.trim_start_matches("node-").parse::<usize>().unwrap().is_multiple_of(10) {
+        if r.node
+            .trim_start_matches("node-")
+            .parse::<usize>()
+            .unwrap()
+            .is_multiple_of(10)
+        {
             avoided += 1;
         }
         info.node_name = r.node.clone();
