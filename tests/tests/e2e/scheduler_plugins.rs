@@ -240,15 +240,7 @@ fn a_hostile_plugin_fails_or_is_ignored_and_scheduling_goes_on() {
         ("memory", "memory limit"),
         ("out-of-range", "outside 0..=100"),
     ] {
-        let mut p = plugin(
-            "hostile",
-            "hostile_scheduler.wasm",
-            1,
-            "Fail",
-            json!({"mode": mode}),
-        );
-        p["spec"]["limits"] = json!({"timeoutMillis": 300, "memoryBytes": 33554432});
-        apply(&server, &p);
+        apply(&server, &hostile(mode, "Fail"));
         active(&server, "hostile");
         let name = format!("stuck-{mode}");
         apply(&server, &pod(&name, "100m", json!({}), json!({})));
@@ -267,7 +259,8 @@ fn a_hostile_plugin_fails_or_is_ignored_and_scheduling_goes_on() {
         let out = kubectl(&server, None, &["get", "--raw", "/readyz"]);
         assert!(out.status.success());
         // Ignore: the plugin is skipped and the pod is bound.
-        ignore_hostile(&server, mode);
+        apply(&server, &hostile(mode, "Ignore"));
+        active(&server, "hostile");
         bound(&server, &name);
     }
     let status = kubectl_json(&server, None, &["get", "schedulerplugin", "hostile"]);
@@ -281,18 +274,17 @@ fn a_hostile_plugin_fails_or_is_ignored_and_scheduling_goes_on() {
     assert_eq!(place(&server, "plain", 1).len(), 1);
 }
 
-/// Re-applies the hostile plugin of `mode` with `failurePolicy: Ignore`.
-fn ignore_hostile(server: &Server, mode: &str) {
+/// The hostile plugin in `mode` with `policy`, under tight limits.
+fn hostile(mode: &str, policy: &str) -> Value {
     let mut p = plugin(
         "hostile",
         "hostile_scheduler.wasm",
         1,
-        "Ignore",
+        policy,
         json!({"mode": mode}),
     );
     p["spec"]["limits"] = json!({"timeoutMillis": 300, "memoryBytes": 33554432});
-    apply(server, &p);
-    active(server, "hostile");
+    p
 }
 
 #[test]
