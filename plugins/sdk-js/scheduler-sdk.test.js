@@ -3,11 +3,16 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  checkCase, clampScore, cycle, CycleFailed, exportScheduler, KubeObject, parseInteger, Refusal, runner, SKIP,
+  checkCase, clampScore, cycle, CycleFailed, exportScheduler, KubeObject, Node, parseInteger, Refusal, runner, SKIP,
 } from './wasm-apiserver-scheduler-sdk.js';
 
 const POD = JSON.stringify({ kind: 'Pod', metadata: { name: 'p', namespace: 'ns' } });
 const node = (name, labels = {}) => ({ kind: 'Node', metadata: { name, labels } });
+// The record the host sends for node(name, labels), as the bindings hand it
+// (tuples as arrays, `none` as undefined), without its object.
+const record = (name, labels = {}) => ({
+  name, labels: Object.entries(labels).sort(), taints: [], unschedulable: false, object: undefined,
+});
 
 // Refuses nodes with the configured label, scores by the `score` label.
 const sample = {
@@ -34,25 +39,37 @@ const scaled = {
   },
 };
 
+// Records the nodes its filter and score see; refuses a node annotated `off`.
+const seen = [];
+const watcher = {
+  filter(config, pod, n) {
+    seen.push(n);
+    return n.annotation('off') ? Refusal.unschedulable(`${n.name} is off`) : undefined;
+  },
+  score(config, pod, n) { return n.taints.length; },
+};
+const FULL = {
+  kind: 'Node',
+  metadata: { name: 'n', labels: { zone: 'b', arch: 'arm', odd: 1 }, annotations: { off: 'yes' } },
+  spec: { unschedulable: true, taints: [{ key: 'gpu', effect: 'NoSchedule' }, { key: 'a', value: 'b', effect: 'NoExecute' }] },
+};
+
 test('points are the functions the plugin has', () => {
   assert.deepEqual(runner(sample).points(), ['preFilter', 'filter', 'score']);
   assert.deepEqual(runner(scaled).points(), ['preScore', 'score', 'normalizeScore']);
   assert.deepEqual(exportScheduler(sample).extensionPoints(''),
-    { preFilter: true, filter: true, preScore: false, score: true, normalizeScore: false });
+    { preFilter: true, filter: true, preScore: false, score: true, normalizeScore: false, nodeObjects: false });
 });
 
 test('filter answers each node in order', () => {
-  const nodes = [node('a'), node('b', { gpu: 'x' })].map((n) => JSON.stringify(n));
-  const out = runner(sample).filter('{"avoid": "gpu"}', 'p', POD, [...nodes, 'not json', JSON.stringify(node('boom'))]);
+  const out = runner(sample).filter('{"avoid": "gpu"}', 'p', POD, [record('a'), record('b', { gpu: 'x' }), record('boom')]);
   assert.equal(out[0], undefined);
   assert.deepEqual(out[1].toWit(), { code: 'unschedulable', reasons: ['p avoids b'] });
-  assert.equal(out[2].code, 'error');
-  assert.match(out[2].reasons[0], /^node is not valid JSON/);
-  assert.deepEqual(out[3].toWit(), { code: 'error', reasons: ['filter failed: exploded'] });
+  assert.deepEqual(out[2].toWit(), { code: 'error', reasons: ['filter failed: exploded'] });
 });
 
 test('a bad configuration or pod refuses every node with error', () => {
-  const nodes = [node('a'), node('b')].map((n) => JSON.stringify(n));
+  const nodes = [record('a'), record('b')];
   assert.deepEqual(exportScheduler(sample).filter('{"avoid": "bad"}', '', POD, nodes),
     [{ code: 'error', reasons: ['avoid may not be bad'] }, { code: 'error', reasons: ['avoid may not be bad'] }]);
   assert.ok(runner(sample).filter('', '', '{', nodes).every((r) => r.code === 'error'));
@@ -70,11 +87,11 @@ test('pre-filter state and skip', () => {
 
 test('score is per node, in BigInt, and a refusal is thrown as the record', () => {
   const s = exportScheduler(sample);
-  const nodes = [node('a', { score: '7' }), node('b', { score: '1000' })].map((n) => JSON.stringify(n));
+  const nodes = [record('a', { score: '7' }), record('b', { score: '1000' })];
   assert.deepEqual(s.score('', '', POD, nodes), [7n, 1000n]);
-  const bad = [node('a', { score: '7' }), node('c')].map((n) => JSON.stringify(n));
+  const bad = [record('a', { score: '7' }), record('c')];
   assert.throws(() => s.score('', '', POD, bad), (e) => e.code === 'error' && e.reasons[0] === 'c has no score');
-  const fraction = [node('a', { score: '1.5' })].map((n) => JSON.stringify(n));
+  const fraction = [record('a', { score: '1.5' })];
   assert.throws(() => s.score('', '', POD, fraction), (e) => /must return safe integers/.test(e.reasons[0]));
 });
 
@@ -85,8 +102,8 @@ test('unclaimed points answer neutrally', () => {
   assert.deepEqual(s.normalizeScore('', '', POD, BigInt64Array.from([5n, 500n])), [5n, 500n]);
   assert.deepEqual(exportScheduler(scaled).normalizeScore('', '', POD, BigInt64Array.from([5n, 10n])), [50n, 100n]);
   const plain = exportScheduler({});
-  assert.deepEqual(plain.filter('', '', POD, [JSON.stringify(node('a'))]), [undefined]);
-  assert.deepEqual(plain.score('', '', POD, [JSON.stringify(node('a'))]), [0n]);
+  assert.deepEqual(plain.filter('', '', POD, [record('a')]), [undefined]);
+  assert.deepEqual(plain.score('', '', POD, [record('a')]), [0n]);
 });
 
 test('a cycle filters, then scores what fits', () => {
@@ -105,6 +122,70 @@ test('a wrong expectation fails its case', () => {
   assert.deepEqual(checkCase(sample, table, { name: 'ok', expect: { refused: { b: 'avoids b' }, scores: { a: 5 } } }), []);
   const problems = checkCase(sample, table, { name: 'bad', expect: { scores: { a: 6 } } });
   assert.deepEqual(problems, ['b: expected to fit, refused unschedulable: p avoids b', 'a: expected score 6, got 5']);
+});
+
+test('nodes read the record', () => {
+  // The object says otherwise: name, labels, taints and unschedulable come from the record.
+  const n = new Node({
+    name: 'a', labels: [['arch', 'amd'], ['zone', 'x']], taints: [{ key: 'gpu', value: '', effect: 'NoSchedule' }],
+    unschedulable: true, object: JSON.stringify(node('other', { zone: 'y' })),
+  });
+  assert.deepEqual([n.name, n.label('zone'), n.label('none'), n.label('constructor'), n.unschedulable],
+    ['a', 'x', undefined, undefined, true]);
+  assert.deepEqual(n.labels, { arch: 'amd', zone: 'x' });
+  assert.deepEqual(n.taints, [{ key: 'gpu', value: '', effect: 'NoSchedule' }]);
+  assert.equal(n.object.metadata.name, 'other');
+  assert.equal(n.object, n.object);
+  const bare = new Node({ name: 'b', labels: [], taints: [], unschedulable: false, object: undefined });
+  assert.deepEqual([bare.labels, bare.taints, bare.unschedulable, bare.object, bare.annotation('x')],
+    [{}, [], false, undefined, undefined]);
+});
+
+test('a node from an object is what the host sends', () => {
+  const n = Node.fromObject(FULL);
+  assert.deepEqual([n.name, n.unschedulable, n.label('odd')], ['n', true, undefined]);
+  assert.deepEqual(Object.entries(n.labels), [['arch', 'arm'], ['zone', 'b']]);
+  assert.deepEqual(n.taints, [{ key: 'gpu', value: '', effect: 'NoSchedule' }, { key: 'a', value: 'b', effect: 'NoExecute' }]);
+  assert.equal(n.object, FULL);
+  assert.equal(n.annotation('off'), 'yes');
+  const bare = n.withoutObject();
+  assert.deepEqual([bare.name, bare.labels, bare.taints, bare.unschedulable], ['n', n.labels, n.taints, true]);
+  assert.deepEqual([bare.object, bare.annotation('off')], [undefined, undefined]);
+  const empty = Node.fromObject({});
+  assert.deepEqual([empty.name, empty.labels, empty.taints, empty.unschedulable], ['', {}, [], false]);
+});
+
+test('a node object that does not parse is an error refusal', () => {
+  const bad = { name: 'bad', labels: [], taints: [], unschedulable: false, object: '{not json' };
+  const good = { name: 'good', labels: [], taints: [], unschedulable: false, object: JSON.stringify(node('good')) };
+  const out = runner({ ...watcher, nodeObjects: true }).filter('', '', POD, [good, bad]);
+  assert.equal(out[0], undefined);
+  assert.equal(out[1].code, 'error');
+  assert.match(out[1].reasons[0], /^node bad object is not valid JSON/);
+  // Not read, not parsed: a plugin that never reads the object never fails on it.
+  assert.deepEqual(exportScheduler(sample).score('', '', POD, [{ ...record('a', { score: '3' }), object: '{' }]), [3n]);
+});
+
+test('without nodeObjects a plugin sees no objects', () => {
+  assert.deepEqual(exportScheduler(watcher).extensionPoints(''),
+    { preFilter: false, filter: true, preScore: false, score: true, normalizeScore: false, nodeObjects: false });
+  seen.length = 0;
+  // Its annotation would refuse it: the plugin cannot see it.
+  assert.deepEqual(cycle(watcher, '', JSON.parse(POD), [FULL]), { refused: {}, scores: { n: 2 } });
+  assert.deepEqual(seen.map((n) => [n.object, n.annotation('off'), n.label('zone'), n.unschedulable]),
+    [[undefined, undefined, 'b', true]]);
+});
+
+test('with nodeObjects a plugin sees them', () => {
+  const claiming = { ...watcher, nodeObjects: true };
+  assert.deepEqual(exportScheduler(claiming).extensionPoints(''),
+    { preFilter: false, filter: true, preScore: false, score: true, normalizeScore: false, nodeObjects: true });
+  seen.length = 0;
+  const other = { kind: 'Node', metadata: { name: 'm' } };
+  const got = cycle(claiming, '', JSON.parse(POD), [FULL, other]);
+  assert.deepEqual([Object.keys(got.refused), got.refused.n.reasons, got.scores], [['n'], ['n is off'], { m: 0 }]);
+  assert.deepEqual(seen.map((n) => n.object), [FULL, other]);
+  assert.notEqual(seen[0].object, FULL);
 });
 
 test('objects read names and labels', () => {

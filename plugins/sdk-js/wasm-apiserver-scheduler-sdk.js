@@ -17,28 +17,39 @@
 //   });
 //
 // The host passes every candidate node of a scheduling cycle in one call;
-// the SDK parses the pod once per call and each node once, calls the
-// function for each node and answers in the nodes' order. The extension
-// points it claims (`extension-points`) are exactly the functions the plugin
-// object has: preFilter(config, pod), filter(config, pod, node),
-// preScore(config, pod, nodes), score(config, pod, node) and
-// normalizeScore(config, pod, scores). filter returns undefined when the
-// node fits, or a Refusal; score a number; normalizeScore the array brought
-// to 0-100; preFilter and preScore a state string (or SKIP, or a Refusal),
-// which later points read as `pod.state`. check(config) throws for a
-// configuration the plugin cannot use.
+// the SDK parses the pod once per call, calls the function for each node
+// and answers in the nodes' order. A node arrives as the host's `node`
+// record, which costs no parsing: a Node reads its `name`, `labels`
+// (`label(key)`), `taints` and `unschedulable` from it. A plugin that needs
+// more of the object (status, allocatable, annotations) sets
+// `nodeObjects: true`: the host then sends every node's whole object too,
+// which `node.object` parses on first use (undefined without the claim).
+// Claim it only when needed: the host serializes and the plugin parses each
+// node's object on every call.
 //
-// Failures never trap: a bad configuration, JSON that does not parse, or an
-// exception thrown by a function answers a refusal with code `error`. Scores
-// are not clamped: out of 0-100 without normalizeScore fails the cycle, as
-// upstream's framework does (clampScore brings one into range).
+// The extension points a plugin claims (`extension-points`) are exactly the
+// functions the plugin object has: preFilter(config, pod),
+// filter(config, pod, node), preScore(config, pod, nodes),
+// score(config, pod, node) and normalizeScore(config, pod, scores). filter
+// returns undefined when the node fits, or a Refusal; score a number;
+// normalizeScore the array brought to 0-100; preFilter and preScore a state
+// string (or SKIP, or a Refusal), which later points read as `pod.state`.
+// check(config) throws for a configuration the plugin cannot use.
+//
+// Failures never trap: a bad configuration, a pod (or a claimed node object)
+// that does not parse, or an exception thrown by a function answers a
+// refusal with code `error`. Scores are not clamped: out of 0-100 without
+// normalizeScore fails the cycle, as upstream's framework does (clampScore
+// brings one into range).
 //
 // Build with `componentize-js --wit wit -n scheduler-plugin -d http -d
 // fetch-event app.js` from a folder holding app.js, this file and
 // wasm-apiserver-sdk.js. It imports no WIT interface, so it runs and is
 // tested in plain Node too (scheduler-sdk.test.js); there `cycle` runs a
 // plugin as the server's scheduler would and `checkCase` checks one case of
-// a `wasm-apiserver plugin test` case table.
+// a `wasm-apiserver plugin test` case table; they give the plugin the nodes'
+// records built from the case's objects (Node.fromObject), and their
+// objects only when it claims `nodeObjects`, as the host does.
 //
 // Versioning: SDK 0.4.x binds wasm-apiserver:plugin@0.4.0.
 
@@ -53,6 +64,13 @@ export const MAX_SCORE = 100;
 
 /** The extension points, by function name, in the WIT flags' order. */
 export const POINTS = ['preFilter', 'filter', 'preScore', 'score', 'normalizeScore'];
+
+/**
+ * The members of the WIT flags `extension-point-set`, in order: the
+ * extension points, then `nodeObjects` (not a point: the plugin reads whole
+ * node objects).
+ */
+export const FLAGS = [...POINTS, 'nodeObjects'];
 
 /** The refusal codes, as the WIT enum names them. */
 export const CODES = ['unschedulable', 'unschedulable-and-unresolvable', 'error'];
@@ -101,9 +119,9 @@ export class Refusal extends Error {
 const isObject = (v) => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /**
- * A Pod or Node as the host sent it (`kubectl get -o json`), parsed once.
- * `json` is the whole object; `state` (on the pod) is the cycle state the
- * plugin's preFilter or preScore returned ('' without one).
+ * A Pod as the host sent it (`kubectl get -o json`), parsed once (or any
+ * object, in Node.js). `json` is the whole object; `state` (on the pod) is the
+ * cycle state the plugin's preFilter or preScore returned ('' without one).
  */
 export class KubeObject {
   constructor(json, state = '') {
@@ -154,6 +172,110 @@ export class KubeObject {
   }
 }
 
+const str = (v) => (typeof v === 'string' ? v : '');
+const UNPARSED = Symbol('unparsed');
+
+/**
+ * A candidate node: `name` (metadata.name), `labels` and `label(key)`
+ * (metadata.labels), `taints` (spec.taints, objects with `key`, `value`,
+ * `effect`) and `unschedulable` (spec.unschedulable) from the host's record,
+ * without parsing; `object`, the whole Node, only when the plugin claims
+ * `nodeObjects` (undefined otherwise), parsed on first access.
+ *
+ * Built from the record (`new Node(record)`: the WIT `node` as the bindings
+ * hand it, `{ name, labels: [[key, value], ...], taints: [{ key, value,
+ * effect }], unschedulable, object }` with `object` JSON text or undefined),
+ * or in Node.js from a whole object (Node.fromObject).
+ */
+export class Node {
+  #pairs;
+  #labels;
+  #taints;
+  #text;
+  #object;
+
+  constructor(record) {
+    /** metadata.name. */
+    this.name = record.name;
+    /** spec.unschedulable (cordoned). */
+    this.unschedulable = record.unschedulable === true;
+    this.#pairs = record.labels;
+    this.#taints = record.taints;
+    this.#text = record.object ?? undefined;
+    this.#object = this.#text === undefined ? undefined : UNPARSED;
+  }
+
+  /**
+   * The node the host would send for the whole object `obj`, with the
+   * object kept: labels that are not strings are left out, taints are those
+   * of spec.taints.
+   */
+  static fromObject(obj) {
+    const o = isObject(obj) ? obj : {};
+    const metadata = isObject(o.metadata) ? o.metadata : {};
+    const spec = isObject(o.spec) ? o.spec : {};
+    const labels = isObject(metadata.labels) ? metadata.labels : {};
+    const taints = Array.isArray(spec.taints) ? spec.taints : [];
+    const node = new Node({
+      name: str(metadata.name),
+      labels: Object.entries(labels).filter(([, v]) => typeof v === 'string')
+        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
+      taints: taints.filter(isObject).map((t) => ({ key: str(t.key), value: str(t.value), effect: str(t.effect) })),
+      unschedulable: spec.unschedulable === true,
+    });
+    node.#object = o;
+    return node;
+  }
+
+  /** The same node without its object (what a plugin that does not claim nodeObjects receives). */
+  withoutObject() {
+    return new Node({ name: this.name, labels: this.#pairs, taints: this.#taints, unschedulable: this.unschedulable });
+  }
+
+  /** metadata.labels as an object (built once). */
+  get labels() {
+    this.#labels ??= Object.fromEntries(this.#pairs);
+    return this.#labels;
+  }
+
+  /** One label's value, or undefined. */
+  label(key) {
+    const labels = this.labels;
+    return Object.hasOwn(labels, key) ? labels[key] : undefined;
+  }
+
+  /** spec.taints, in order: objects with `key`, `value` ('' when none) and `effect`. */
+  get taints() {
+    return this.#taints;
+  }
+
+  /**
+   * The whole Node when the plugin claims nodeObjects, else undefined. A
+   * text that does not parse throws a Refusal with code `error` (the node's
+   * answer, as any thrown refusal).
+   */
+  get object() {
+    if (this.#object === UNPARSED) {
+      let obj;
+      try {
+        obj = JSON.parse(this.#text);
+      } catch (e) {
+        throw Refusal.error(`node ${this.name} object is not valid JSON: ${e.message}`);
+      }
+      this.#object = isObject(obj) ? obj : {};
+    }
+    return this.#object;
+  }
+
+  /** One annotation's value, from `object`: undefined without it. */
+  annotation(key) {
+    const a = this.object?.metadata?.annotations;
+    return isObject(a) && Object.hasOwn(a, key) && typeof a[key] === 'string' ? a[key] : undefined;
+  }
+}
+
+const asNode = (n) => (n instanceof Node ? n : new Node(n));
+
 const asRefusal = (e, what) => (e instanceof Refusal ? e : Refusal.error(`${what} failed: ${e?.message ?? String(e)}`));
 
 function prepared(answer) {
@@ -172,7 +294,7 @@ function ints(scores, what) {
 /**
  * The plain-JavaScript answers of each point for `plugin` (no bindings): a
  * state string, SKIP or a Refusal; an array of undefined or Refusal; an
- * array of integers or a Refusal.
+ * array of integers or a Refusal. `nodes` are the host's records (or Nodes).
  */
 export function runner(plugin) {
   const configure = (text) => {
@@ -194,6 +316,9 @@ export function runner(plugin) {
   return {
     configure,
     points: () => POINTS.filter((p) => typeof plugin[p] === 'function'),
+    /** What extension-points answers, as FLAGS names: the points, and nodeObjects when claimed. */
+    flags: () => FLAGS.filter((f) => (f === 'nodeObjects'
+      ? plugin.nodeObjects === true : typeof plugin[f] === 'function')),
     preFilter(text, pod) {
       try {
         const [config, p] = prepare(text, pod);
@@ -213,7 +338,7 @@ export function runner(plugin) {
       return nodes.map((n) => {
         let answer;
         try {
-          answer = plugin.filter ? plugin.filter(config, p, KubeObject.parse(n, 'node')) : undefined;
+          answer = plugin.filter ? plugin.filter(config, p, asNode(n)) : undefined;
         } catch (e) {
           return asRefusal(e, 'filter');
         }
@@ -225,8 +350,7 @@ export function runner(plugin) {
     preScore(text, state, pod, nodes) {
       try {
         const [config, p] = prepare(text, pod, state);
-        const parsed = nodes.map((n) => KubeObject.parse(n, 'node'));
-        return plugin.preScore ? prepared(plugin.preScore(config, p, parsed)) : state;
+        return plugin.preScore ? prepared(plugin.preScore(config, p, nodes.map(asNode))) : state;
       } catch (e) {
         return asRefusal(e, 'preScore');
       }
@@ -234,8 +358,7 @@ export function runner(plugin) {
     score(text, state, pod, nodes) {
       try {
         const [config, p] = prepare(text, pod, state);
-        return ints(nodes.map((n) => (plugin.score
-          ? plugin.score(config, p, KubeObject.parse(n, 'node')) : MIN_SCORE)), 'score');
+        return ints(nodes.map((n) => (plugin.score ? plugin.score(config, p, asNode(n)) : MIN_SCORE)), 'score');
       } catch (e) {
         return asRefusal(e, 'score');
       }
@@ -280,8 +403,8 @@ export function exportScheduler(plugin) {
       }
     },
     extensionPoints() {
-      const claimed = run.points();
-      return Object.fromEntries(POINTS.map((p) => [p, claimed.includes(p)]));
+      const claimed = run.flags();
+      return Object.fromEntries(FLAGS.map((f) => [f, claimed.includes(f)]));
     },
     preFilter: (config, pod) => witPrepared(run.preFilter(config, pod)),
     filter: (config, state, pod, nodes) => run.filter(config, state, pod, nodes).map((r) => r?.toWit()),
@@ -307,7 +430,9 @@ export class CycleFailed extends Error {}
 /**
  * Runs one scheduling cycle as the server's scheduler does: the
  * configuration checked, then only the points the plugin claims. `config` is
- * text or a JSON-able value; `pod` and `nodes` are objects. Returns
+ * text or a JSON-able value; `pod` and `nodes` are objects (whole objects:
+ * the plugin gets their records, with copies of the objects only when it
+ * claims nodeObjects). Returns
  * `{ refused, scores }`: node name -> Refusal, and node name -> final score of
  * the nodes that fit. Throws CycleFailed for what fails a cycle.
  */
@@ -321,8 +446,11 @@ export function cycle(plugin, config, pod, nodes) {
   }
   const points = run.points();
   const podText = JSON.stringify(pod);
-  const names = nodes.map((n) => new KubeObject(n).name);
-  const texts = nodes.map((n) => JSON.stringify(n));
+  // The records the host would send: the objects (as the JSON it sends)
+  // only when claimed.
+  const records = nodes.map((n) => (plugin.nodeObjects === true
+    ? Node.fromObject(JSON.parse(JSON.stringify(n))) : Node.fromObject(n).withoutObject()));
+  const names = records.map((r) => r.name);
   const refused = {};
   const scores = {};
   let state = '';
@@ -334,19 +462,19 @@ export function cycle(plugin, config, pod, nodes) {
     else state = answer;
   }
   if (filtering) {
-    run.filter(text, state, podText, texts).forEach((r, i) => { if (r) refused[names[i]] = r; });
+    run.filter(text, state, podText, records).forEach((r, i) => { if (r) refused[names[i]] = r; });
   }
   if (!points.includes('score')) return { refused, scores };
-  const fit = names.map((n, i) => [n, texts[i]]).filter(([n]) => !(n in refused));
-  const fitTexts = fit.map(([, t]) => t);
+  const fit = names.map((n, i) => [n, records[i]]).filter(([n]) => !(n in refused));
+  const fitRecords = fit.map(([, r]) => r);
   let scoreState = '';
   if (points.includes('preScore')) {
-    const answer = run.preScore(text, state, podText, fitTexts);
+    const answer = run.preScore(text, state, podText, fitRecords);
     if (answer === SKIP) return { refused, scores };
     if (answer instanceof Refusal) throw new CycleFailed(`pre-score refused: ${answer.message}`);
     scoreState = answer;
   }
-  let raw = run.score(text, scoreState, podText, fitTexts);
+  let raw = run.score(text, scoreState, podText, fitRecords);
   if (raw instanceof Refusal) throw new CycleFailed(`score refused: ${raw.message}`);
   if (points.includes('normalizeScore')) {
     raw = run.normalizeScore(text, scoreState, podText, raw);
@@ -376,7 +504,7 @@ export function checkCase(plugin, table, c) {
     throw e;
   }
   const problems = [];
-  const names = nodes.map((n) => new KubeObject(n).name);
+  const names = nodes.map((n) => Node.fromObject(n).name);
   for (const name of names) {
     const want = wantRefused[name];
     const r = got.refused[name];

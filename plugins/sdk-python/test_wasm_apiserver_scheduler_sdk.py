@@ -1,8 +1,13 @@
 """Unit tests of the Python scheduler SDK (plain CPython, no bindings):
 python3 -m unittest discover -s plugins/sdk-python"""
 
+import enum
 import json
+import sys
+import types
 import unittest
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
 
 import wasm_apiserver_scheduler_sdk as sched
 
@@ -11,6 +16,56 @@ POD = json.dumps({"kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}})
 
 def node(name, **labels):
     return {"kind": "Node", "metadata": {"name": name, "labels": labels}}
+
+
+def record(name, **labels):
+    """The record the host sends for node(name, **labels), without its object."""
+    return sched.NodeRecord(name, sorted(labels.items()), [], False, None)
+
+
+# The records as componentize-py's bindings hand them (wit_world.exports.scheduler).
+@dataclass
+class WitTaint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass
+class WitNode:
+    name: str
+    labels: List[Tuple[str, str]]
+    taints: List[WitTaint]
+    unschedulable: bool
+    object: Optional[str]
+
+
+class ExtensionPointSet(enum.Flag):
+    """The flags as componentize-py generates them, in the WIT order."""
+    PRE_FILTER = enum.auto()
+    FILTER = enum.auto()
+    PRE_SCORE = enum.auto()
+    SCORE = enum.auto()
+    NORMALIZE_SCORE = enum.auto()
+    NODE_OBJECTS = enum.auto()
+
+
+def extension_points(plugin_class):
+    """What the export answers from ``extension-points``, against stand-in bindings."""
+    saved = {m: sys.modules.get(m) for m in ("wit_world", "wit_world.exports", "wit_world.exports.scheduler")}
+    bindings = types.ModuleType("wit_world.exports.scheduler")
+    bindings.ExtensionPointSet = ExtensionPointSet
+    sys.modules.update({"wit_world": types.ModuleType("wit_world"),
+                        "wit_world.exports": types.ModuleType("wit_world.exports"),
+                        "wit_world.exports.scheduler": bindings})
+    try:
+        return sched.export(plugin_class)().extension_points("")
+    finally:
+        for m, module in saved.items():
+            if module is None:
+                sys.modules.pop(m, None)
+            else:
+                sys.modules[m] = module
 
 
 class Sample(sched.SchedulerPlugin):
@@ -50,6 +105,31 @@ class Scaled(sched.SchedulerPlugin):
         return [s * 100 // top for s in scores]
 
 
+class Seen(sched.SchedulerPlugin):
+    """Records the nodes its filter and score see; refuses a node annotated `off`."""
+
+    seen = []
+
+    def filter(self, config, pod, node):
+        Seen.seen.append(node)
+        if node.annotation("off"):
+            return sched.Refusal.unschedulable(f"{node.name} is off")
+        return None
+
+    def score(self, config, pod, node):
+        return len(node.taints)
+
+
+class SeenObjects(Seen):
+    node_objects = True
+
+
+FULL = {"kind": "Node",
+        "metadata": {"name": "n", "labels": {"zone": "b", "arch": "arm", "odd": 1}, "annotations": {"off": "yes"}},
+        "spec": {"unschedulable": True, "taints": [{"key": "gpu", "effect": "NoSchedule"},
+                                                   {"key": "a", "value": "b", "effect": "NoExecute"}]}}
+
+
 class SchedulerSdkTest(unittest.TestCase):
     def test_points_are_the_overridden_methods(self):
         self.assertEqual(Sample().points(), ["pre_filter", "filter", "score"])
@@ -57,16 +137,13 @@ class SchedulerSdkTest(unittest.TestCase):
         self.assertEqual(sched.SchedulerPlugin().points(), [])
 
     def test_filter_answers_each_node_in_order(self):
-        nodes = [json.dumps(node("a")), json.dumps(node("b", gpu="x")), "not json", json.dumps(node("boom"))]
+        nodes = [record("a"), record("b", gpu="x"), record("boom")]
         out = Sample().run_filter('{"avoid": "gpu"}', "p", POD, nodes)
-        self.assertEqual(out[0], None)
-        self.assertEqual(out[1], sched.Refusal.unschedulable("p avoids b"))
-        self.assertEqual(out[2].code, "error")
-        self.assertTrue(out[2].reasons[0].startswith("node is not valid JSON"), out[2])
-        self.assertEqual(out[3], sched.Refusal.error("filter failed: exploded"))
+        self.assertEqual(out, [None, sched.Refusal.unschedulable("p avoids b"),
+                               sched.Refusal.error("filter failed: exploded")])
 
     def test_a_bad_configuration_or_pod_refuses_every_node(self):
-        nodes = [json.dumps(node("a")), json.dumps(node("b"))]
+        nodes = [record("a"), record("b")]
         self.assertEqual(Sample().run_filter('{"avoid": "bad"}', "", POD, nodes),
                          [sched.Refusal.error("avoid may not be bad")] * 2)
         self.assertTrue(all(r.code == "error" for r in Sample().run_filter("", "", "{", nodes)))
@@ -78,17 +155,17 @@ class SchedulerSdkTest(unittest.TestCase):
         self.assertIs(Sample().run_pre_filter("", skipped), sched.SKIP)
 
     def test_score_is_per_node_and_a_refusal_fails_it(self):
-        nodes = [json.dumps(node("a", score="7")), json.dumps(node("b", score="1000"))]
+        nodes = [record("a", score="7"), record("b", score="1000")]
         self.assertEqual(Sample().run_score("", "", POD, nodes), [7, 1000])
-        nodes = [json.dumps(node("a", score="7")), json.dumps(node("c"))]
+        nodes = [record("a", score="7"), record("c")]
         self.assertEqual(Sample().run_score("", "", POD, nodes), sched.Refusal.error("c has no score"))
 
     def test_unclaimed_points_answer_neutrally(self):
         self.assertEqual(Sample().run_pre_score("", "kept", POD, []), "kept")
         self.assertEqual(Sample().run_normalize_score("", "", POD, [5, 500]), [5, 500])
         plain = sched.SchedulerPlugin()
-        self.assertEqual(plain.run_filter("", "", POD, [json.dumps(node("a"))]), [None])
-        self.assertEqual(plain.run_score("", "", POD, [json.dumps(node("a"))]), [0])
+        self.assertEqual(plain.run_filter("", "", POD, [record("a")]), [None])
+        self.assertEqual(plain.run_score("", "", POD, [record("a")]), [0])
 
     def test_a_cycle_filters_then_scores_what_fits(self):
         nodes = [node("a", raw="500"), node("b", raw="1000"), node("c", off="1")]
@@ -111,6 +188,66 @@ class SchedulerSdkTest(unittest.TestCase):
         problems = sched.check_case(Sample, table, bad)
         self.assertIn("b: expected to fit, refused Refusal('unschedulable', 'p avoids b')", problems)
         self.assertIn("a: expected score 6, got 5", problems)
+
+    def test_nodes_read_the_record(self):
+        # The object says otherwise: name, labels, taints and unschedulable come from the record.
+        rec = WitNode("a", [("arch", "amd"), ("zone", "x")], [WitTaint("gpu", "", "NoSchedule")], True,
+                      json.dumps(node("other", zone="y")))
+        n = sched.Node(rec)
+        self.assertEqual((n.name, n.label("zone"), n.label("none"), n.unschedulable), ("a", "x", None, True))
+        self.assertEqual(n.labels, {"arch": "amd", "zone": "x"})
+        self.assertEqual(n.taints, [sched.Taint("gpu", "", "NoSchedule")])
+        self.assertEqual((n.taints[0].key, n.taints[0].value, n.taints[0].effect), ("gpu", "", "NoSchedule"))
+        self.assertEqual(n.object["metadata"]["name"], "other")
+        self.assertIs(n.object, n.object)
+        bare = sched.Node(WitNode("b", [], [], False, None))
+        self.assertEqual((bare.labels, bare.taints, bare.unschedulable, bare.object, bare.annotation("x")),
+                         ({}, [], False, None, None))
+
+    def test_a_node_from_an_object_is_what_the_host_sends(self):
+        n = sched.Node.from_object(FULL)
+        self.assertEqual((n.name, n.unschedulable, n.label("odd")), ("n", True, None))
+        self.assertEqual(list(n.labels.items()), [("arch", "arm"), ("zone", "b")])
+        self.assertEqual(n.taints, [("gpu", "", "NoSchedule"), ("a", "b", "NoExecute")])
+        self.assertIs(n.object, FULL)
+        self.assertEqual(n.annotation("off"), "yes")
+        bare = n.without_object()
+        self.assertEqual((bare.name, bare.labels, bare.taints, bare.unschedulable), ("n", n.labels, n.taints, True))
+        self.assertEqual((bare.object, bare.annotation("off")), (None, None))
+        empty = sched.Node.from_object({})
+        self.assertEqual((empty.name, empty.labels, empty.taints, empty.unschedulable), ("", {}, [], False))
+
+    def test_a_node_object_that_does_not_parse_is_an_error_refusal(self):
+        bad = WitNode("bad", [], [], False, "{not json")
+        good = WitNode("good", [], [], False, json.dumps(node("good")))
+        out = SeenObjects().run_filter("", "", POD, [good, bad])
+        self.assertIsNone(out[0])
+        self.assertEqual(out[1].code, "error")
+        self.assertTrue(out[1].reasons[0].startswith("node bad object is not valid JSON"), out[1])
+        # Not read, not parsed: a plugin that never reads the object never fails on it.
+        self.assertEqual(Sample().run_score("", "", POD, [WitNode("a", [("score", "3")], [], False, "{")]), [3])
+
+    def test_without_node_objects_a_plugin_sees_none(self):
+        self.assertFalse(Seen.node_objects)
+        self.assertEqual(Seen().flags(), ["filter", "score"])
+        self.assertEqual(extension_points(Seen), ExtensionPointSet.FILTER | ExtensionPointSet.SCORE)
+        Seen.seen = []
+        refused, scores = sched.cycle(Seen, "", json.loads(POD), [FULL])
+        # Its annotation would refuse it: the plugin cannot see it.
+        self.assertEqual((refused, scores), ({}, {"n": 2}))
+        self.assertEqual([(n.object, n.annotation("off"), n.label("zone"), n.unschedulable) for n in Seen.seen],
+                         [(None, None, "b", True)])
+
+    def test_with_node_objects_a_plugin_sees_them(self):
+        self.assertEqual(SeenObjects().flags(), ["filter", "score", "node_objects"])
+        self.assertEqual(extension_points(SeenObjects),
+                         ExtensionPointSet.FILTER | ExtensionPointSet.SCORE | ExtensionPointSet.NODE_OBJECTS)
+        Seen.seen = []
+        other = {"kind": "Node", "metadata": {"name": "m"}}
+        refused, scores = sched.cycle(SeenObjects, "", json.loads(POD), [FULL, other])
+        self.assertEqual((list(refused), refused["n"].reasons, scores), (["n"], ["n is off"], {"m": 0}))
+        self.assertEqual([n.object for n in Seen.seen], [FULL, other])
+        self.assertIsNot(Seen.seen[0].object, FULL)
 
     def test_objects_read_names_and_labels(self):
         n = sched.Object(node("a", x="1"))

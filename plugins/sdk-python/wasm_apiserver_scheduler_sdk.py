@@ -21,33 +21,46 @@ and methods for one pod and one node at a time, exported with
     Scheduler = sched.export(ByLabel)    # what componentize-py looks up
 
 The host passes every candidate node of a scheduling cycle in one call; the
-SDK parses the pod once per call and each node once, calls the method for
-each node and answers in the nodes' order. The extension points it claims
-(``extension-points``) are exactly the methods the subclass overrides:
-``pre_filter(config, pod)``, ``filter(config, pod, node)``,
-``pre_score(config, pod, nodes)``, ``score(config, pod, node)`` and
-``normalize_score(config, pod, scores)``. ``filter`` returns ``None`` when
-the node fits, or a :class:`Refusal`; ``score`` an ``int``;
-``normalize_score`` the list brought to 0-100; ``pre_filter`` and
-``pre_score`` a state string (or :data:`SKIP`, or a :class:`Refusal`), which
-the later points read as ``pod.state``. ``check(config)`` raises
-``ValueError`` for a configuration the plugin cannot use.
+SDK parses the pod once per call, calls the method for each node and
+answers in the nodes' order. A node arrives as the host's ``node`` record,
+which costs no parsing: a :class:`Node` reads its ``name``, ``labels``
+(``label(key)``), ``taints`` and ``unschedulable`` from it. A plugin that
+needs more of the object (status, allocatable, annotations) sets
+``node_objects = True``: the host then sends every node's whole object too,
+which :attr:`Node.object` parses on first use (``None`` without the claim).
+Claim it only when needed: the host serializes and the plugin parses each
+node's object on every call.
 
-Failures never trap: a bad configuration, JSON that does not parse, or an
-exception raised by a method answers a refusal with code ``error``. Scores
-are not clamped: out of 0-100 without ``normalize_score`` fails the cycle,
-as upstream's framework does (:func:`clamp_score` brings one into range).
+The extension points a plugin claims (``extension-points``) are exactly
+the methods the subclass overrides: ``pre_filter(config, pod)``,
+``filter(config, pod, node)``, ``pre_score(config, pod, nodes)``,
+``score(config, pod, node)`` and ``normalize_score(config, pod, scores)``.
+``filter`` returns ``None`` when the node fits, or a :class:`Refusal`;
+``score`` an ``int``; ``normalize_score`` the list brought to 0-100;
+``pre_filter`` and ``pre_score`` a state string (or :data:`SKIP`, or a
+:class:`Refusal`), which the later points read as ``pod.state``.
+``check(config)`` raises ``ValueError`` for a configuration the plugin
+cannot use.
+
+Failures never trap: a bad configuration, a pod (or a claimed node object)
+that does not parse, or an exception raised by a method answers a refusal
+with code ``error``. Scores are not clamped: out of 0-100 without
+``normalize_score`` fails the cycle, as upstream's framework does
+(:func:`clamp_score` brings one into range).
 
 Build with ``componentize-py -d wit -w scheduler-plugin -p <this folder>
 componentize app``. Natively (plain CPython, for tests) :func:`cycle` runs a
 plugin as the server's scheduler would, and :func:`run_cases` runs a case
-table of ``wasm-apiserver plugin test``.
+table of ``wasm-apiserver plugin test``; they give the plugin the nodes'
+records built from the case's objects (:meth:`Node.from_object`), and their
+objects only when it claims ``node_objects``, as the host does.
 
 Versioning: SDK 0.4.x binds ``wasm-apiserver:plugin@0.4.0``.
 """
 
 import json
 import re
+from collections import namedtuple
 
 from wasm_apiserver_sdk import parse_config
 
@@ -60,6 +73,11 @@ MAX_SCORE = 100
 
 POINTS = ["pre_filter", "filter", "pre_score", "score", "normalize_score"]
 """The extension points, by method name, in the WIT flags' order."""
+
+FLAGS = POINTS + ["node_objects"]
+"""The members of the WIT flags ``extension-point-set``, in order: the
+extension points, then ``node_objects`` (not a point: the plugin reads
+whole node objects)."""
 
 CODES = ["unschedulable", "unschedulable-and-unresolvable", "error"]
 """The refusal codes, in the WIT enum's order."""
@@ -123,10 +141,10 @@ class Refusal(Exception):
 
 
 class Object:
-    """A Pod or Node as the host sent it (``kubectl get -o json``), parsed
-    once. ``json`` is the whole dict; ``state`` (on the pod) is the cycle
-    state the plugin's ``pre_filter`` or ``pre_score`` returned (``""``
-    without one)."""
+    """A Pod as the host sent it (``kubectl get -o json``), parsed once (or
+    any object, natively). ``json`` is the whole dict; ``state`` (on the
+    pod) is the cycle state the plugin's ``pre_filter`` or ``pre_score``
+    returned (``""`` without one)."""
 
     def __init__(self, obj, state=""):
         self.json = obj if isinstance(obj, dict) else {}
@@ -175,14 +193,139 @@ class Object:
 
 
 Pod = Object
-Node = Object
+
+
+Taint = namedtuple("Taint", ["key", "value", "effect"])
+Taint.__doc__ = """A taint of a node (``spec.taints[]``): ``key``, ``value`` (``""``
+when the taint has none) and ``effect`` (``NoSchedule``,
+``PreferNoSchedule`` or ``NoExecute``)."""
+
+NodeRecord = namedtuple("NodeRecord", ["name", "labels", "taints", "unschedulable", "object"])
+NodeRecord.__doc__ = """The WIT ``node`` record in plain Python (componentize-py hands the
+plugin its own class with the same fields): ``name``, ``labels`` as
+``(key, value)`` pairs sorted by key, ``taints``, ``unschedulable``, and
+``object``, the whole Node's JSON text or ``None``."""
+
+_UNPARSED = object()
+
+
+class Node:
+    """A candidate node: ``name`` (``metadata.name``), ``labels`` and
+    ``label(key)`` (``metadata.labels``), ``taints`` (``spec.taints``, a
+    list of :class:`Taint`) and ``unschedulable`` (``spec.unschedulable``)
+    from the host's record, without parsing; ``object``, the whole Node as
+    a dict, only when the plugin claims ``node_objects`` (``None``
+    otherwise), parsed on first access.
+
+    Built from the record (``Node(record)``: the WIT ``node`` of the
+    bindings, or a :class:`NodeRecord`), or natively from a whole object
+    (:meth:`from_object`)."""
+
+    __slots__ = ("name", "unschedulable", "_pairs", "_labels", "_records", "_taints", "_text", "_object")
+
+    def __init__(self, record):
+        self.name = record.name
+        self.unschedulable = bool(record.unschedulable)
+        self._pairs = record.labels
+        self._labels = None
+        self._records = record.taints
+        self._taints = None
+        self._text = record.object
+        self._object = None if record.object is None else _UNPARSED
+
+    @classmethod
+    def from_object(cls, obj):
+        """The node the host would send for the whole object ``obj`` (a
+        dict), with the object kept: labels that are not strings are left
+        out, taints are those of ``spec.taints``."""
+        obj = obj if isinstance(obj, dict) else {}
+        metadata, spec = _field(obj, "metadata"), _field(obj, "spec")
+        name = metadata.get("name")
+        labels = _field(metadata, "labels")
+        taints = spec.get("taints")
+        node = cls(NodeRecord(
+            name if isinstance(name, str) else "",
+            sorted((k, v) for k, v in labels.items() if isinstance(v, str)),
+            [Taint(_str(t, "key"), _str(t, "value"), _str(t, "effect"))
+             for t in (taints if isinstance(taints, list) else []) if isinstance(t, dict)],
+            spec.get("unschedulable") is True,
+            None,
+        ))
+        node._object = obj
+        return node
+
+    def without_object(self):
+        """The same node without its object (what a plugin that does not
+        claim ``node_objects`` receives)."""
+        return Node(NodeRecord(self.name, self._pairs, self._records, self.unschedulable, None))
+
+    @property
+    def labels(self):
+        """``metadata.labels`` as a dict (built once)."""
+        if self._labels is None:
+            self._labels = dict(self._pairs)
+        return self._labels
+
+    def label(self, key):
+        """One label's value, or ``None``."""
+        return self.labels.get(key)
+
+    @property
+    def taints(self):
+        """``spec.taints``, in order, as :class:`Taint` tuples."""
+        if self._taints is None:
+            self._taints = [Taint(t.key, t.value, t.effect) for t in self._records]
+        return self._taints
+
+    @property
+    def object(self):
+        """The whole Node as a dict when the plugin claims ``node_objects``,
+        else ``None``. A text that does not parse raises a :class:`Refusal`
+        with code ``error`` (the node's answer, as any raised refusal)."""
+        if self._object is _UNPARSED:
+            try:
+                obj = json.loads(self._text)
+            except (TypeError, ValueError) as e:
+                raise Refusal.error(f"node {self.name} object is not valid JSON: {e}") from None
+            self._object = obj if isinstance(obj, dict) else {}
+        return self._object
+
+    def annotation(self, key):
+        """One annotation's value, from :attr:`object`: ``None`` without it."""
+        obj = self.object
+        if obj is None:
+            return None
+        v = _field(_field(obj, "metadata"), "annotations").get(key)
+        return v if isinstance(v, str) else None
+
+    def __repr__(self):
+        return f"Node({self.name!r})"
+
+
+def _field(obj, key):
+    v = obj.get(key)
+    return v if isinstance(v, dict) else {}
+
+
+def _str(obj, key):
+    v = obj.get(key)
+    return v if isinstance(v, str) else ""
+
+
+def _node(n):
+    return n if isinstance(n, Node) else Node(n)
 
 
 class SchedulerPlugin:
     """Subclass it: set ``config`` (field -> default), override ``check``
-    and the points the plugin implements (only those are claimed)."""
+    and the points the plugin implements (only those are claimed), and set
+    ``node_objects = True`` to read :attr:`Node.object`."""
 
     config = {}
+    node_objects = False
+    """Whether the plugin reads whole node objects (claims ``node-objects``):
+    without it every :attr:`Node.object` is ``None``, which spares the host
+    serializing and the plugin parsing each node."""
 
     def check(self, config):
         """Checks a parsed configuration beyond its schema; raise ``ValueError``."""
@@ -211,6 +354,11 @@ class SchedulerPlugin:
         """The points this plugin claims: the methods its class overrides."""
         return [p for p in POINTS if getattr(type(self), p) is not getattr(SchedulerPlugin, p)]
 
+    def flags(self):
+        """What ``extension-points`` answers, as :data:`FLAGS` names: the
+        points, and ``node_objects`` when the plugin claims it."""
+        return self.points() + (["node_objects"] if type(self).node_objects else [])
+
     def configure(self, text):
         """Parses and checks a configuration: what ``check-config`` answers."""
         config = parse_config(text, type(self).config)
@@ -237,7 +385,7 @@ class SchedulerPlugin:
 
     # What the SDK answers for each point, in plain Python (no bindings):
     # a state string, SKIP or a Refusal; a list of None or Refusal; a list of
-    # ints or a Refusal.
+    # ints or a Refusal. `nodes` are the host's records (or Nodes).
 
     def run_pre_filter(self, text, pod):
         try:
@@ -256,7 +404,7 @@ class SchedulerPlugin:
         out = []
         for n in nodes:
             try:
-                answer = self.filter(config, pod, Object.parse(n, "node"))
+                answer = self.filter(config, pod, _node(n))
             except Refusal as r:
                 answer = r
             except Exception as e:  # noqa: BLE001
@@ -269,8 +417,7 @@ class SchedulerPlugin:
     def run_pre_score(self, text, state, pod, nodes):
         try:
             config, pod = self._prepare(text, pod, state)
-            parsed = [Object.parse(n, "node") for n in nodes]
-            return self._prepared(self.pre_score(config, pod, parsed))
+            return self._prepared(self.pre_score(config, pod, [_node(n) for n in nodes]))
         except Refusal as r:
             return r
         except Exception as e:  # noqa: BLE001
@@ -279,7 +426,7 @@ class SchedulerPlugin:
     def run_score(self, text, state, pod, nodes):
         try:
             config, pod = self._prepare(text, pod, state)
-            scores = [self.score(config, pod, Object.parse(n, "node")) for n in nodes]
+            scores = [self.score(config, pod, _node(n)) for n in nodes]
             return _ints(scores, "score")
         except Refusal as r:
             return r
@@ -341,8 +488,8 @@ def export(plugin_class):
         def extension_points(self, config):
             from wit_world.exports.scheduler import ExtensionPointSet
             flags = ExtensionPointSet(0)
-            for p in plugin.points():
-                flags |= ExtensionPointSet[p.upper()]
+            for f in plugin.flags():
+                flags |= ExtensionPointSet[f.upper()]
             return flags
 
         def pre_filter(self, config, pod):
@@ -378,10 +525,12 @@ class CycleFailed(Exception):
 def cycle(plugin_class, config, pod, nodes):
     """Runs one scheduling cycle as the server's scheduler does: the
     configuration checked, then only the points the plugin claims.
-    ``config`` is text or a JSON-able value; ``pod`` and ``nodes`` are dicts.
-    Returns ``(refused, scores)``: node name -> :class:`Refusal`, and node
-    name -> final score of the nodes that fit (empty when the plugin does
-    not score). Raises :class:`CycleFailed` for what fails a cycle."""
+    ``config`` is text or a JSON-able value; ``pod`` and ``nodes`` are dicts
+    (whole objects: the plugin gets their records, with copies of the
+    objects only when it claims ``node_objects``). Returns
+    ``(refused, scores)``: node name -> :class:`Refusal`, and node name ->
+    final score of the nodes that fit (empty when the plugin does not
+    score). Raises :class:`CycleFailed` for what fails a cycle."""
     plugin = plugin_class()
     text = config if isinstance(config, str) else ("" if config is None else json.dumps(config))
     try:
@@ -390,8 +539,13 @@ def cycle(plugin_class, config, pod, nodes):
         raise CycleFailed(f"check-config: {e}") from None
     points = plugin.points()
     pod_text = json.dumps(pod)
-    names = [Object(n).name for n in nodes]
-    texts = [json.dumps(n) for n in nodes]
+    # The records the host would send: the objects (as the JSON it sends)
+    # only when claimed.
+    if plugin_class.node_objects:
+        records = [Node.from_object(json.loads(json.dumps(n))) for n in nodes]
+    else:
+        records = [Node.from_object(n).without_object() for n in nodes]
+    names = [r.name for r in records]
     refused, scores = {}, {}
     state, filtering = "", "filter" in points
     if "pre_filter" in points:
@@ -403,22 +557,22 @@ def cycle(plugin_class, config, pod, nodes):
         else:
             state = answer
     if filtering:
-        for name, answer in zip(names, plugin.run_filter(text, state, pod_text, texts)):
+        for name, answer in zip(names, plugin.run_filter(text, state, pod_text, records)):
             if answer is not None:
                 refused[name] = answer
     if "score" not in points:
         return refused, scores
-    fit = [(n, t) for n, t in zip(names, texts) if n not in refused]
-    fit_texts = [t for _, t in fit]
+    fit = [(n, r) for n, r in zip(names, records) if n not in refused]
+    fit_records = [r for _, r in fit]
     score_state = ""
     if "pre_score" in points:
-        answer = plugin.run_pre_score(text, state, pod_text, fit_texts)
+        answer = plugin.run_pre_score(text, state, pod_text, fit_records)
         if answer is SKIP:
             return refused, scores
         if isinstance(answer, Refusal):
             raise CycleFailed(f"pre-score refused: {answer!r}")
         score_state = answer
-    raw = plugin.run_score(text, score_state, pod_text, fit_texts)
+    raw = plugin.run_score(text, score_state, pod_text, fit_records)
     if isinstance(raw, Refusal):
         raise CycleFailed(f"score refused: {raw!r}")
     if "normalize_score" in points:
@@ -445,7 +599,7 @@ def check_case(plugin_class, table, case):
     except CycleFailed as e:
         return [f"the cycle failed: {e}"]
     problems = []
-    names = [Object(n).name for n in nodes]
+    names = [Node.from_object(n).name for n in nodes]
     for name in names:
         want, got = want_refused.get(name), refused.get(name)
         if want is not None and got is None:

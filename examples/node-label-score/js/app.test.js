@@ -32,9 +32,9 @@ for (const c of table.cases) {
   });
 }
 
-test('it claims filter and score only', () => {
+test('it claims filter and score only, and no node objects', () => {
   assert.deepEqual(scheduler.extensionPoints(''),
-    { preFilter: false, filter: true, preScore: false, score: true, normalizeScore: false });
+    { preFilter: false, filter: true, preScore: false, score: true, normalizeScore: false, nodeObjects: false });
 });
 
 test('check-config wants an object with a string label', () => {
@@ -45,9 +45,11 @@ test('check-config wants an object with a string label', () => {
   }
 });
 
-test('the export speaks the bindings: s64 scores as BigInt, refusals as records', () => {
-  const nodes = [{ metadata: { name: 'a', labels: { score: '80' } } },
-    { metadata: { name: 'b', labels: { score: '1', avoid: 'true' } } }].map((n) => JSON.stringify(n));
+test('the export speaks the bindings: node records in, s64 scores as BigInt, refusals as records', () => {
+  const nodes = [
+    { name: 'a', labels: [['score', '80']], taints: [], unschedulable: false, object: undefined },
+    { name: 'b', labels: [['avoid', 'true'], ['score', '1']], taints: [], unschedulable: false, object: undefined },
+  ];
   const config = '{"label": "score", "avoidLabel": "avoid"}';
   const pod = JSON.stringify(sdk.DEFAULT_POD);
   assert.deepEqual(scheduler.filter(config, '', pod, nodes),

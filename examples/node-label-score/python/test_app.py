@@ -18,6 +18,8 @@ class NodeLabelScoreTest(unittest.TestCase):
 
     def test_it_claims_filter_and_score_only(self):
         self.assertEqual(NodeLabelScore().points(), ["filter", "score"])
+        # It reads labels only, which every node's record carries: no node-objects.
+        self.assertEqual(NodeLabelScore().flags(), ["filter", "score"])
 
     def test_check_config_wants_an_object_with_a_string_label(self):
         plugin = NodeLabelScore()

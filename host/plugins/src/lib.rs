@@ -107,7 +107,8 @@ pub use handler::{ObjectRequest, ResourceHandlerPlugin};
 pub use inspect::Inspection;
 pub use runtime::{Limits, Runtime, RuntimeConfig};
 pub use scheduler::{
-    ExtensionPoints, Filtered, MAX_SCORE, Refusal, RefusalCode, SchedulerPlugin, Scored,
+    ExtensionPoints, Filtered, MAX_SCORE, Refusal, RefusalCode, SchedulerNode, SchedulerPlugin,
+    Scored,
 };
 pub use types::{
     AdmissionRequest, AdmissionResponse, CacheStats, DenyStatus, FieldCause, Gvk, Gvr, Operation,

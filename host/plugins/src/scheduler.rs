@@ -3,7 +3,9 @@
 //!
 //! Only what is specific to scheduling lives here: the world's binding,
 //! the plain answer types ([`ExtensionPoints`], [`Refusal`], [`Filtered`],
-//! [`Scored`]) and the two calls a scheduling cycle makes, each in one
+//! [`Scored`]), the nodes as plugins receive them ([`SchedulerNode`]: a
+//! record, and the object for plugins that claim `node-objects`) and the
+//! two calls a scheduling cycle makes, each in one
 //! fresh instance: [`SchedulerPlugin::filter`] (`pre-filter` then `filter`
 //! over every candidate node at once) and [`SchedulerPlugin::score`]
 //! (`pre-score`, `score` and `normalize-score` over the feasible nodes).
@@ -59,6 +61,8 @@ pub struct ExtensionPoints {
     pub pre_score: bool,
     pub score: bool,
     pub normalize_score: bool,
+    /// Not a point: its nodes carry their whole objects.
+    pub node_objects: bool,
 }
 
 impl ExtensionPoints {
@@ -128,6 +132,88 @@ pub enum Scored {
     Scores(Vec<i64>),
 }
 
+/// A node as scheduler plugins receive it, built once per node version
+/// and kept by the scheduler between cycles: the `node` record (name,
+/// sorted labels, taints, `spec.unschedulable`) and the object's JSON
+/// without `managedFields`, sent only to plugins that claim
+/// `node-objects`.
+#[derive(Debug, Clone)]
+pub struct SchedulerNode {
+    record: wit::Node,
+    object: String,
+}
+
+impl SchedulerNode {
+    /// The node's record and text, from a `v1` Node.
+    pub fn new(node: &serde_json::Value) -> Self {
+        let str_of = |v: &serde_json::Value, f: &str| {
+            v.get(f)
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let meta = &node["metadata"];
+        let mut labels: Vec<(String, String)> = meta["labels"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+            .collect();
+        labels.sort();
+        let taints = node["spec"]["taints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| wit::Taint {
+                key: str_of(t, "key"),
+                value: str_of(t, "value"),
+                effect: str_of(t, "effect"),
+            })
+            .collect();
+        let object = match meta.get("managedFields") {
+            None => node.to_string(),
+            Some(_) => {
+                let mut o = node.clone();
+                if let Some(m) = o["metadata"].as_object_mut() {
+                    m.remove("managedFields");
+                }
+                o.to_string()
+            }
+        };
+        SchedulerNode {
+            record: wit::Node {
+                name: str_of(meta, "name"),
+                labels,
+                taints,
+                unschedulable: node["spec"]["unschedulable"].as_bool().unwrap_or(false),
+                object: None,
+            },
+            object,
+        }
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        &self.record.name
+    }
+
+    /// The node's object as plugins read it (without `managedFields`).
+    pub fn object(&self) -> &str {
+        &self.object
+    }
+
+    /// The records of `nodes`, with their objects when `objects`.
+    fn records(nodes: &[Arc<SchedulerNode>], objects: bool) -> Vec<wit::Node> {
+        nodes
+            .iter()
+            .map(|n| wit::Node {
+                object: objects.then(|| n.object.clone()),
+                ..n.record.clone()
+            })
+            .collect()
+    }
+}
+
 /// A loaded scheduler plugin. Cheap to clone.
 #[derive(Clone)]
 pub struct SchedulerPlugin {
@@ -182,6 +268,7 @@ impl Runtime {
             pre_score: flags.contains(wit::ExtensionPointSet::PRE_SCORE),
             score: flags.contains(wit::ExtensionPointSet::SCORE),
             normalize_score: flags.contains(wit::ExtensionPointSet::NORMALIZE_SCORE),
+            node_objects: flags.contains(wit::ExtensionPointSet::NODE_OBJECTS),
         };
         Ok(SchedulerPlugin {
             inner: Arc::new(Inner {
@@ -223,18 +310,23 @@ impl SchedulerPlugin {
     }
 
     /// The filter phase of one cycle, in one instance: `pre-filter` (when
-    /// implemented) with `pod`, then `filter` with every node of `nodes`
-    /// (JSON texts) unless `pre-filter` skipped it. A wrong number of
+    /// implemented) with `pod` (its JSON text), then `filter` with every
+    /// node of `nodes` unless `pre-filter` skipped it. A wrong number of
     /// verdicts is an error.
     pub async fn filter(
         &self,
         uid: &str,
         pod: &str,
-        nodes: &[String],
+        nodes: &[Arc<SchedulerNode>],
     ) -> Result<Filtered, PluginError> {
         let inner = &self.inner;
         let points = inner.points;
         let pod = &pod.to_owned();
+        let records = points
+            .filter
+            .then(|| SchedulerNode::records(nodes, points.node_objects))
+            .unwrap_or_default();
+        let nodes = &records;
         inner.filter_metrics.call();
         let start = Instant::now();
         let result = inner
@@ -303,7 +395,7 @@ impl SchedulerPlugin {
         uid: &str,
         state: &str,
         pod: &str,
-        nodes: &[String],
+        nodes: &[Arc<SchedulerNode>],
     ) -> Result<Scored, PluginError> {
         let inner = &self.inner;
         let points = inner.points;
@@ -311,6 +403,8 @@ impl SchedulerPlugin {
             return Ok(Scored::Skip);
         }
         let pod = &pod.to_owned();
+        let records = SchedulerNode::records(nodes, points.node_objects);
+        let nodes = &records;
         inner.score_metrics.call();
         let start = Instant::now();
         let result = inner
@@ -380,5 +474,43 @@ impl SchedulerPlugin {
                 matches!(s, Scored::Refused(_))
             });
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_record_has_what_plugins_read_most_and_its_object_only_when_claimed() {
+        let node = serde_json::json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n1", "labels": {"zone": "b", "score": "7", "n": 1},
+                "managedFields": [{"manager": "kubelet"}]},
+            "spec": {"unschedulable": true,
+                "taints": [{"key": "gpu", "effect": "NoSchedule"},
+                    {"key": "k", "value": "v", "effect": "NoExecute"}]}});
+        let n = Arc::new(SchedulerNode::new(&node));
+        assert_eq!(n.name(), "n1");
+        assert!(!n.object().contains("managedFields"), "{}", n.object());
+        assert!(n.object().contains("\"zone\":\"b\""), "{}", n.object());
+        let nodes = [n.clone()];
+        let [bare] = &SchedulerNode::records(&nodes, false)[..] else {
+            panic!("one record")
+        };
+        assert_eq!(
+            bare.labels,
+            [("score".into(), "7".into()), ("zone".into(), "b".into())]
+        );
+        assert!(bare.unschedulable);
+        assert_eq!(
+            bare.taints
+                .iter()
+                .map(|t| (t.key.as_str(), t.value.as_str(), t.effect.as_str()))
+                .collect::<Vec<_>>(),
+            [("gpu", "", "NoSchedule"), ("k", "v", "NoExecute")]
+        );
+        assert_eq!(bare.object, None);
+        let full = &SchedulerNode::records(&nodes, true)[0];
+        assert_eq!(full.object.as_deref(), Some(n.object()));
     }
 }

@@ -20,7 +20,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use wasm_apiserver_plugins::{Filtered, Limits, Runtime, SchedulerPlugin, Scored};
+use std::sync::Arc;
+use wasm_apiserver_plugins::{Filtered, Limits, Runtime, SchedulerNode, SchedulerPlugin, Scored};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -128,19 +129,15 @@ async fn check(
     nodes: &[Value],
     expect: &Expect,
 ) -> anyhow::Result<Vec<String>> {
-    let names: Vec<String> = nodes
+    // As the scheduler sends them: records, objects for plugins that claim them.
+    let records: Vec<Arc<SchedulerNode>> = nodes
         .iter()
-        .map(|n| {
-            n["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        })
+        .map(|n| Arc::new(SchedulerNode::new(n)))
         .collect();
-    let texts: Vec<String> = nodes.iter().map(Value::to_string).collect();
+    let names: Vec<String> = records.iter().map(|n| n.name().to_owned()).collect();
     let pod_text = pod.to_string();
     let mut refused: BTreeMap<String, String> = BTreeMap::new();
-    let state = match plugin.filter("plugin-test", &pod_text, &texts).await? {
+    let state = match plugin.filter("plugin-test", &pod_text, &records).await? {
         Filtered::Refused(r) => {
             let why = format!("{:?}: {}", r.code, r.reasons.join(", "));
             for n in &names {
@@ -181,9 +178,9 @@ async fn check(
     if expect.scores.is_empty() || fit.is_empty() {
         return Ok(problems);
     }
-    let fit_texts: Vec<String> = fit.iter().map(|i| texts[*i].clone()).collect();
+    let fit_records: Vec<Arc<SchedulerNode>> = fit.iter().map(|i| records[*i].clone()).collect();
     let scores: HashMap<&str, i64> = match plugin
-        .score("plugin-test", &state, &pod_text, &fit_texts)
+        .score("plugin-test", &state, &pod_text, &fit_records)
         .await?
     {
         Scored::Scores(s) => fit.iter().map(|i| names[*i].as_str()).zip(s).collect(),

@@ -83,6 +83,13 @@ mod tests {
     use wasm_apiserver_plugin_sdk::scheduler::configure;
 
     use super::*;
+    use wasm_apiserver_plugin_sdk::scheduler::Object;
+
+    fn node(name: &str) -> Node {
+        Node::from_object(
+            Object::parse(&format!(r#"{{"metadata": {{"name": "{name}"}}}}"#)).unwrap(),
+        )
+    }
 
     #[test]
     fn modes_parse_and_others_are_refused() {
@@ -97,7 +104,7 @@ mod tests {
 
     #[test]
     fn out_of_range_fits_every_node_and_scores_1000() {
-        let nodes = [r#"{"metadata": {"name": "a"}}"#.to_owned()];
+        let nodes = [node("a")];
         let config = r#"{"mode": "out-of-range"}"#;
         let pod = r#"{"metadata": {"name": "p"}}"#;
         let filter = wasm_apiserver_plugin_sdk::scheduler::run_filter::<HostileScheduler>(
@@ -113,7 +120,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "traps in filter")]
     fn trap_panics() {
-        let nodes = [r#"{"metadata": {"name": "a"}}"#.to_owned()];
+        let nodes = [node("a")];
         wasm_apiserver_plugin_sdk::scheduler::run_filter::<HostileScheduler>(
             r#"{"mode": "trap"}"#,
             "",

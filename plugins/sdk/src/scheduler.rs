@@ -28,16 +28,19 @@
 //! ```
 //!
 //! The host passes every candidate node of a scheduling cycle in one call;
-//! the SDK parses the pod once per call and each node once, calls the
-//! trait's per-node method for each, and answers in the nodes' order. Which
-//! extension points the host calls is [`SchedulerPlugin::POINTS`]: list
-//! exactly the methods the plugin overrides. The others answer neutrally
-//! (every node fits, every score 0, state passed on, scores unchanged),
-//! should a host call them anyway.
+//! the SDK parses the pod once per call, calls the trait's per-node method
+//! for each node, and answers in the nodes' order. A [`Node`] arrives as a
+//! record (name, labels, taints, `unschedulable`), which costs no parsing;
+//! a plugin that needs the whole object lists [`Point::NodeObjects`] and
+//! reads [`Node::object`]. Which extension points the host calls is
+//! [`SchedulerPlugin::POINTS`]: list exactly the methods the plugin
+//! overrides. The others answer neutrally (every node fits, every score 0,
+//! state passed on, scores unchanged), should a host call them anyway.
 //!
 //! Failures never trap: a configuration that does not parse, or a pod or
-//! node that is not JSON, answers a refusal with [`Code::Error`] (the cycle
-//! fails, or the plugin is skipped under `failurePolicy: Ignore`).
+//! node object that is not JSON, answers a refusal with [`Code::Error`]
+//! (the cycle fails, or the plugin is skipped under `failurePolicy:
+//! Ignore`).
 //! A score is not clamped by the SDK: a plugin that answers out of 0–100
 //! without `normalize-score` fails the cycle, as upstream's framework does
 //! ([`clamp_score`] brings a value into range).
@@ -116,6 +119,10 @@ pub enum Point {
     Score,
     /// [`SchedulerPlugin::normalize_score`].
     NormalizeScore,
+    /// Not an extension point: every [`Node`] carries its whole object
+    /// ([`Node::object`]). Without it the host sends none, which is
+    /// cheaper (no JSON to copy and parse per node).
+    NodeObjects,
 }
 
 /// The `extension-points` flags of a list of points.
@@ -128,6 +135,7 @@ pub fn extension_points(points: &[Point]) -> ExtensionPointSet {
             Point::PreScore => flags | ExtensionPointSet::PRE_SCORE,
             Point::Score => flags | ExtensionPointSet::SCORE,
             Point::NormalizeScore => flags | ExtensionPointSet::NORMALIZE_SCORE,
+            Point::NodeObjects => flags | ExtensionPointSet::NODE_OBJECTS,
         })
 }
 
@@ -216,8 +224,134 @@ pub struct Object {
 
 /// The pod being scheduled.
 pub type Pod = Object;
-/// A candidate node.
-pub type Node = Object;
+
+/// A taint of a node (`spec.taints[]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    pub key: String,
+    /// Empty when the taint has none.
+    pub value: String,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+/// A candidate node: its name, labels, taints and `spec.unschedulable` as
+/// the host's record, and the whole object when the plugin lists
+/// [`Point::NodeObjects`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    name: String,
+    /// Sorted by key.
+    labels: Vec<(String, String)>,
+    taints: Vec<Taint>,
+    unschedulable: bool,
+    object: Option<Object>,
+}
+
+impl Node {
+    /// The record of a whole node object (what the host would send), with
+    /// the object kept: labels that are not strings are left out, as
+    /// [`Object::labels`] does.
+    pub fn from_object(object: Object) -> Self {
+        let mut labels: Vec<(String, String)> = object
+            .labels()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        labels.sort();
+        let taints = object
+            .pointer("/spec/taints")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                let field = |f: &str| t.get(f).and_then(Value::as_str).unwrap_or("").to_owned();
+                Taint {
+                    key: field("key"),
+                    value: field("value"),
+                    effect: field("effect"),
+                }
+            })
+            .collect();
+        Node {
+            name: object.name().to_owned(),
+            labels,
+            taints,
+            unschedulable: object
+                .pointer("/spec/unschedulable")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            object: Some(object),
+        }
+    }
+
+    /// The same node without its object (what a plugin that does not
+    /// list [`Point::NodeObjects`] receives).
+    pub fn without_object(mut self) -> Self {
+        self.object = None;
+        self
+    }
+
+    /// A node of the host's record; its object, when sent, is parsed.
+    pub fn from_wit(node: raw::Node) -> Result<Self, String> {
+        let object = match node.object {
+            Some(text) => Some(Object::parse(&text).map_err(|e| format!("node object is {e}"))?),
+            None => None,
+        };
+        Ok(Node {
+            name: node.name,
+            labels: node.labels,
+            taints: node
+                .taints
+                .into_iter()
+                .map(|t| Taint {
+                    key: t.key,
+                    value: t.value,
+                    effect: t.effect,
+                })
+                .collect(),
+            unschedulable: node.unschedulable,
+            object,
+        })
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `metadata.labels`, sorted by key.
+    pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.labels.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// One label's value.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// `spec.taints`, in order.
+    pub fn taints(&self) -> &[Taint] {
+        &self.taints
+    }
+
+    /// `spec.unschedulable` (cordoned).
+    pub fn unschedulable(&self) -> bool {
+        self.unschedulable
+    }
+
+    /// The whole object, when the plugin lists [`Point::NodeObjects`].
+    pub fn object(&self) -> Option<&Object> {
+        self.object.as_ref()
+    }
+
+    /// One annotation's value (from [`Node::object`]: `None` without it).
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.object.as_ref()?.annotation(key)
+    }
+}
 
 impl Object {
     /// Parses an object's JSON text.
@@ -368,8 +502,11 @@ fn prepare<P: SchedulerPlugin>(config: &str, pod: &str) -> Result<(P::Config, Po
     Ok((config, pod))
 }
 
-fn parse_node(text: &str) -> Result<Node, Refusal> {
-    Node::parse(text).map_err(|e| Refusal::error(format!("node is {e}")))
+fn nodes_from_wit(nodes: Vec<raw::Node>) -> Result<Vec<Node>, Refusal> {
+    nodes
+        .into_iter()
+        .map(|n| Node::from_wit(n).map_err(Refusal::error))
+        .collect()
 }
 
 /// `pre-filter`, as the SDK answers it for `P`.
@@ -386,7 +523,7 @@ pub fn run_filter<P: SchedulerPlugin>(
     config: &str,
     state: &str,
     pod: &str,
-    nodes: &[String],
+    nodes: &[Node],
 ) -> Vec<Option<Refusal>> {
     let (config, pod) = match prepare::<P>(config, pod) {
         Ok(p) => p,
@@ -394,11 +531,7 @@ pub fn run_filter<P: SchedulerPlugin>(
     };
     nodes
         .iter()
-        .map(|n| {
-            parse_node(n)
-                .and_then(|node| P::filter(&config, state, &pod, &node))
-                .err()
-        })
+        .map(|node| P::filter(&config, state, &pod, node).err())
         .collect()
 }
 
@@ -407,17 +540,12 @@ pub fn run_pre_score<P: SchedulerPlugin>(
     config: &str,
     state: &str,
     pod: &str,
-    nodes: &[String],
+    nodes: &[Node],
 ) -> Prepared {
-    let run = || {
-        let (config, pod) = prepare::<P>(config, pod)?;
-        let nodes = nodes
-            .iter()
-            .map(|n| parse_node(n))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(P::pre_score(&config, state, &pod, &nodes))
-    };
-    run().unwrap_or_else(Prepared::Refuse)
+    match prepare::<P>(config, pod) {
+        Ok((config, pod)) => P::pre_score(&config, state, &pod, nodes),
+        Err(r) => Prepared::Refuse(r),
+    }
 }
 
 /// `score`, as the SDK answers it for `P`: one raw score per node, in
@@ -426,12 +554,12 @@ pub fn run_score<P: SchedulerPlugin>(
     config: &str,
     state: &str,
     pod: &str,
-    nodes: &[String],
+    nodes: &[Node],
 ) -> Result<Vec<i64>, Refusal> {
     let (config, pod) = prepare::<P>(config, pod)?;
     nodes
         .iter()
-        .map(|n| P::score(&config, state, &pod, &parse_node(n)?))
+        .map(|node| P::score(&config, state, &pod, node))
         .collect()
 }
 
@@ -457,12 +585,16 @@ pub fn guest_filter<P: SchedulerPlugin>(
     config: String,
     state: String,
     pod: String,
-    nodes: Vec<String>,
+    nodes: Vec<raw::Node>,
 ) -> Vec<Option<raw::Refusal>> {
-    run_filter::<P>(&config, &state, &pod, &nodes)
-        .into_iter()
-        .map(|r| r.map(Refusal::into_wit))
-        .collect()
+    let count = nodes.len();
+    match nodes_from_wit(nodes) {
+        Ok(nodes) => run_filter::<P>(&config, &state, &pod, &nodes)
+            .into_iter()
+            .map(|r| r.map(Refusal::into_wit))
+            .collect(),
+        Err(r) => vec![Some(r.into_wit()); count],
+    }
 }
 
 #[doc(hidden)]
@@ -470,9 +602,12 @@ pub fn guest_pre_score<P: SchedulerPlugin>(
     config: String,
     state: String,
     pod: String,
-    nodes: Vec<String>,
+    nodes: Vec<raw::Node>,
 ) -> raw::Prepared {
-    run_pre_score::<P>(&config, &state, &pod, &nodes).into_wit()
+    match nodes_from_wit(nodes) {
+        Ok(nodes) => run_pre_score::<P>(&config, &state, &pod, &nodes).into_wit(),
+        Err(r) => raw::Prepared::Refuse(r.into_wit()),
+    }
 }
 
 #[doc(hidden)]
@@ -480,8 +615,9 @@ pub fn guest_score<P: SchedulerPlugin>(
     config: String,
     state: String,
     pod: String,
-    nodes: Vec<String>,
+    nodes: Vec<raw::Node>,
 ) -> Result<Vec<i64>, raw::Refusal> {
+    let nodes = nodes_from_wit(nodes).map_err(Refusal::into_wit)?;
     run_score::<P>(&config, &state, &pod, &nodes).map_err(Refusal::into_wit)
 }
 
@@ -524,7 +660,7 @@ macro_rules! export_scheduler_plugin {
                 config: ::std::string::String,
                 state: ::std::string::String,
                 pod: ::std::string::String,
-                nodes: ::std::vec::Vec<::std::string::String>,
+                nodes: ::std::vec::Vec<$crate::scheduler::raw::Node>,
             ) -> ::std::vec::Vec<::std::option::Option<$crate::scheduler::raw::Refusal>> {
                 $crate::scheduler::guest_filter::<$plugin>(config, state, pod, nodes)
             }
@@ -532,7 +668,7 @@ macro_rules! export_scheduler_plugin {
                 config: ::std::string::String,
                 state: ::std::string::String,
                 pod: ::std::string::String,
-                nodes: ::std::vec::Vec<::std::string::String>,
+                nodes: ::std::vec::Vec<$crate::scheduler::raw::Node>,
             ) -> $crate::scheduler::raw::Prepared {
                 $crate::scheduler::guest_pre_score::<$plugin>(config, state, pod, nodes)
             }
@@ -540,7 +676,7 @@ macro_rules! export_scheduler_plugin {
                 config: ::std::string::String,
                 state: ::std::string::String,
                 pod: ::std::string::String,
-                nodes: ::std::vec::Vec<::std::string::String>,
+                nodes: ::std::vec::Vec<$crate::scheduler::raw::Node>,
             ) -> ::std::result::Result<::std::vec::Vec<i64>, $crate::scheduler::raw::Refusal> {
                 $crate::scheduler::guest_score::<$plugin>(config, state, pod, nodes)
             }
@@ -609,9 +745,25 @@ mod tests {
         }
     }
 
-    fn node(name: &str, labels: Value) -> String {
-        serde_json::json!({"kind": "Node", "metadata": {"name": name, "labels": labels}})
-            .to_string()
+    fn node(name: &str, labels: Value) -> Node {
+        Node::from_object(Object::new(
+            serde_json::json!({"kind": "Node", "metadata": {"name": name, "labels": labels}}),
+        ))
+        .without_object()
+    }
+
+    /// The record the host would send for `node`, with `object` as given.
+    fn wit(node: &Node, object: Option<&str>) -> raw::Node {
+        raw::Node {
+            name: node.name().to_owned(),
+            labels: node
+                .labels()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            taints: Vec::new(),
+            unschedulable: node.unschedulable(),
+            object: object.map(str::to_owned),
+        }
     }
 
     const POD: &str = r#"{"kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}"#;
@@ -630,17 +782,53 @@ mod tests {
         let nodes = [
             node("a", serde_json::json!({})),
             node("b", serde_json::json!({"gpu": "x"})),
-            "not json".to_owned(),
         ];
         let out = run_filter::<Sample>(r#"{"avoid": "gpu"}"#, "p", POD, &nodes);
-        assert_eq!(out.len(), 3);
-        assert_eq!(out[0], None);
-        assert_eq!(out[1], Some(Refusal::unschedulable("p avoids b")));
-        let bad = out[2].as_ref().unwrap();
-        assert_eq!(bad.code, Code::Error);
+        assert_eq!(out, [None, Some(Refusal::unschedulable("p avoids b"))]);
+    }
+
+    #[test]
+    fn node_records_and_their_objects() {
+        let object = serde_json::json!({"kind": "Node",
+            "metadata": {"name": "a", "labels": {"z": "1", "b": "2", "n": 3},
+                "annotations": {"note": "x"}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "k", "effect": "NoSchedule"},
+                {"key": "gpu", "value": "a100", "effect": "NoExecute"}]}});
+        let n = Node::from_object(Object::new(object.clone()));
+        assert_eq!(n.name(), "a");
+        assert_eq!(n.labels().collect::<Vec<_>>(), [("b", "2"), ("z", "1")]);
+        assert_eq!((n.label("z"), n.label("n")), (Some("1"), None));
+        assert!(n.unschedulable());
+        assert_eq!(n.taints()[1].value, "a100");
+        assert_eq!(
+            (n.taints()[0].value.as_str(), n.taints()[0].effect.as_str()),
+            ("", "NoSchedule")
+        );
+        assert_eq!(n.annotation("note"), Some("x"));
+        assert_eq!(n.object().map(Object::json), Some(&object));
+        let bare = n.clone().without_object();
+        assert_eq!((bare.object(), bare.annotation("note")), (None, None));
+        // From the host's record: the object parsed when sent, an error
+        // (never a trap) when it is not JSON.
+        let sent = Node::from_wit(wit(&n, Some(&object.to_string()))).unwrap();
+        assert_eq!(sent.object().map(Object::json), Some(&object));
+        assert_eq!(Node::from_wit(wit(&n, None)).unwrap().object(), None);
+        let e = Node::from_wit(wit(&n, Some("{"))).unwrap_err();
+        assert!(e.starts_with("node object is not valid JSON"), "{e}");
+        let out = guest_filter::<Sample>(
+            r#"{"avoid": "x"}"#.into(),
+            "".into(),
+            POD.into(),
+            vec![wit(&n, Some("{")), wit(&n, None)],
+        );
         assert!(
-            bad.reasons[0].starts_with("node is not valid JSON"),
-            "{bad:?}"
+            out.iter()
+                .all(|r| r.as_ref().is_some_and(|r| r.code == Code::Error))
+        );
+        assert_eq!(
+            extension_points(&[Point::Filter, Point::NodeObjects]),
+            ExtensionPointSet::FILTER | ExtensionPointSet::NODE_OBJECTS
         );
     }
 
@@ -714,7 +902,8 @@ mod tests {
 
     #[test]
     fn objects_read_names_and_labels() {
-        let n = Node::parse(&node("a", serde_json::json!({"x": "1", "n": 2}))).unwrap();
+        let n = Object::new(serde_json::json!({"kind": "Node",
+            "metadata": {"name": "a", "labels": {"x": "1", "n": 2}}}));
         assert_eq!(n.name(), "a");
         assert_eq!(n.namespace(), None);
         assert_eq!(n.label("x"), Some("1"));

@@ -4,17 +4,19 @@
 //! extension points it claims.
 
 use crate::common::wasm;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasm_apiserver_plugins::{
-    ExtensionPoints, Filtered, Limits, PluginError, Runtime, RuntimeConfig, Scored,
+    ExtensionPoints, Filtered, Limits, PluginError, Runtime, RuntimeConfig, SchedulerNode, Scored,
 };
 
-fn nodes(n: usize) -> Vec<String> {
+fn nodes(n: usize) -> Vec<Arc<SchedulerNode>> {
     (0..n)
         .map(|i| {
-            serde_json::json!({"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": format!("n{i}"), "labels": {"score": "7"}}})
-            .to_string()
+            Arc::new(SchedulerNode::new(
+                &serde_json::json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": format!("n{i}"), "labels": {"score": "7"}}}),
+            ))
         })
         .collect()
 }

@@ -50,7 +50,7 @@ use wasm_apiserver_api::scheduler::{
 };
 use wasm_apiserver_api::selector::{LabelSelector, Requirement};
 use wasm_apiserver_api::{ApiError, meta};
-use wasm_apiserver_plugins::UserInfo;
+use wasm_apiserver_plugins::{SchedulerNode, UserInfo};
 
 /// The scheduler's name (`schedulerName`, Events' reporting component).
 pub const NAME: &str = sched::DEFAULT_SCHEDULER;
@@ -159,8 +159,8 @@ struct State {
     /// Pods assumed on a node, binding in flight or not yet seen: uid → key.
     assumed: HashMap<String, PodKey>,
     selectors: Selectors,
-    /// Each node as wasm plugins see it (JSON text), kept from the watch.
-    node_text: HashMap<String, String>,
+    /// Each node as wasm plugins see it, kept from the watch.
+    node_records: HashMap<String, Arc<SchedulerNode>>,
 }
 
 impl State {
@@ -230,11 +230,11 @@ impl State {
         let name = meta::name(node).unwrap_or_default();
         if deleted {
             self.cluster.remove_node(name);
-            self.node_text.remove(name);
+            self.node_records.remove(name);
             return false;
         }
-        self.node_text
-            .insert(name.to_string(), scheduler_plugins::plugin_text(node));
+        self.node_records
+            .insert(name.to_string(), Arc::new(SchedulerNode::new(node)));
         let relevant = |n: &NodeInfo| {
             (
                 n.labels.clone(),
@@ -259,8 +259,8 @@ enum Half {
     /// Decided (no wasm plugin, or the built-in filters failed the pod).
     Done(Result<sched::ScheduleResult, ScheduleError>),
     /// The wasm plugins' turn: the built-in filters' outcome and the
-    /// feasible nodes' texts.
-    Plugins(sched::Filtered, HashMap<String, String>),
+    /// feasible nodes as plugins see them.
+    Plugins(sched::Filtered, HashMap<String, Arc<SchedulerNode>>),
 }
 
 /// The scheduler.
@@ -305,7 +305,7 @@ impl Scheduler {
             let State {
                 framework,
                 cluster,
-                node_text,
+                node_records,
                 ..
             } = &mut *st;
             let half = if active.is_empty() {
@@ -315,12 +315,12 @@ impl Scheduler {
                 match framework.filter(&info, cluster, true) {
                     Err(e) => Half::Done(Err(e)),
                     Ok(filtered) => {
-                        let texts = filtered
+                        let records = filtered
                             .feasible
                             .iter()
-                            .filter_map(|n| node_text.get(n).map(|t| (n.clone(), t.clone())))
+                            .filter_map(|n| node_records.get(n).map(|r| (n.clone(), r.clone())))
                             .collect();
-                        Half::Plugins(filtered, texts)
+                        Half::Plugins(filtered, records)
                     }
                 }
             };
@@ -328,8 +328,8 @@ impl Scheduler {
         };
         let result = match first_half {
             Half::Done(r) => r,
-            Half::Plugins(filtered, texts) => {
-                self.with_plugins(&active, &pod, &info, filtered, &texts)
+            Half::Plugins(filtered, records) => {
+                self.with_plugins(&active, &pod, &info, filtered, &records)
                     .await
             }
         };
@@ -373,18 +373,18 @@ impl Scheduler {
         pod: &Value,
         info: &PodInfo,
         mut filtered: sched::Filtered,
-        texts: &HashMap<String, String>,
+        records: &HashMap<String, Arc<SchedulerNode>>,
     ) -> Result<sched::ScheduleResult, ScheduleError> {
         let text = scheduler_plugins::plugin_text(pod);
         let uid = info.uid.as_str();
-        let states = scheduler_plugins::filter(active, uid, &text, texts, &mut filtered)
+        let states = scheduler_plugins::filter(active, uid, &text, records, &mut filtered)
             .await
             .map_err(ScheduleError::Error)?;
         if filtered.feasible.is_empty() {
             return Err(filtered.into_error(info));
         }
         let extra = if filtered.feasible.len() > 1 {
-            scheduler_plugins::score(active, uid, &text, texts, &filtered.feasible, &states)
+            scheduler_plugins::score(active, uid, &text, records, &filtered.feasible, &states)
                 .await
                 .map_err(ScheduleError::Error)?
         } else {
@@ -683,7 +683,7 @@ pub fn spawn(client: Client, config: Config, leadership: Leadership, metrics: &s
                 pending: HashMap::new(),
                 assumed: HashMap::new(),
                 selectors: Selectors::default(),
-                node_text: HashMap::new(),
+                node_records: HashMap::new(),
             }),
             wake: Notify::new(),
             bindings: Arc::new(Semaphore::new(BINDINGS)),
@@ -717,7 +717,7 @@ async fn run(this: Arc<Scheduler>) {
                 .collect();
             for n in gone {
                 st.cluster.remove_node(&n);
-                st.node_text.remove(&n);
+                st.node_records.remove(&n);
             }
             // The listed nodes now, so that scheduling starts with them.
             let now = Instant::now();
@@ -886,7 +886,7 @@ mod tests {
             pending: HashMap::new(),
             assumed: HashMap::new(),
             selectors: Selectors::default(),
-            node_text: HashMap::new(),
+            node_records: HashMap::new(),
         }
     }
 

@@ -34,7 +34,9 @@ use wasm_apiserver_api::admission::FailurePolicy;
 use wasm_apiserver_api::meta;
 use wasm_apiserver_api::scheduler::{Code, ExtraScores, Filtered, Status};
 use wasm_apiserver_api::scheduler_plugin::{self as spec_api, SchedulerPluginSpec};
-use wasm_apiserver_plugins::{self as plugins, RefusalCode, SchedulerPlugin, Scored};
+use wasm_apiserver_plugins::{
+    self as plugins, RefusalCode, SchedulerNode, SchedulerPlugin, Scored,
+};
 
 /// Failures in a row after which a plugin is suspended.
 pub const TRIP_AFTER: u32 = 3;
@@ -172,14 +174,14 @@ pub fn plugin_text(obj: &Value) -> String {
 }
 
 /// The filter half of the wasm plugins: each plugin in turn over the
-/// nodes still feasible (`texts` by node name), its refusals applied to
+/// nodes still feasible (`records` by node name), its refusals applied to
 /// `filtered`. The cycle states for [`score`], by plugin, or the cycle's
 /// error.
 pub async fn filter(
     active: &[Arc<Active>],
     uid: &str,
     pod: &str,
-    texts: &HashMap<String, String>,
+    records: &HashMap<String, Arc<SchedulerNode>>,
     filtered: &mut Filtered,
 ) -> Result<HashMap<String, String>, String> {
     let mut states = HashMap::new();
@@ -194,11 +196,13 @@ pub async fn filter(
             a.failure("filter", &why)?;
             continue;
         }
-        let names: Vec<String> = filtered.feasible.clone();
-        let nodes: Vec<String> = names
+        // The nodes known to the records (every feasible one: both come
+        // from the same watch).
+        let (names, nodes): (Vec<String>, Vec<Arc<SchedulerNode>>) = filtered
+            .feasible
             .iter()
-            .map(|n| texts.get(n).cloned().unwrap_or_default())
-            .collect();
+            .filter_map(|n| Some((n.clone(), records.get(n)?.clone())))
+            .unzip();
         match a.plugin.filter(uid, pod, &nodes).await {
             Err(e) => {
                 let m = e.to_string();
@@ -244,15 +248,15 @@ pub async fn score(
     active: &[Arc<Active>],
     uid: &str,
     pod: &str,
-    texts: &HashMap<String, String>,
+    records: &HashMap<String, Arc<SchedulerNode>>,
     feasible: &[String],
     states: &HashMap<String, String>,
 ) -> Result<Vec<ExtraScores>, String> {
     let mut out = Vec::new();
-    let nodes: Vec<String> = feasible
+    let (feasible, nodes): (Vec<String>, Vec<Arc<SchedulerNode>>) = feasible
         .iter()
-        .map(|n| texts.get(n).cloned().unwrap_or_default())
-        .collect();
+        .filter_map(|n| Some((n.clone(), records.get(n)?.clone())))
+        .unzip();
     for a in active {
         if !a.plugin.points().scores() {
             continue;

@@ -16,7 +16,7 @@ use std::time::Instant;
 use wasm_apiserver_api::scheduler::{
     Cluster, Code, CycleState, ExtraScores, Framework, NodeInfo, Plugin, PodInfo, Status,
 };
-use wasm_apiserver_plugins::{Filtered, Limits, Runtime, RuntimeConfig, Scored};
+use wasm_apiserver_plugins::{Filtered, Limits, Runtime, RuntimeConfig, SchedulerNode, Scored};
 
 const NODES: usize = 100;
 const PODS: usize = 1000;
@@ -91,8 +91,13 @@ async fn run(
         framework.filters.push(p.clone());
         framework.scorers.push((p, 1));
     }
-    let texts: HashMap<String, String> = (0..NODES)
-        .map(|i| (format!("node-{i:03}"), node(i).to_string()))
+    let records: HashMap<String, Arc<SchedulerNode>> = (0..NODES)
+        .map(|i| {
+            (
+                format!("node-{i:03}"),
+                Arc::new(SchedulerNode::new(&node(i))),
+            )
+        })
         .collect();
     let pods: Vec<Value> = (0..PODS).map(pod).collect();
     let start = Instant::now();
@@ -104,7 +109,7 @@ async fn run(
             Some(w) => {
                 let mut f = framework.filter(&info, &cluster, true).expect("nodes fit");
                 let text = p.to_string();
-                let nodes: Vec<String> = f.feasible.iter().map(|n| texts[n].clone()).collect();
+                let nodes: Vec<_> = f.feasible.iter().map(|n| records[n].clone()).collect();
                 let state = match w.filter(&info.uid, &text, &nodes).await.expect("filter") {
                     Filtered::Nodes { state, verdicts } => {
                         let names = f.feasible.clone();
@@ -121,7 +126,7 @@ async fn run(
                     }
                     Filtered::Refused(_) => panic!("the example refuses no pod"),
                 };
-                let nodes: Vec<String> = f.feasible.iter().map(|n| texts[n].clone()).collect();
+                let nodes: Vec<_> = f.feasible.iter().map(|n| records[n].clone()).collect();
                 let extra = match w
                     .score(&info.uid, &state, &text, &nodes)
                     .await

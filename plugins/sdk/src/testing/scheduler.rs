@@ -22,8 +22,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::scheduler::{
-    Point, Prepared, Refusal, SchedulerPlugin, configure, run_filter, run_normalize_score,
-    run_pre_filter, run_pre_score, run_score,
+    Node, Object, Point, Prepared, Refusal, SchedulerPlugin, configure, run_filter,
+    run_normalize_score, run_pre_filter, run_pre_score, run_score,
 };
 
 /// The pod of a case that names none.
@@ -57,16 +57,18 @@ pub fn cycle<P: SchedulerPlugin>(
     configure::<P>(config).map_err(|e| format!("check-config: {e}"))?;
     let claims = |p: Point| P::POINTS.contains(&p);
     let pod = pod.to_string();
-    let names: Vec<String> = nodes
+    // The records the host would send: the objects only when claimed.
+    let records: Vec<Node> = nodes
         .iter()
         .map(|n| {
-            n.pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
+            let node = Node::from_object(Object::new(n.clone()));
+            match claims(Point::NodeObjects) {
+                true => node,
+                false => node.without_object(),
+            }
         })
         .collect();
-    let texts: Vec<String> = nodes.iter().map(Value::to_string).collect();
+    let names: Vec<String> = records.iter().map(|n| n.name().to_owned()).collect();
     let mut out = Cycle::default();
 
     let mut state = String::new();
@@ -84,12 +86,12 @@ pub fn cycle<P: SchedulerPlugin>(
         }
     }
     if filtering {
-        let answers = run_filter::<P>(config, &state, &pod, &texts);
-        if answers.len() != texts.len() {
+        let answers = run_filter::<P>(config, &state, &pod, &records);
+        if answers.len() != records.len() {
             return Err(format!(
                 "filter answered {} entries for {} nodes",
                 answers.len(),
-                texts.len()
+                records.len()
             ));
         }
         for (name, answer) in names.iter().zip(answers) {
@@ -102,31 +104,32 @@ pub fn cycle<P: SchedulerPlugin>(
     if !claims(Point::Score) {
         return Ok(out);
     }
-    let (fit_names, fit_texts): (Vec<String>, Vec<String>) = names
+    let (fit_names, fit_records): (Vec<String>, Vec<Node>) = names
         .iter()
-        .zip(&texts)
+        .zip(&records)
         .filter(|(n, _)| !out.refused.contains_key(*n))
         .map(|(n, t)| (n.clone(), t.clone()))
         .unzip();
-    let mut score_state = String::new();
+    // `score` gets `pre-filter`'s state when there is no `pre-score`.
+    let mut score_state = state.clone();
     if claims(Point::PreScore) {
-        match run_pre_score::<P>(config, &state, &pod, &fit_texts) {
+        match run_pre_score::<P>(config, &state, &pod, &fit_records) {
             Prepared::Proceed(s) => score_state = s,
             Prepared::Skip => return Ok(out),
             Prepared::Refuse(r) => return Err(format!("pre-score refused: {r:?}")),
         }
     }
-    let mut scores = run_score::<P>(config, &score_state, &pod, &fit_texts)
+    let mut scores = run_score::<P>(config, &score_state, &pod, &fit_records)
         .map_err(|r| format!("score refused: {r:?}"))?;
     if claims(Point::NormalizeScore) {
         scores = run_normalize_score::<P>(config, &score_state, &pod, scores)
             .map_err(|r| format!("normalize-score refused: {r:?}"))?;
     }
-    if scores.len() != fit_texts.len() {
+    if scores.len() != fit_records.len() {
         return Err(format!(
             "score answered {} entries for {} nodes",
             scores.len(),
-            fit_texts.len()
+            fit_records.len()
         ));
     }
     for (name, score) in fit_names.into_iter().zip(scores) {
@@ -353,5 +356,29 @@ mod tests {
         }
         let e = cycle::<Big>("", &default_pod(), &[node("a", json!({}))]).unwrap_err();
         assert!(e.contains("out of 0-100"), "{e}");
+    }
+
+    #[test]
+    fn node_objects_reach_only_the_plugins_that_claim_them() {
+        /// Scores 100 when it sees the node's `score` annotation (only in
+        /// the object), 0 without the object.
+        struct Reads<const CLAIM: bool>;
+        impl<const CLAIM: bool> SchedulerPlugin for Reads<CLAIM> {
+            type Config = ();
+            const POINTS: &'static [Point] = if CLAIM {
+                &[Point::Score, Point::NodeObjects]
+            } else {
+                &[Point::Score]
+            };
+            fn score(_: &(), _: &str, _: &Pod, node: &Node) -> Result<i64, Refusal> {
+                Ok(node.annotation("score").map_or(0, |_| 100))
+            }
+        }
+        let mut n = node("a", json!({}));
+        n["metadata"]["annotations"] = json!({"score": "yes"});
+        let claimed = cycle::<Reads<true>>("", &default_pod(), std::slice::from_ref(&n));
+        let unclaimed = cycle::<Reads<false>>("", &default_pod(), &[n]);
+        assert_eq!(claimed.unwrap().scores["a"], 100);
+        assert_eq!(unclaimed.unwrap().scores["a"], 0);
     }
 }
