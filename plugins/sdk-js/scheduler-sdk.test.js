@@ -3,16 +3,49 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  checkCase, clampScore, cycle, CycleFailed, exportScheduler, KubeObject, Node, parseInteger, Refusal, runner, SKIP,
+  checkCase, clampScore, cycle, CycleFailed, exportScheduler, KubeObject, Node, pack, parseInteger, Refusal, runner, SKIP,
+  unpack,
 } from './wasm-apiserver-scheduler-sdk.js';
 
 const POD = JSON.stringify({ kind: 'Pod', metadata: { name: 'p', namespace: 'ns' } });
 const node = (name, labels = {}) => ({ kind: 'Node', metadata: { name, labels } });
-// The record the host sends for node(name, labels), as the bindings hand it
-// (tuples as arrays, `none` as undefined), without its object.
-const record = (name, labels = {}) => ({
-  name, labels: Object.entries(labels).sort(), taints: [], unschedulable: false, object: undefined,
-});
+// The node a plugin gets for node(name, labels), without its object: packed
+// as the host packs it, unpacked as the export does.
+const record = (name, labels = {}) => unpack(pack([node(name, labels)]))[0];
+// A packed `nodes` as the bindings hand it (`none` as undefined), built by
+// hand: `put` appends text and answers its span.
+const packer = () => {
+  const parts = [];
+  let size = 0;
+  const put = (s) => {
+    const bytes = typeof s === 'string' ? new TextEncoder().encode(s) : Uint8Array.from(s);
+    parts.push(bytes);
+    size += bytes.length;
+    return { start: size - bytes.length, len: bytes.length };
+  };
+  const p = {
+    labels: [],
+    taints: [],
+    items: [],
+    put,
+    node(name, labels = [], taints = [], unschedulable = false, object = undefined) {
+      const ls = { start: p.labels.length, len: labels.length };
+      for (const [k, v] of labels) p.labels.push({ key: put(k), value: put(v) });
+      const ts = { start: p.taints.length, len: taints.length };
+      for (const [k, v, e] of taints) p.taints.push({ key: put(k), value: put(v), effect: put(e) });
+      const span = (x) => (typeof x === 'string' || Array.isArray(x) ? put(x) : x);
+      p.items.push({ name: span(name), labels: ls, taints: ts, unschedulable, object: span(object) });
+      return p;
+    },
+    nodes() {
+      const text = new Uint8Array(size);
+      let at = 0;
+      for (const b of parts) { text.set(b, at); at += b.length; }
+      return { text, labels: p.labels, taints: p.taints, items: p.items };
+    },
+  };
+  return p;
+};
 
 // Refuses nodes with the configured label, scores by the `score` label.
 const sample = {
@@ -70,7 +103,7 @@ test('filter answers each node in order', () => {
 
 test('a bad configuration or pod refuses every node with error', () => {
   const nodes = [record('a'), record('b')];
-  assert.deepEqual(exportScheduler(sample).filter('{"avoid": "bad"}', '', POD, nodes),
+  assert.deepEqual(exportScheduler(sample).filter('{"avoid": "bad"}', '', POD, pack([node('a'), node('b')])),
     [{ code: 'error', reasons: ['avoid may not be bad'] }, { code: 'error', reasons: ['avoid may not be bad'] }]);
   assert.ok(runner(sample).filter('', '', '{', nodes).every((r) => r.code === 'error'));
   const p = exportScheduler(sample).preFilter('{"avoyd": 1}', POD);
@@ -87,23 +120,23 @@ test('pre-filter state and skip', () => {
 
 test('score is per node, in BigInt, and a refusal is thrown as the record', () => {
   const s = exportScheduler(sample);
-  const nodes = [record('a', { score: '7' }), record('b', { score: '1000' })];
+  const nodes = pack([node('a', { score: '7' }), node('b', { score: '1000' })]);
   assert.deepEqual(s.score('', '', POD, nodes), [7n, 1000n]);
-  const bad = [record('a', { score: '7' }), record('c')];
+  const bad = pack([node('a', { score: '7' }), node('c')]);
   assert.throws(() => s.score('', '', POD, bad), (e) => e.code === 'error' && e.reasons[0] === 'c has no score');
-  const fraction = [record('a', { score: '1.5' })];
+  const fraction = pack([node('a', { score: '1.5' })]);
   assert.throws(() => s.score('', '', POD, fraction), (e) => /must return safe integers/.test(e.reasons[0]));
 });
 
 test('unclaimed points answer neutrally', () => {
   const s = exportScheduler(sample);
-  assert.deepEqual(s.preScore('', 'kept', POD, []), { tag: 'proceed', val: 'kept' });
+  assert.deepEqual(s.preScore('', 'kept', POD, pack([])), { tag: 'proceed', val: 'kept' });
   assert.deepEqual(s.normalizeScore('', '', POD, [5n, 500n]), [5n, 500n]);
   assert.deepEqual(s.normalizeScore('', '', POD, BigInt64Array.from([5n, 500n])), [5n, 500n]);
   assert.deepEqual(exportScheduler(scaled).normalizeScore('', '', POD, BigInt64Array.from([5n, 10n])), [50n, 100n]);
   const plain = exportScheduler({});
-  assert.deepEqual(plain.filter('', '', POD, [record('a')]), [undefined]);
-  assert.deepEqual(plain.score('', '', POD, [record('a')]), [0n]);
+  assert.deepEqual(plain.filter('', '', POD, pack([node('a')])), [undefined]);
+  assert.deepEqual(plain.score('', '', POD, pack([node('a')])), [0n]);
 });
 
 test('a cycle filters, then scores what fits', () => {
@@ -124,21 +157,21 @@ test('a wrong expectation fails its case', () => {
   assert.deepEqual(problems, ['b: expected to fit, refused unschedulable: p avoids b', 'a: expected score 6, got 5']);
 });
 
-test('nodes read the record', () => {
+test('nodes read the packed record', () => {
   // The object says otherwise: name, labels, taints and unschedulable come from the record.
-  const n = new Node({
-    name: 'a', labels: [['arch', 'amd'], ['zone', 'x']], taints: [{ key: 'gpu', value: '', effect: 'NoSchedule' }],
-    unschedulable: true, object: JSON.stringify(node('other', { zone: 'y' })),
-  });
+  const nodes = packer().node('a', [['arch', 'amd'], ['zone', 'x']], [['gpu', '', 'NoSchedule']], true,
+    JSON.stringify(node('other', { zone: 'y' }))).node('b').nodes();
+  const [n, bare] = unpack(nodes);
   assert.deepEqual([n.name, n.label('zone'), n.label('none'), n.label('constructor'), n.unschedulable],
     ['a', 'x', undefined, undefined, true]);
+  assert.deepEqual([n.label('arch'), n.label('aaa'), n.label('zzz'), n.label(5)], ['amd', undefined, undefined, undefined]);
   assert.deepEqual(n.labels, { arch: 'amd', zone: 'x' });
+  assert.deepEqual([n.label('zone'), n.label('none'), n.label('constructor')], ['x', undefined, undefined]);
   assert.deepEqual(n.taints, [{ key: 'gpu', value: '', effect: 'NoSchedule' }]);
   assert.equal(n.object.metadata.name, 'other');
   assert.equal(n.object, n.object);
-  const bare = new Node({ name: 'b', labels: [], taints: [], unschedulable: false, object: undefined });
-  assert.deepEqual([bare.labels, bare.taints, bare.unschedulable, bare.object, bare.annotation('x')],
-    [{}, [], false, undefined, undefined]);
+  assert.deepEqual([bare.name, bare.labels, bare.taints, bare.unschedulable, bare.object, bare.annotation('x')],
+    ['b', {}, [], false, undefined, undefined]);
 });
 
 test('a node from an object is what the host sends', () => {
@@ -155,15 +188,72 @@ test('a node from an object is what the host sends', () => {
   assert.deepEqual([empty.name, empty.labels, empty.taints, empty.unschedulable], ['', {}, [], false]);
 });
 
+test('pack then unpack gives the nodes back', () => {
+  const zurich = { kind: 'Node', metadata: { name: 'zürich-1', labels: { city: 'zürich', b: 'é', a: 'x', '𝔸': 'astral', 'ｚ': 'bmp' } } };
+  const nodes = [FULL, zurich, { kind: 'Node', metadata: { name: 'm' } }];
+  for (const objects of [false, true]) {
+    const record = pack(nodes, objects);
+    assert.ok(record.text instanceof Uint8Array);
+    assert.deepEqual(record.items.map((i) => i.object !== undefined), [objects, objects, objects]);
+    const [n, z, m] = unpack(record);
+    assert.deepEqual([n.name, z.name, m.name], ['n', 'zürich-1', 'm']);
+    assert.deepEqual([n.unschedulable, z.unschedulable], [true, false]);
+    assert.deepEqual(Object.entries(n.labels), [['arch', 'arm'], ['zone', 'b']]);
+    assert.deepEqual(n.taints, [{ key: 'gpu', value: '', effect: 'NoSchedule' }, { key: 'a', value: 'b', effect: 'NoExecute' }]);
+    // Sorted by the keys' UTF-8 bytes (U+FF5A before U+1D538), which the lookup relies on.
+    assert.deepEqual([z.label('city'), z.label('b'), z.label('𝔸'), z.label('ｚ')], ['zürich', 'é', 'astral', 'bmp']);
+    assert.deepEqual(Object.keys(z.labels), ['a', 'b', 'city', 'ｚ', '𝔸']);
+    assert.deepEqual([m.labels, m.taints], [{}, []]);
+    assert.deepEqual([n.object, z.object, m.object], objects ? nodes : [undefined, undefined, undefined]);
+    // Byte offsets: the text is UTF-8, and the spans count bytes.
+    assert.equal(record.items[1].name.len, 9);
+    const city = record.labels.find((l) => new TextDecoder().decode(record.text.subarray(l.key.start, l.key.start + l.key.len)) === 'city');
+    assert.equal(city.value.len, 7);
+  }
+  // Nodes pack as the objects they were made from; repeated strings are stored once.
+  assert.deepEqual(pack(nodes.map((x) => Node.fromObject(x)), true), pack(nodes, true));
+  assert.equal(new TextDecoder().decode(pack([node('a', { k: 'v' }), node('b', { k: 'v' })]).text), 'kvab');
+});
+
+test('a span outside the text or not UTF-8 is an error for that node', () => {
+  const p = packer().node('good', [['score', '3']]);
+  p.node({ start: 1000, len: 4 }); // its name outside the text
+  p.node('labels', [['score', '1']]);
+  p.labels.at(-1).value = { start: 2, len: 1e6 }; // a label's value past the end
+  p.node([0xff, 0xfe]); // not UTF-8
+  p.node('taints', [], [['k', 'v', 'NoSchedule']]);
+  p.taints.at(-1).effect = { start: 0, len: 1e6 };
+  p.node('counts');
+  p.items.at(-1).labels = { start: 0, len: 100 }; // more labels than the array has
+  p.node('object', [], [], false, { start: 3, len: 1e6 });
+  const nodes = p.nodes();
+  const reader = {
+    nodeObjects: true,
+    filter(config, pod, n) { return [n.label('score'), n.taints, n.object] && undefined; },
+    score(config, pod, n) { return Object.keys(n.labels).length; },
+  };
+  const out = exportScheduler(reader).filter('', '', POD, nodes);
+  assert.deepEqual(out.map((r) => r?.code), [undefined, 'error', 'error', 'error', 'error', 'error', 'error']);
+  assert.match(out[1].reasons[0], /outside the text/);
+  assert.match(out[2].reasons[0], /^node labels labels: bytes/);
+  assert.match(out[3].reasons[0], /not UTF-8/);
+  assert.match(out[4].reasons[0], /^node taints taints/);
+  assert.match(out[5].reasons[0], /outside the list/);
+  assert.match(out[6].reasons[0], /^node object object/);
+  // A node that cannot be read refuses score as a whole; the others score.
+  assert.deepEqual(runner(reader).score('', '', POD, unpack(nodes).slice(0, 1)), [1]);
+  assert.equal(runner(reader).score('', '', POD, unpack(nodes).slice(1, 2)).code, 'error');
+  assert.equal(runner(reader).preScore('', '', POD, unpack(nodes).slice(3, 4)).code, 'error');
+});
+
 test('a node object that does not parse is an error refusal', () => {
-  const bad = { name: 'bad', labels: [], taints: [], unschedulable: false, object: '{not json' };
-  const good = { name: 'good', labels: [], taints: [], unschedulable: false, object: JSON.stringify(node('good')) };
-  const out = runner({ ...watcher, nodeObjects: true }).filter('', '', POD, [good, bad]);
+  const nodes = packer().node('good', [], [], false, JSON.stringify(node('good'))).node('bad', [], [], false, '{not json').nodes();
+  const out = runner({ ...watcher, nodeObjects: true }).filter('', '', POD, unpack(nodes));
   assert.equal(out[0], undefined);
   assert.equal(out[1].code, 'error');
   assert.match(out[1].reasons[0], /^node bad object is not valid JSON/);
   // Not read, not parsed: a plugin that never reads the object never fails on it.
-  assert.deepEqual(exportScheduler(sample).score('', '', POD, [{ ...record('a', { score: '3' }), object: '{' }]), [3n]);
+  assert.deepEqual(exportScheduler(sample).score('', '', POD, packer().node('a', [['score', '3']], [], false, '{').nodes()), [3n]);
 });
 
 test('without nodeObjects a plugin sees no objects', () => {

@@ -18,14 +18,20 @@
 //
 // The host passes every candidate node of a scheduling cycle in one call;
 // the SDK parses the pod once per call, calls the function for each node
-// and answers in the nodes' order. A node arrives as the host's `node`
-// record, which costs no parsing: a Node reads its `name`, `labels`
-// (`label(key)`), `taints` and `unschedulable` from it. A plugin that needs
-// more of the object (status, allocatable, annotations) sets
-// `nodeObjects: true`: the host then sends every node's whole object too,
-// which `node.object` parses on first use (undefined without the claim).
-// Claim it only when needed: the host serializes and the plugin parses each
-// node's object on every call.
+// and answers in the nodes' order. The nodes arrive packed (the WIT `nodes`
+// record: one UTF-8 `text`, a Uint8Array, holding every string of every
+// node, one array of every label, one of every taint, and each node as
+// spans of those), and the SDK unpacks them (unpack) into Node objects,
+// cheaply and lazily: a node's `name` and `unschedulable` at once, its
+// `labels` (`label(key)` looks one up without decoding the others), `taints`
+// and `object` when first read. A plugin that needs more of the object
+// (status, allocatable, annotations) sets `nodeObjects: true` (it claims
+// `node-objects`): the host then sends every node's whole object too, which
+// `node.object` parses on first use (undefined without the claim). Claim it
+// only when needed: the host serializes and the plugin parses each node's
+// object on every call. A span outside the text, or text that is not UTF-8,
+// answers a refusal with code `error` for that node (for the call, in
+// preScore and score), never a trap.
 //
 // The extension points a plugin claims (`extension-points`) are exactly the
 // functions the plugin object has: preFilter(config, pod),
@@ -47,9 +53,10 @@
 // wasm-apiserver-sdk.js. It imports no WIT interface, so it runs and is
 // tested in plain Node too (scheduler-sdk.test.js); there `cycle` runs a
 // plugin as the server's scheduler would and `checkCase` checks one case of
-// a `wasm-apiserver plugin test` case table; they give the plugin the nodes'
-// records built from the case's objects (Node.fromObject), and their
-// objects only when it claims `nodeObjects`, as the host does.
+// a `wasm-apiserver plugin test` case table; they pack the case's node
+// objects as the host does (pack, with the objects only when the plugin
+// claims `nodeObjects`) and give the plugin what unpack makes of them, the
+// path a component's calls take.
 //
 // Versioning: SDK 0.4.x binds wasm-apiserver:plugin@0.4.0.
 
@@ -174,35 +181,88 @@ export class KubeObject {
 
 const str = (v) => (typeof v === 'string' ? v : '');
 const UNPARSED = Symbol('unparsed');
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+const encoder = new TextEncoder();
+
+// The bytes of `span` in `text`, a Refusal when it lies outside.
+function bytesOf(text, span, what) {
+  const end = span.start + span.len;
+  if (end > text.length) throw Refusal.error(`${what}: bytes ${span.start}..${end} are outside the text (${text.length} bytes)`);
+  return text.subarray(span.start, end);
+}
+
+function decode(text, span, what) {
+  const bytes = bytesOf(text, span, what);
+  try {
+    return utf8.decode(bytes);
+  } catch (e) {
+    throw Refusal.error(`${what} is not UTF-8: ${e?.message ?? String(e)}`);
+  }
+}
+
+// [start, end) of `span` in `entries`, a Refusal when it lies outside.
+function range(entries, span, what) {
+  const end = span.start + span.len;
+  if (end > entries.length) {
+    throw Refusal.error(`${what}: entries ${span.start}..${end} are outside the list (${entries.length} entries)`);
+  }
+  return [span.start, end];
+}
+
+// Compares the bytes of `span` in `text` with `want`, as the host sorts keys.
+function compareBytes(text, span, want) {
+  const n = Math.min(span.len, want.length);
+  for (let i = 0; i < n; i += 1) {
+    const d = text[span.start + i] - want[i];
+    if (d !== 0) return d;
+  }
+  return span.len - want.length;
+}
+
+// The refusal a node answers when it could not be unpacked (undefined when it could).
+let nodeError;
+
+// Throws the refusal of the first node that could not be unpacked.
+function unpacked(nodes) {
+  for (const n of nodes) {
+    const e = nodeError(n);
+    if (e !== undefined) throw e;
+  }
+  return nodes;
+}
 
 /**
  * A candidate node: `name` (metadata.name), `labels` and `label(key)`
  * (metadata.labels), `taints` (spec.taints, objects with `key`, `value`,
- * `effect`) and `unschedulable` (spec.unschedulable) from the host's record,
- * without parsing; `object`, the whole Node, only when the plugin claims
- * `nodeObjects` (undefined otherwise), parsed on first access.
+ * `effect`) and `unschedulable` (spec.unschedulable) from the host's packed
+ * record, without parsing; `object`, the whole Node, only when the plugin
+ * claims `nodeObjects` (undefined otherwise), parsed on first access.
  *
- * Built from the record (`new Node(record)`: the WIT `node` as the bindings
- * hand it, `{ name, labels: [[key, value], ...], taints: [{ key, value,
- * effect }], unschedulable, object }` with `object` JSON text or undefined),
- * or in Node.js from a whole object (Node.fromObject).
+ * Made by unpack from the host's `nodes`, or in Node.js from a whole object
+ * (Node.fromObject).
  */
 export class Node {
-  #pairs;
+  #nodes;
+  #item;
   #labels;
   #taints;
-  #text;
   #object;
+  #error;
 
-  constructor(record) {
-    /** metadata.name. */
-    this.name = record.name;
+  /** Built by unpack: `nodes` is the packed record, `item` one of its nodes. */
+  constructor(nodes, item) {
+    this.#nodes = nodes;
+    this.#item = item;
     /** spec.unschedulable (cordoned). */
-    this.unschedulable = record.unschedulable === true;
-    this.#pairs = record.labels;
-    this.#taints = record.taints;
-    this.#text = record.object ?? undefined;
-    this.#object = this.#text === undefined ? undefined : UNPARSED;
+    this.unschedulable = item.unschedulable === true;
+    try {
+      /** metadata.name. */
+      this.name = decode(nodes.text, item.name, "a node's name");
+    } catch (e) {
+      this.name = '';
+      this.#error = e;
+    }
+    this.#object = item.object === undefined || item.object === null ? undefined : UNPARSED;
   }
 
   /**
@@ -211,41 +271,68 @@ export class Node {
    * of spec.taints.
    */
   static fromObject(obj) {
-    const o = isObject(obj) ? obj : {};
-    const metadata = isObject(o.metadata) ? o.metadata : {};
-    const spec = isObject(o.spec) ? o.spec : {};
-    const labels = isObject(metadata.labels) ? metadata.labels : {};
-    const taints = Array.isArray(spec.taints) ? spec.taints : [];
-    const node = new Node({
-      name: str(metadata.name),
-      labels: Object.entries(labels).filter(([, v]) => typeof v === 'string')
-        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
-      taints: taints.filter(isObject).map((t) => ({ key: str(t.key), value: str(t.value), effect: str(t.effect) })),
-      unschedulable: spec.unschedulable === true,
-    });
-    node.#object = o;
+    const node = unpack(pack([obj]))[0];
+    node.#object = isObject(obj) ? obj : {};
     return node;
   }
 
   /** The same node without its object (what a plugin that does not claim nodeObjects receives). */
   withoutObject() {
-    return new Node({ name: this.name, labels: this.#pairs, taints: this.#taints, unschedulable: this.unschedulable });
+    const node = new Node(this.#nodes, { ...this.#item, object: undefined });
+    node.#labels = this.#labels;
+    node.#taints = this.#taints;
+    return node;
+  }
+
+  static {
+    nodeError = (node) => node.#error;
   }
 
   /** metadata.labels as an object (built once). */
   get labels() {
-    this.#labels ??= Object.fromEntries(this.#pairs);
+    if (this.#labels === undefined) {
+      const { text, labels } = this.#nodes;
+      const what = `node ${this.name} labels`;
+      const [start, end] = range(labels, this.#item.labels, what);
+      const out = {};
+      for (let i = start; i < end; i += 1) out[decode(text, labels[i].key, what)] = decode(text, labels[i].value, what);
+      this.#labels = out;
+    }
     return this.#labels;
   }
 
-  /** One label's value, or undefined. */
+  /**
+   * One label's value, or undefined. Until `labels` is read, it looks the
+   * key up among the sorted keys' bytes, decoding one value.
+   */
   label(key) {
-    const labels = this.labels;
-    return Object.hasOwn(labels, key) ? labels[key] : undefined;
+    if (this.#labels !== undefined) return Object.hasOwn(this.#labels, key) ? this.#labels[key] : undefined;
+    if (typeof key !== 'string') return undefined;
+    const want = encoder.encode(key);
+    const { text, labels } = this.#nodes;
+    const what = `node ${this.name} labels`;
+    let [lo, hi] = range(labels, this.#item.labels, what);
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      bytesOf(text, labels[mid].key, what);
+      const d = compareBytes(text, labels[mid].key, want);
+      if (d < 0) lo = mid + 1;
+      else if (d > 0) hi = mid;
+      else return decode(text, labels[mid].value, what);
+    }
+    return undefined;
   }
 
   /** spec.taints, in order: objects with `key`, `value` ('' when none) and `effect`. */
   get taints() {
+    if (this.#taints === undefined) {
+      const { text, taints } = this.#nodes;
+      const what = `node ${this.name} taints`;
+      const [start, end] = range(taints, this.#item.taints, what);
+      this.#taints = taints.slice(start, end).map((t) => ({
+        key: decode(text, t.key, what), value: decode(text, t.value, what), effect: decode(text, t.effect, what),
+      }));
+    }
     return this.#taints;
   }
 
@@ -256,9 +343,10 @@ export class Node {
    */
   get object() {
     if (this.#object === UNPARSED) {
+      const text = decode(this.#nodes.text, this.#item.object, `node ${this.name} object`);
       let obj;
       try {
-        obj = JSON.parse(this.#text);
+        obj = JSON.parse(text);
       } catch (e) {
         throw Refusal.error(`node ${this.name} object is not valid JSON: ${e.message}`);
       }
@@ -274,7 +362,80 @@ export class Node {
   }
 }
 
-const asNode = (n) => (n instanceof Node ? n : new Node(n));
+/**
+ * The Node array of the host's packed `nodes` (the WIT record as the
+ * bindings hand it, or what pack makes), in order. Nothing is copied: each
+ * node decodes its name now, the rest when read. A node whose name cannot be
+ * decoded (a span outside the text, or not UTF-8) answers a refusal with
+ * code `error`.
+ */
+export function unpack(nodes) {
+  return Array.from(nodes.items, (item) => new Node(nodes, item));
+}
+
+/**
+ * The packed `nodes` record the host would send for `nodes` (whole objects,
+ * or Nodes): `{ text, labels, taints, items }` with `text` a Uint8Array,
+ * spans as `{ start, len }`, labels sorted by key, repeated strings stored
+ * once, and each node's whole object (as the JSON the host sends) only when
+ * `objects` is true (the plugin claims nodeObjects).
+ */
+export function pack(nodes, objects = false) {
+  const chunks = [];
+  let size = 0;
+  const spans = new Map();
+  const put = (s, keep = true) => {
+    let span = keep ? spans.get(s) : undefined;
+    if (span === undefined) {
+      const bytes = encoder.encode(s);
+      span = { start: size, len: bytes.length };
+      chunks.push(bytes);
+      size += bytes.length;
+      if (keep) spans.set(s, span);
+    }
+    return span;
+  };
+  const labels = [];
+  const taints = [];
+  const items = nodes.map((n) => {
+    let name;
+    let pairs;
+    let ts;
+    let unschedulable;
+    let obj;
+    if (n instanceof Node) {
+      ({ name, unschedulable } = n);
+      pairs = Object.entries(n.labels);
+      ts = n.taints;
+      obj = objects ? n.object : undefined;
+    } else {
+      obj = isObject(n) ? n : {};
+      const metadata = isObject(obj.metadata) ? obj.metadata : {};
+      const spec = isObject(obj.spec) ? obj.spec : {};
+      name = str(metadata.name);
+      pairs = Object.entries(isObject(metadata.labels) ? metadata.labels : {}).filter(([, v]) => typeof v === 'string');
+      ts = (Array.isArray(spec.taints) ? spec.taints : []).filter(isObject)
+        .map((t) => ({ key: str(t.key), value: str(t.value), effect: str(t.effect) }));
+      unschedulable = spec.unschedulable === true;
+    }
+    // By the keys' UTF-8 bytes, as the host sorts them (UTF-16 order differs past U+FFFF).
+    const keyed = pairs.map(([k, v]) => [encoder.encode(k), k, v]);
+    keyed.sort(([a], [b]) => compareBytes(a, { start: 0, len: a.length }, b));
+    const labelSpan = { start: labels.length, len: keyed.length };
+    for (const [, k, v] of keyed) labels.push({ key: put(k), value: put(v) });
+    const taintSpan = { start: taints.length, len: ts.length };
+    for (const t of ts) taints.push({ key: put(t.key), value: put(t.value), effect: put(t.effect) });
+    const object = objects && obj !== undefined ? put(JSON.stringify(obj), false) : undefined;
+    return { name: put(name), labels: labelSpan, taints: taintSpan, unschedulable, object };
+  });
+  const text = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    text.set(c, at);
+    at += c.length;
+  }
+  return { text, labels, taints, items };
+}
 
 const asRefusal = (e, what) => (e instanceof Refusal ? e : Refusal.error(`${what} failed: ${e?.message ?? String(e)}`));
 
@@ -294,7 +455,9 @@ function ints(scores, what) {
 /**
  * The plain-JavaScript answers of each point for `plugin` (no bindings): a
  * state string, SKIP or a Refusal; an array of undefined or Refusal; an
- * array of integers or a Refusal. `nodes` are the host's records (or Nodes).
+ * array of integers or a Refusal. `nodes` are Nodes (what unpack makes of the
+ * host's packed record); a node that could not be unpacked answers its
+ * refusal (filter) or refuses the call (preScore, score).
  */
 export function runner(plugin) {
   const configure = (text) => {
@@ -338,7 +501,7 @@ export function runner(plugin) {
       return nodes.map((n) => {
         let answer;
         try {
-          answer = plugin.filter ? plugin.filter(config, p, asNode(n)) : undefined;
+          answer = nodeError(n) ?? (plugin.filter ? plugin.filter(config, p, n) : undefined);
         } catch (e) {
           return asRefusal(e, 'filter');
         }
@@ -350,7 +513,8 @@ export function runner(plugin) {
     preScore(text, state, pod, nodes) {
       try {
         const [config, p] = prepare(text, pod, state);
-        return plugin.preScore ? prepared(plugin.preScore(config, p, nodes.map(asNode))) : state;
+        unpacked(nodes);
+        return plugin.preScore ? prepared(plugin.preScore(config, p, [...nodes])) : state;
       } catch (e) {
         return asRefusal(e, 'preScore');
       }
@@ -358,7 +522,7 @@ export function runner(plugin) {
     score(text, state, pod, nodes) {
       try {
         const [config, p] = prepare(text, pod, state);
-        return ints(nodes.map((n) => (plugin.score ? plugin.score(config, p, asNode(n)) : MIN_SCORE)), 'score');
+        return ints(unpacked(nodes).map((n) => (plugin.score ? plugin.score(config, p, n) : MIN_SCORE)), 'score');
       } catch (e) {
         return asRefusal(e, 'score');
       }
@@ -407,9 +571,9 @@ export function exportScheduler(plugin) {
       return Object.fromEntries(FLAGS.map((f) => [f, claimed.includes(f)]));
     },
     preFilter: (config, pod) => witPrepared(run.preFilter(config, pod)),
-    filter: (config, state, pod, nodes) => run.filter(config, state, pod, nodes).map((r) => r?.toWit()),
-    preScore: (config, state, pod, nodes) => witPrepared(run.preScore(config, state, pod, nodes)),
-    score: (config, state, pod, nodes) => witScores(run.score(config, state, pod, nodes)),
+    filter: (config, state, pod, nodes) => run.filter(config, state, pod, unpack(nodes)).map((r) => r?.toWit()),
+    preScore: (config, state, pod, nodes) => witPrepared(run.preScore(config, state, pod, unpack(nodes))),
+    score: (config, state, pod, nodes) => witScores(run.score(config, state, pod, unpack(nodes))),
     // list<s64> may arrive as a BigInt64Array, whose map keeps BigInts:
     // Array.from makes plain numbers.
     normalizeScore: (config, state, pod, scores) => witScores(run.normalizeScore(config, state, pod, Array.from(scores, Number))),
@@ -431,8 +595,9 @@ export class CycleFailed extends Error {}
  * Runs one scheduling cycle as the server's scheduler does: the
  * configuration checked, then only the points the plugin claims. `config` is
  * text or a JSON-able value; `pod` and `nodes` are objects (whole objects:
- * the plugin gets their records, with copies of the objects only when it
- * claims nodeObjects). Returns
+ * each call packs them with pack, their objects only when the plugin claims
+ * nodeObjects, and unpacks them with unpack, as a component's calls go).
+ * Returns
  * `{ refused, scores }`: node name -> Refusal, and node name -> final score of
  * the nodes that fit. Throws CycleFailed for what fails a cycle.
  */
@@ -446,11 +611,10 @@ export function cycle(plugin, config, pod, nodes) {
   }
   const points = run.points();
   const podText = JSON.stringify(pod);
-  // The records the host would send: the objects (as the JSON it sends)
-  // only when claimed.
-  const records = nodes.map((n) => (plugin.nodeObjects === true
-    ? Node.fromObject(JSON.parse(JSON.stringify(n))) : Node.fromObject(n).withoutObject()));
-  const names = records.map((r) => r.name);
+  // What a call gets: the objects packed as the host packs them (the objects
+  // themselves only when claimed), unpacked as the export does.
+  const given = (objs) => unpack(pack(objs, plugin.nodeObjects === true));
+  const names = nodes.map((n) => Node.fromObject(n).name);
   const refused = {};
   const scores = {};
   let state = '';
@@ -462,19 +626,19 @@ export function cycle(plugin, config, pod, nodes) {
     else state = answer;
   }
   if (filtering) {
-    run.filter(text, state, podText, records).forEach((r, i) => { if (r) refused[names[i]] = r; });
+    run.filter(text, state, podText, given(nodes)).forEach((r, i) => { if (r) refused[names[i]] = r; });
   }
   if (!points.includes('score')) return { refused, scores };
-  const fit = names.map((n, i) => [n, records[i]]).filter(([n]) => !(n in refused));
-  const fitRecords = fit.map(([, r]) => r);
+  const fit = names.map((n, i) => [n, nodes[i]]).filter(([n]) => !(n in refused));
+  const fitNodes = fit.map(([, n]) => n);
   let scoreState = '';
   if (points.includes('preScore')) {
-    const answer = run.preScore(text, state, podText, fitRecords);
+    const answer = run.preScore(text, state, podText, given(fitNodes));
     if (answer === SKIP) return { refused, scores };
     if (answer instanceof Refusal) throw new CycleFailed(`pre-score refused: ${answer.message}`);
     scoreState = answer;
   }
-  let raw = run.score(text, scoreState, podText, fitRecords);
+  let raw = run.score(text, scoreState, podText, given(fitNodes));
   if (raw instanceof Refusal) throw new CycleFailed(`score refused: ${raw.message}`);
   if (points.includes('normalizeScore')) {
     raw = run.normalizeScore(text, scoreState, podText, raw);

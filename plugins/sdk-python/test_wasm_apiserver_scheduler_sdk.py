@@ -7,7 +7,7 @@ import sys
 import types
 import unittest
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 import wasm_apiserver_scheduler_sdk as sched
 
@@ -19,25 +19,80 @@ def node(name, **labels):
 
 
 def record(name, **labels):
-    """The record the host sends for node(name, **labels), without its object."""
-    return sched.NodeRecord(name, sorted(labels.items()), [], False, None)
+    """The node a plugin gets for node(name, **labels), without its object:
+    packed as the host packs it, unpacked as the export does."""
+    return sched.unpack(sched.pack([node(name, **labels)]))[0]
 
 
 # The records as componentize-py's bindings hand them (wit_world.exports.scheduler).
 @dataclass
+class WitSpan:
+    start: int
+    len: int
+
+
+@dataclass
+class WitLabel:
+    key: WitSpan
+    value: WitSpan
+
+
+@dataclass
 class WitTaint:
-    key: str
-    value: str
-    effect: str
+    key: WitSpan
+    value: WitSpan
+    effect: WitSpan
 
 
 @dataclass
 class WitNode:
-    name: str
-    labels: List[Tuple[str, str]]
-    taints: List[WitTaint]
+    name: WitSpan
+    labels: WitSpan
+    taints: WitSpan
     unschedulable: bool
-    object: Optional[str]
+    object: Optional[WitSpan]
+
+
+@dataclass
+class WitNodes:
+    text: bytes
+    labels: List[WitLabel]
+    taints: List[WitTaint]
+    items: List[WitNode]
+
+
+class Packer:
+    """Builds a WitNodes by hand: ``put`` appends text and answers its span."""
+
+    def __init__(self):
+        self.text, self.labels, self.taints, self.items = b"", [], [], []
+
+    def put(self, s):
+        b = s if isinstance(s, bytes) else s.encode()
+        span = WitSpan(len(self.text), len(b))
+        self.text += b
+        return span
+
+    def node(self, name, labels=(), taints=(), unschedulable=False, obj=None):
+        ls = WitSpan(len(self.labels), len(labels))
+        self.labels += [WitLabel(self.put(k), self.put(v)) for k, v in labels]
+        ts = WitSpan(len(self.taints), len(taints))
+        self.taints += [WitTaint(*map(self.put, t)) for t in taints]
+        name = self.put(name) if isinstance(name, (str, bytes)) else name
+        obj = self.put(obj) if isinstance(obj, (str, bytes)) else obj
+        self.items.append(WitNode(name, ls, ts, unschedulable, obj))
+        return self
+
+    def nodes(self):
+        return WitNodes(self.text, self.labels, self.taints, self.items)
+
+
+def packed(*names_and_objects):
+    """A WitNodes of nodes with just a name and an object text."""
+    p = Packer()
+    for name, obj in names_and_objects:
+        p.node(name, obj=obj)
+    return p.nodes()
 
 
 class ExtensionPointSet(enum.Flag):
@@ -50,22 +105,42 @@ class ExtensionPointSet(enum.Flag):
     NODE_OBJECTS = enum.auto()
 
 
-def extension_points(plugin_class):
-    """What the export answers from ``extension-points``, against stand-in bindings."""
-    saved = {m: sys.modules.get(m) for m in ("wit_world", "wit_world.exports", "wit_world.exports.scheduler")}
+class Code(enum.Enum):
+    UNSCHEDULABLE = 0
+    UNSCHEDULABLE_AND_UNRESOLVABLE = 1
+    ERROR = 2
+
+
+@dataclass
+class WitRefusal:
+    code: Code
+    reasons: List[str]
+
+
+def exported(plugin_class, call):
+    """``call(export)`` on the export of ``plugin_class``, against stand-in bindings."""
+    saved = {m: sys.modules.get(m) for m in ("wit_world", "wit_world.exports", "wit_world.exports.scheduler",
+                                             "componentize_py_types")}
     bindings = types.ModuleType("wit_world.exports.scheduler")
-    bindings.ExtensionPointSet = ExtensionPointSet
+    bindings.ExtensionPointSet, bindings.Code, bindings.Refusal = ExtensionPointSet, Code, WitRefusal
+    results = types.ModuleType("componentize_py_types")
+    results.Err = type("Err", (Exception,), {})
     sys.modules.update({"wit_world": types.ModuleType("wit_world"),
                         "wit_world.exports": types.ModuleType("wit_world.exports"),
-                        "wit_world.exports.scheduler": bindings})
+                        "wit_world.exports.scheduler": bindings, "componentize_py_types": results})
     try:
-        return sched.export(plugin_class)().extension_points("")
+        return call(sched.export(plugin_class)())
     finally:
         for m, module in saved.items():
             if module is None:
                 sys.modules.pop(m, None)
             else:
                 sys.modules[m] = module
+
+
+def extension_points(plugin_class):
+    """What the export answers from ``extension-points``, against stand-in bindings."""
+    return exported(plugin_class, lambda e: e.extension_points(""))
 
 
 class Sample(sched.SchedulerPlugin):
@@ -189,20 +264,21 @@ class SchedulerSdkTest(unittest.TestCase):
         self.assertIn("b: expected to fit, refused Refusal('unschedulable', 'p avoids b')", problems)
         self.assertIn("a: expected score 6, got 5", problems)
 
-    def test_nodes_read_the_record(self):
+    def test_nodes_read_the_packed_record(self):
         # The object says otherwise: name, labels, taints and unschedulable come from the record.
-        rec = WitNode("a", [("arch", "amd"), ("zone", "x")], [WitTaint("gpu", "", "NoSchedule")], True,
-                      json.dumps(node("other", zone="y")))
-        n = sched.Node(rec)
+        nodes = Packer().node("a", [("arch", "amd"), ("zone", "x")], [("gpu", "", "NoSchedule")], True,
+                              json.dumps(node("other", zone="y"))).node("b").nodes()
+        n, bare = sched.unpack(nodes)
         self.assertEqual((n.name, n.label("zone"), n.label("none"), n.unschedulable), ("a", "x", None, True))
+        self.assertEqual((n.label("arch"), n.label("aaa"), n.label("zzz"), n.label(5)), ("amd", None, None, None))
         self.assertEqual(n.labels, {"arch": "amd", "zone": "x"})
+        self.assertEqual((n.label("zone"), n.label("none")), ("x", None))
         self.assertEqual(n.taints, [sched.Taint("gpu", "", "NoSchedule")])
         self.assertEqual((n.taints[0].key, n.taints[0].value, n.taints[0].effect), ("gpu", "", "NoSchedule"))
         self.assertEqual(n.object["metadata"]["name"], "other")
         self.assertIs(n.object, n.object)
-        bare = sched.Node(WitNode("b", [], [], False, None))
-        self.assertEqual((bare.labels, bare.taints, bare.unschedulable, bare.object, bare.annotation("x")),
-                         ({}, [], False, None, None))
+        self.assertEqual((bare.name, bare.labels, bare.taints, bare.unschedulable, bare.object,
+                          bare.annotation("x")), ("b", {}, [], False, None, None))
 
     def test_a_node_from_an_object_is_what_the_host_sends(self):
         n = sched.Node.from_object(FULL)
@@ -214,18 +290,88 @@ class SchedulerSdkTest(unittest.TestCase):
         bare = n.without_object()
         self.assertEqual((bare.name, bare.labels, bare.taints, bare.unschedulable), ("n", n.labels, n.taints, True))
         self.assertEqual((bare.object, bare.annotation("off")), (None, None))
+        self.assertIs(n.object, FULL)
         empty = sched.Node.from_object({})
         self.assertEqual((empty.name, empty.labels, empty.taints, empty.unschedulable), ("", {}, [], False))
 
+    def test_pack_then_unpack_gives_the_nodes_back(self):
+        zurich = {"kind": "Node", "metadata": {"name": "z\u00fcrich-1", "labels": {"city": "z\u00fcrich", "b": "\u00e9",
+                                                                          "a": "x"}}}
+        nodes = [FULL, zurich, {"kind": "Node", "metadata": {"name": "m"}}]
+        for objects in (False, True):
+            record = sched.pack(nodes, objects)
+            self.assertIsInstance(record.text, bytes)
+            self.assertEqual([i.object is not None for i in record.items], [objects] * 3)
+            n, z, m = sched.unpack(record)
+            self.assertEqual([x.name for x in (n, z, m)], ["n", "z\u00fcrich-1", "m"])
+            self.assertEqual((n.unschedulable, z.unschedulable), (True, False))
+            self.assertEqual(list(n.labels.items()), [("arch", "arm"), ("zone", "b")])
+            self.assertEqual(n.taints, [("gpu", "", "NoSchedule"), ("a", "b", "NoExecute")])
+            self.assertEqual(z.label("city"), "z\u00fcrich")
+            self.assertEqual(z.label("b"), "\u00e9")
+            self.assertEqual(list(z.labels.items()), [("a", "x"), ("b", "\u00e9"), ("city", "z\u00fcrich")])
+            self.assertEqual((m.labels, m.taints), ({}, []))
+            self.assertEqual([x.object for x in (n, z, m)], nodes if objects else [None] * 3)
+            # Byte offsets: the text is UTF-8, and the spans count bytes.
+            self.assertEqual(record.items[1].name.len, 9)
+            city = next(lab for lab in record.labels if record.text[lab.key.start:][:4] == b"city")
+            self.assertEqual((city.value.len, record.text[city.value.start:][:city.value.len].decode()),
+                             (7, "z\u00fcrich"))
+        # Nodes pack as the objects they were made from; repeated strings are stored once.
+        again = sched.pack([sched.Node.from_object(x) for x in nodes], True)
+        self.assertEqual(again, sched.pack(nodes, True))
+        self.assertEqual(sched.pack([node("a", k="v"), node("b", k="v")]).text, b"kvab")
+
+    def test_a_span_outside_the_text_or_not_utf8_is_an_error_for_that_node(self):
+        p = Packer().node("good", [("score", "3")])
+        p.node(sched.Span(1000, 4))                                  # its name outside the text
+        p.node("labels", [("score", "1")])
+        p.labels[-1].value = WitSpan(2, 10**6)                       # a label's value past the end
+        p.node(b"\xff\xfe")                                         # not UTF-8
+        p.node("taints", taints=[("k", "v", "NoSchedule")])
+        p.taints[-1].effect = WitSpan(0, 10**6)
+        p.node("counts")
+        p.items[-1].labels = WitSpan(0, 100)                         # more labels than the list has
+        p.node("object", obj=WitSpan(3, 10**6))
+        nodes = p.nodes()
+
+        class Reader(sched.SchedulerPlugin):
+            node_objects = True
+
+            def filter(self, config, pod, n):
+                n.label("score"), n.taints, n.object
+
+            def score(self, config, pod, n):
+                return len(n.labels)
+
+        out = exported(Reader, lambda e: e.filter("", "", POD, nodes))
+        self.assertEqual([r is None or r.code for r in out], [True] + [Code.ERROR] * 6)
+        self.assertIn("outside the text", out[1].reasons[0])
+        self.assertIn("node labels labels: bytes", out[2].reasons[0])
+        self.assertIn("not UTF-8", out[3].reasons[0])
+        self.assertIn("node taints taints", out[4].reasons[0])
+        self.assertIn("outside the list", out[5].reasons[0])
+        self.assertIn("node object object", out[6].reasons[0])
+        # A node that cannot be read refuses score as a whole; the others score.
+        self.assertEqual(Reader().run_score("", "", POD, sched.unpack(nodes)[:1]), [1])
+        self.assertEqual(Reader().run_score("", "", POD, sched.unpack(nodes)[1:2]).code, "error")
+        self.assertEqual(Reader().run_pre_score("", "", POD, sched.unpack(nodes)[3:4]).code, "error")
+
+    def test_the_export_unpacks_the_nodes(self):
+        nodes = sched.pack([node("a", score="7"), node("b", gpu="x", score="1")])
+        out = exported(Sample, lambda e: e.filter('{"avoid": "gpu"}', "p", POD, nodes))
+        self.assertEqual(out, [None, WitRefusal(Code.UNSCHEDULABLE, ["p avoids b"])])
+        self.assertEqual(exported(Sample, lambda e: e.score("", "", POD, nodes)), [7, 1])
+
     def test_a_node_object_that_does_not_parse_is_an_error_refusal(self):
-        bad = WitNode("bad", [], [], False, "{not json")
-        good = WitNode("good", [], [], False, json.dumps(node("good")))
-        out = SeenObjects().run_filter("", "", POD, [good, bad])
+        nodes = sched.unpack(packed(("good", json.dumps(node("good"))), ("bad", "{not json")))
+        out = SeenObjects().run_filter("", "", POD, nodes)
         self.assertIsNone(out[0])
         self.assertEqual(out[1].code, "error")
         self.assertTrue(out[1].reasons[0].startswith("node bad object is not valid JSON"), out[1])
         # Not read, not parsed: a plugin that never reads the object never fails on it.
-        self.assertEqual(Sample().run_score("", "", POD, [WitNode("a", [("score", "3")], [], False, "{")]), [3])
+        nodes = sched.unpack(Packer().node("a", [("score", "3")], obj="{").nodes())
+        self.assertEqual(Sample().run_score("", "", POD, nodes), [3])
 
     def test_without_node_objects_a_plugin_sees_none(self):
         self.assertFalse(Seen.node_objects)

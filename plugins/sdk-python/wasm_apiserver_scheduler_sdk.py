@@ -22,14 +22,20 @@ and methods for one pod and one node at a time, exported with
 
 The host passes every candidate node of a scheduling cycle in one call; the
 SDK parses the pod once per call, calls the method for each node and
-answers in the nodes' order. A node arrives as the host's ``node`` record,
-which costs no parsing: a :class:`Node` reads its ``name``, ``labels``
-(``label(key)``), ``taints`` and ``unschedulable`` from it. A plugin that
-needs more of the object (status, allocatable, annotations) sets
-``node_objects = True``: the host then sends every node's whole object too,
-which :attr:`Node.object` parses on first use (``None`` without the claim).
-Claim it only when needed: the host serializes and the plugin parses each
-node's object on every call.
+answers in the nodes' order. The nodes arrive packed (the WIT ``nodes``
+record: one UTF-8 ``text`` holding every string of every node, one list of
+every label, one of every taint, and each node as spans of those), and the
+SDK unpacks them (:func:`unpack`) into :class:`Node` objects, cheaply and
+lazily: a node's ``name`` and ``unschedulable`` at once, its ``labels``
+(``label(key)`` looks one up without decoding the others), ``taints`` and
+``object`` when first read. A plugin that needs more of the object
+(status, allocatable, annotations) sets ``node_objects = True`` (it claims
+``node-objects``): the host then sends every node's whole object too,
+which :attr:`Node.object` parses on first use (``None`` without the
+claim). Claim it only when needed: the host serializes and the plugin
+parses each node's object on every call. A span outside the text, or text
+that is not UTF-8, answers a refusal with code ``error`` for that node (for
+the call, in ``pre_score`` and ``score``), never a trap.
 
 The extension points a plugin claims (``extension-points``) are exactly
 the methods the subclass overrides: ``pre_filter(config, pod)``,
@@ -51,9 +57,10 @@ with code ``error``. Scores are not clamped: out of 0-100 without
 Build with ``componentize-py -d wit -w scheduler-plugin -p <this folder>
 componentize app``. Natively (plain CPython, for tests) :func:`cycle` runs a
 plugin as the server's scheduler would, and :func:`run_cases` runs a case
-table of ``wasm-apiserver plugin test``; they give the plugin the nodes'
-records built from the case's objects (:meth:`Node.from_object`), and their
-objects only when it claims ``node_objects``, as the host does.
+table of ``wasm-apiserver plugin test``; they pack the case's node objects
+as the host does (:func:`pack`, with the objects only when the plugin
+claims ``node_objects``) and give the plugin what :func:`unpack` makes of
+them, the path a component's calls take.
 
 Versioning: SDK 0.4.x binds ``wasm-apiserver:plugin@0.4.0``.
 """
@@ -200,81 +207,138 @@ Taint.__doc__ = """A taint of a node (``spec.taints[]``): ``key``, ``value`` (``
 when the taint has none) and ``effect`` (``NoSchedule``,
 ``PreferNoSchedule`` or ``NoExecute``)."""
 
+Span = namedtuple("Span", ["start", "len"])
+Span.__doc__ = """A piece of a packed ``nodes`` record: ``len`` items from ``start``,
+bytes of ``text`` for a string, entries of ``labels`` or ``taints`` for a
+node's labels or taints."""
+
+LabelRecord = namedtuple("LabelRecord", ["key", "value"])
+LabelRecord.__doc__ = """The WIT ``label``: key and value, spans of the text."""
+
+TaintRecord = namedtuple("TaintRecord", ["key", "value", "effect"])
+TaintRecord.__doc__ = """The WIT ``taint``: key, value and effect, spans of the text."""
+
 NodeRecord = namedtuple("NodeRecord", ["name", "labels", "taints", "unschedulable", "object"])
-NodeRecord.__doc__ = """The WIT ``node`` record in plain Python (componentize-py hands the
-plugin its own class with the same fields): ``name``, ``labels`` as
-``(key, value)`` pairs sorted by key, ``taints``, ``unschedulable``, and
-``object``, the whole Node's JSON text or ``None``."""
+NodeRecord.__doc__ = """The WIT ``node``: ``name`` a span of the text, ``labels`` a span of the
+labels (sorted by key), ``taints`` a span of the taints, ``unschedulable``,
+and ``object``, a span of the text holding the whole Node's JSON, or
+``None``."""
+
+NodesRecord = namedtuple("NodesRecord", ["text", "labels", "taints", "items"])
+NodesRecord.__doc__ = """The WIT ``nodes`` in plain Python (what :func:`pack` makes;
+componentize-py hands the plugin its own classes with the same fields):
+``text`` (``bytes``, UTF-8), ``labels``, ``taints`` and ``items``."""
 
 _UNPARSED = object()
+
+
+def _bytes(text, span, what):
+    start, end = span.start, span.start + span.len
+    if end > len(text):
+        raise Refusal.error(f"{what}: bytes {start}..{end} are outside the text ({len(text)} bytes)")
+    return text[start:end]
+
+
+def _decode(text, span, what):
+    try:
+        return _bytes(text, span, what).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise Refusal.error(f"{what} is not UTF-8: {e}") from None
+
+
+def _entries(entries, span, what):
+    start, end = span.start, span.start + span.len
+    if end > len(entries):
+        raise Refusal.error(f"{what}: entries {start}..{end} are outside the list ({len(entries)} entries)")
+    return start, end
 
 
 class Node:
     """A candidate node: ``name`` (``metadata.name``), ``labels`` and
     ``label(key)`` (``metadata.labels``), ``taints`` (``spec.taints``, a
     list of :class:`Taint`) and ``unschedulable`` (``spec.unschedulable``)
-    from the host's record, without parsing; ``object``, the whole Node as
-    a dict, only when the plugin claims ``node_objects`` (``None``
+    from the host's packed record, without parsing; ``object``, the whole
+    Node as a dict, only when the plugin claims ``node_objects`` (``None``
     otherwise), parsed on first access.
 
-    Built from the record (``Node(record)``: the WIT ``node`` of the
-    bindings, or a :class:`NodeRecord`), or natively from a whole object
-    (:meth:`from_object`)."""
+    Made by :func:`unpack` from the host's ``nodes``, or natively from a
+    whole object (:meth:`from_object`)."""
 
-    __slots__ = ("name", "unschedulable", "_pairs", "_labels", "_records", "_taints", "_text", "_object")
+    __slots__ = ("name", "unschedulable", "_error", "_text", "_all_labels", "_label_span", "_labels",
+                 "_all_taints", "_taint_span", "_taints", "_object_span", "_object")
 
-    def __init__(self, record):
-        self.name = record.name
-        self.unschedulable = bool(record.unschedulable)
-        self._pairs = record.labels
-        self._labels = None
-        self._records = record.taints
-        self._taints = None
-        self._text = record.object
-        self._object = None if record.object is None else _UNPARSED
+    def __init__(self, nodes, item):
+        # Built by unpack: `nodes` is the packed record, `item` one of its nodes.
+        text = self._text = nodes.text
+        self._all_labels, self._label_span, self._labels = nodes.labels, item.labels, None
+        self._all_taints, self._taint_span, self._taints = nodes.taints, item.taints, None
+        self.unschedulable = bool(item.unschedulable)
+        self._error = None
+        try:
+            self.name = _decode(text, item.name, "a node's name")
+        except Refusal as r:
+            self.name, self._error = "", r
+        self._object_span = item.object
+        self._object = None if item.object is None else _UNPARSED
 
     @classmethod
     def from_object(cls, obj):
         """The node the host would send for the whole object ``obj`` (a
         dict), with the object kept: labels that are not strings are left
         out, taints are those of ``spec.taints``."""
-        obj = obj if isinstance(obj, dict) else {}
-        metadata, spec = _field(obj, "metadata"), _field(obj, "spec")
-        name = metadata.get("name")
-        labels = _field(metadata, "labels")
-        taints = spec.get("taints")
-        node = cls(NodeRecord(
-            name if isinstance(name, str) else "",
-            sorted((k, v) for k, v in labels.items() if isinstance(v, str)),
-            [Taint(_str(t, "key"), _str(t, "value"), _str(t, "effect"))
-             for t in (taints if isinstance(taints, list) else []) if isinstance(t, dict)],
-            spec.get("unschedulable") is True,
-            None,
-        ))
-        node._object = obj
+        node = unpack(pack([obj]))[0]
+        node._object = obj if isinstance(obj, dict) else {}
         return node
 
     def without_object(self):
         """The same node without its object (what a plugin that does not
         claim ``node_objects`` receives)."""
-        return Node(NodeRecord(self.name, self._pairs, self._records, self.unschedulable, None))
+        node = Node.__new__(Node)
+        for f in Node.__slots__:
+            setattr(node, f, getattr(self, f))
+        node._object_span = node._object = None
+        return node
 
     @property
     def labels(self):
         """``metadata.labels`` as a dict (built once)."""
         if self._labels is None:
-            self._labels = dict(self._pairs)
+            text, what = self._text, f"node {self.name} labels"
+            start, end = _entries(self._all_labels, self._label_span, what)
+            self._labels = {_decode(text, l.key, what): _decode(text, l.value, what)
+                            for l in self._all_labels[start:end]}
         return self._labels
 
     def label(self, key):
-        """One label's value, or ``None``."""
-        return self.labels.get(key)
+        """One label's value, or ``None``. Until :attr:`labels` is read, it
+        looks the key up among the sorted keys' bytes, decoding one value."""
+        if self._labels is not None:
+            return self._labels.get(key)
+        try:
+            want = key.encode("utf-8")
+        except (AttributeError, UnicodeEncodeError):
+            return None
+        text, labels, what = self._text, self._all_labels, f"node {self.name} labels"
+        lo, hi = _entries(labels, self._label_span, what)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            got = _bytes(text, labels[mid].key, what)
+            if got < want:
+                lo = mid + 1
+            elif got > want:
+                hi = mid
+            else:
+                return _decode(text, labels[mid].value, what)
+        return None
 
     @property
     def taints(self):
         """``spec.taints``, in order, as :class:`Taint` tuples."""
         if self._taints is None:
-            self._taints = [Taint(t.key, t.value, t.effect) for t in self._records]
+            text, what = self._text, f"node {self.name} taints"
+            start, end = _entries(self._all_taints, self._taint_span, what)
+            self._taints = [Taint(_decode(text, t.key, what), _decode(text, t.value, what),
+                                  _decode(text, t.effect, what)) for t in self._all_taints[start:end]]
         return self._taints
 
     @property
@@ -283,9 +347,10 @@ class Node:
         else ``None``. A text that does not parse raises a :class:`Refusal`
         with code ``error`` (the node's answer, as any raised refusal)."""
         if self._object is _UNPARSED:
+            text = _decode(self._text, self._object_span, f"node {self.name} object")
             try:
-                obj = json.loads(self._text)
-            except (TypeError, ValueError) as e:
+                obj = json.loads(text)
+            except ValueError as e:
                 raise Refusal.error(f"node {self.name} object is not valid JSON: {e}") from None
             self._object = obj if isinstance(obj, dict) else {}
         return self._object
@@ -302,6 +367,59 @@ class Node:
         return f"Node({self.name!r})"
 
 
+def unpack(nodes):
+    """The :class:`Node` list of the host's packed ``nodes`` (the WIT record
+    as the bindings hand it, or a :class:`NodesRecord`), in order. Nothing
+    is copied: each node decodes its name now, the rest when read. A node
+    whose name cannot be decoded (a span outside the text, or not UTF-8)
+    answers a refusal with code ``error``."""
+    return [Node(nodes, item) for item in nodes.items]
+
+
+def pack(nodes, objects=False):
+    """The packed ``nodes`` record the host would send for ``nodes``
+    (whole objects as dicts, or :class:`Node` objects), as a :class:`NodesRecord`:
+    labels sorted by key, repeated strings stored once, and each node's
+    whole object (as the JSON the host sends) only when ``objects`` is
+    true (the plugin claims ``node_objects``)."""
+    text, labels, taints, items, spans = bytearray(), [], [], [], {}
+
+    def put(s, keep=True):
+        span = spans.get(s) if keep else None
+        if span is None:
+            b = s.encode("utf-8")
+            span = Span(len(text), len(b))
+            text.extend(b)
+            if keep:
+                spans[s] = span
+        return span
+
+    for n in nodes:
+        if isinstance(n, Node):
+            name, pairs, ts, unschedulable = n.name, n.labels.items(), n.taints, n.unschedulable
+            obj = n.object if objects else None
+        else:
+            n = n if isinstance(n, dict) else {}
+            metadata, spec = _field(n, "metadata"), _field(n, "spec")
+            name = _str(metadata, "name")
+            pairs = [(k, v) for k, v in _field(metadata, "labels").items() if isinstance(v, str)]
+            t = spec.get("taints")
+            ts = [Taint(_str(x, "key"), _str(x, "value"), _str(x, "effect"))
+                  for x in (t if isinstance(t, list) else []) if isinstance(x, dict)]
+            unschedulable, obj = spec.get("unschedulable") is True, n
+        label_span = Span(len(labels), 0)
+        for k, v in sorted(pairs):
+            labels.append(LabelRecord(put(k), put(v)))
+        label_span = label_span._replace(len=len(labels) - label_span.start)
+        taint_span = Span(len(taints), len(ts))
+        taints.extend(TaintRecord(put(t.key), put(t.value), put(t.effect)) for t in ts)
+        object_span = None
+        if objects and obj is not None:
+            object_span = put(json.dumps(obj, ensure_ascii=False, separators=(",", ":")), keep=False)
+        items.append(NodeRecord(put(name), label_span, taint_span, unschedulable, object_span))
+    return NodesRecord(bytes(text), labels, taints, items)
+
+
 def _field(obj, key):
     v = obj.get(key)
     return v if isinstance(v, dict) else {}
@@ -310,10 +428,6 @@ def _field(obj, key):
 def _str(obj, key):
     v = obj.get(key)
     return v if isinstance(v, str) else ""
-
-
-def _node(n):
-    return n if isinstance(n, Node) else Node(n)
 
 
 class SchedulerPlugin:
@@ -385,7 +499,9 @@ class SchedulerPlugin:
 
     # What the SDK answers for each point, in plain Python (no bindings):
     # a state string, SKIP or a Refusal; a list of None or Refusal; a list of
-    # ints or a Refusal. `nodes` are the host's records (or Nodes).
+    # ints or a Refusal. `nodes` are Nodes (what `unpack` makes of the host's
+    # packed record). A node that could not be unpacked answers its refusal
+    # (`filter`) or refuses the call (`pre_score`, `score`).
 
     def run_pre_filter(self, text, pod):
         try:
@@ -404,7 +520,7 @@ class SchedulerPlugin:
         out = []
         for n in nodes:
             try:
-                answer = self.filter(config, pod, _node(n))
+                answer = n._error or self.filter(config, pod, n)
             except Refusal as r:
                 answer = r
             except Exception as e:  # noqa: BLE001
@@ -417,7 +533,8 @@ class SchedulerPlugin:
     def run_pre_score(self, text, state, pod, nodes):
         try:
             config, pod = self._prepare(text, pod, state)
-            return self._prepared(self.pre_score(config, pod, [_node(n) for n in nodes]))
+            _unpacked(nodes)
+            return self._prepared(self.pre_score(config, pod, list(nodes)))
         except Refusal as r:
             return r
         except Exception as e:  # noqa: BLE001
@@ -426,7 +543,7 @@ class SchedulerPlugin:
     def run_score(self, text, state, pod, nodes):
         try:
             config, pod = self._prepare(text, pod, state)
-            scores = [self.score(config, pod, _node(n)) for n in nodes]
+            scores = [self.score(config, pod, n) for n in _unpacked(nodes)]
             return _ints(scores, "score")
         except Refusal as r:
             return r
@@ -444,6 +561,13 @@ class SchedulerPlugin:
             return r
         except Exception as e:  # noqa: BLE001
             return Refusal.error(f"normalize_score failed: {e}")
+
+
+def _unpacked(nodes):
+    for n in nodes:
+        if n._error is not None:
+            raise n._error
+    return nodes
 
 
 def _ints(scores, what):
@@ -496,13 +620,14 @@ def export(plugin_class):
             return _wit_prepared(plugin.run_pre_filter(config, pod))
 
         def filter(self, config, state, pod, nodes):
-            return [None if r is None else r.to_wit() for r in plugin.run_filter(config, state, pod, nodes)]
+            return [None if r is None else r.to_wit()
+                    for r in plugin.run_filter(config, state, pod, unpack(nodes))]
 
         def pre_score(self, config, state, pod, nodes):
-            return _wit_prepared(plugin.run_pre_score(config, state, pod, nodes))
+            return _wit_prepared(plugin.run_pre_score(config, state, pod, unpack(nodes)))
 
         def score(self, config, state, pod, nodes):
-            return _wit_scores(plugin.run_score(config, state, pod, nodes))
+            return _wit_scores(plugin.run_score(config, state, pod, unpack(nodes)))
 
         def normalize_score(self, config, state, pod, scores):
             return _wit_scores(plugin.run_normalize_score(config, state, pod, scores))
@@ -526,8 +651,9 @@ def cycle(plugin_class, config, pod, nodes):
     """Runs one scheduling cycle as the server's scheduler does: the
     configuration checked, then only the points the plugin claims.
     ``config`` is text or a JSON-able value; ``pod`` and ``nodes`` are dicts
-    (whole objects: the plugin gets their records, with copies of the
-    objects only when it claims ``node_objects``). Returns
+    (whole objects: each call packs them with :func:`pack`, their objects
+    only when the plugin claims ``node_objects``, and unpacks them with
+    :func:`unpack`, as a component's calls go). Returns
     ``(refused, scores)``: node name -> :class:`Refusal`, and node name ->
     final score of the nodes that fit (empty when the plugin does not
     score). Raises :class:`CycleFailed` for what fails a cycle."""
@@ -539,13 +665,14 @@ def cycle(plugin_class, config, pod, nodes):
         raise CycleFailed(f"check-config: {e}") from None
     points = plugin.points()
     pod_text = json.dumps(pod)
-    # The records the host would send: the objects (as the JSON it sends)
-    # only when claimed.
-    if plugin_class.node_objects:
-        records = [Node.from_object(json.loads(json.dumps(n))) for n in nodes]
-    else:
-        records = [Node.from_object(n).without_object() for n in nodes]
-    names = [r.name for r in records]
+    claimed = bool(plugin_class.node_objects)
+
+    def given(objs):
+        # What a call gets: the objects packed as the host packs them (the
+        # objects themselves only when claimed), unpacked as the export does.
+        return unpack(pack(objs, claimed))
+
+    names = [Node.from_object(n).name for n in nodes]
     refused, scores = {}, {}
     state, filtering = "", "filter" in points
     if "pre_filter" in points:
@@ -557,22 +684,22 @@ def cycle(plugin_class, config, pod, nodes):
         else:
             state = answer
     if filtering:
-        for name, answer in zip(names, plugin.run_filter(text, state, pod_text, records)):
+        for name, answer in zip(names, plugin.run_filter(text, state, pod_text, given(nodes))):
             if answer is not None:
                 refused[name] = answer
     if "score" not in points:
         return refused, scores
-    fit = [(n, r) for n, r in zip(names, records) if n not in refused]
-    fit_records = [r for _, r in fit]
+    fit = [(name, n) for name, n in zip(names, nodes) if name not in refused]
+    fit_nodes = [n for _, n in fit]
     score_state = ""
     if "pre_score" in points:
-        answer = plugin.run_pre_score(text, state, pod_text, fit_records)
+        answer = plugin.run_pre_score(text, state, pod_text, given(fit_nodes))
         if answer is SKIP:
             return refused, scores
         if isinstance(answer, Refusal):
             raise CycleFailed(f"pre-score refused: {answer!r}")
         score_state = answer
-    raw = plugin.run_score(text, score_state, pod_text, fit_records)
+    raw = plugin.run_score(text, score_state, pod_text, given(fit_nodes))
     if isinstance(raw, Refusal):
         raise CycleFailed(f"score refused: {raw!r}")
     if "normalize_score" in points:

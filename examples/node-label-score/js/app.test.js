@@ -45,11 +45,12 @@ test('check-config wants an object with a string label', () => {
   }
 });
 
-test('the export speaks the bindings: node records in, s64 scores as BigInt, refusals as records', () => {
-  const nodes = [
-    { name: 'a', labels: [['score', '80']], taints: [], unschedulable: false, object: undefined },
-    { name: 'b', labels: [['avoid', 'true'], ['score', '1']], taints: [], unschedulable: false, object: undefined },
-  ];
+test('the export speaks the bindings: packed nodes in, s64 scores as BigInt, refusals as records', () => {
+  // As the host packs them: one UTF-8 text, the labels as spans of it, each node as spans.
+  const nodes = sdk.pack([
+    { kind: 'Node', metadata: { name: 'a', labels: { score: '80' } } },
+    { kind: 'Node', metadata: { name: 'b', labels: { score: '1', avoid: 'true' } } },
+  ]);
   const config = '{"label": "score", "avoidLabel": "avoid"}';
   const pod = JSON.stringify(sdk.DEFAULT_POD);
   assert.deepEqual(scheduler.filter(config, '', pod, nodes),

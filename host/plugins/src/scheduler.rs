@@ -132,19 +132,34 @@ pub enum Scored {
     Scores(Vec<i64>),
 }
 
-/// A node as scheduler plugins receive it, built once per node version
-/// and kept by the scheduler between cycles: the `node` record (name,
-/// sorted labels, taints, `spec.unschedulable`) and the object's JSON
-/// without `managedFields`, sent only to plugins that claim
-/// `node-objects`.
+/// A node as scheduler plugins receive it, packed once per node version
+/// and kept by the scheduler between cycles: its strings (name, sorted
+/// labels, taints) in one text with the `node` record's spans relative to
+/// it, and the object's JSON without `managedFields`, sent only to plugins
+/// that claim `node-objects`. [`SchedulerNode::pack`] joins a call's nodes
+/// into one `nodes` batch by copying and shifting spans (no per-string
+/// work, in the host or the guest).
 #[derive(Debug, Clone)]
 pub struct SchedulerNode {
+    name: String,
+    text: Vec<u8>,
+    labels: Vec<wit::Label>,
+    taints: Vec<wit::Taint>,
     record: wit::Node,
     object: String,
 }
 
+/// A span of `len` from `start` (batches are far below 4 GiB: the guest's
+/// memory limit bounds them first, and `pack` refuses a bigger one).
+fn span(start: usize, len: usize) -> wit::Span {
+    wit::Span {
+        start: start as u32,
+        len: len as u32,
+    }
+}
+
 impl SchedulerNode {
-    /// The node's record and text, from a `v1` Node.
+    /// The node's packed form and text, from a `v1` Node.
     pub fn new(node: &serde_json::Value) -> Self {
         let str_of = |v: &serde_json::Value, f: &str| {
             v.get(f)
@@ -153,21 +168,36 @@ impl SchedulerNode {
                 .to_owned()
         };
         let meta = &node["metadata"];
-        let mut labels: Vec<(String, String)> = meta["labels"]
+        let name = str_of(meta, "name");
+        let mut text = Vec::new();
+        let mut put = |s: &str| {
+            let start = text.len();
+            text.extend_from_slice(s.as_bytes());
+            span(start, s.len())
+        };
+        let name_span = put(&name);
+        let mut pairs: Vec<(&String, &str)> = meta["labels"]
             .as_object()
             .into_iter()
             .flatten()
-            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+            .filter_map(|(k, v)| Some((k, v.as_str()?)))
             .collect();
-        labels.sort();
-        let taints = node["spec"]["taints"]
+        pairs.sort();
+        let labels: Vec<wit::Label> = pairs
+            .into_iter()
+            .map(|(k, v)| wit::Label {
+                key: put(k),
+                value: put(v),
+            })
+            .collect();
+        let taints: Vec<wit::Taint> = node["spec"]["taints"]
             .as_array()
             .into_iter()
             .flatten()
             .map(|t| wit::Taint {
-                key: str_of(t, "key"),
-                value: str_of(t, "value"),
-                effect: str_of(t, "effect"),
+                key: put(&str_of(t, "key")),
+                value: put(&str_of(t, "value")),
+                effect: put(&str_of(t, "effect")),
             })
             .collect();
         let object = match meta.get("managedFields") {
@@ -182,19 +212,23 @@ impl SchedulerNode {
         };
         SchedulerNode {
             record: wit::Node {
-                name: str_of(meta, "name"),
-                labels,
-                taints,
+                name: name_span,
+                labels: span(0, labels.len()),
+                taints: span(0, taints.len()),
                 unschedulable: node["spec"]["unschedulable"].as_bool().unwrap_or(false),
                 object: None,
             },
+            name,
+            text,
+            labels,
+            taints,
             object,
         }
     }
 
     /// `metadata.name`.
     pub fn name(&self) -> &str {
-        &self.record.name
+        &self.name
     }
 
     /// The node's object as plugins read it (without `managedFields`).
@@ -202,15 +236,51 @@ impl SchedulerNode {
         &self.object
     }
 
-    /// The records of `nodes`, with their objects when `objects`.
-    fn records(nodes: &[Arc<SchedulerNode>], objects: bool) -> Vec<wit::Node> {
-        nodes
+    /// One call's `nodes` batch of `nodes`, with their objects when
+    /// `objects`; `None` past 4 GiB of text.
+    fn pack(nodes: &[Arc<SchedulerNode>], objects: bool) -> Option<wit::Nodes> {
+        let size: usize = nodes
             .iter()
-            .map(|n| wit::Node {
-                object: objects.then(|| n.object.clone()),
-                ..n.record.clone()
-            })
-            .collect()
+            .map(|n| n.text.len() + if objects { n.object.len() } else { 0 })
+            .sum();
+        u32::try_from(size).ok()?;
+        let mut batch = wit::Nodes {
+            text: Vec::with_capacity(size),
+            labels: Vec::with_capacity(nodes.iter().map(|n| n.labels.len()).sum()),
+            taints: Vec::with_capacity(nodes.iter().map(|n| n.taints.len()).sum()),
+            items: Vec::with_capacity(nodes.len()),
+        };
+        for n in nodes {
+            let base = batch.text.len() as u32;
+            let shift = |s: wit::Span| wit::Span {
+                start: s.start + base,
+                len: s.len,
+            };
+            batch.text.extend_from_slice(&n.text);
+            let (labels, taints) = (batch.labels.len(), batch.taints.len());
+            batch.labels.extend(n.labels.iter().map(|l| wit::Label {
+                key: shift(l.key),
+                value: shift(l.value),
+            }));
+            batch.taints.extend(n.taints.iter().map(|t| wit::Taint {
+                key: shift(t.key),
+                value: shift(t.value),
+                effect: shift(t.effect),
+            }));
+            let object = objects.then(|| {
+                let start = batch.text.len();
+                batch.text.extend_from_slice(n.object.as_bytes());
+                span(start, n.object.len())
+            });
+            batch.items.push(wit::Node {
+                name: shift(n.record.name),
+                labels: span(labels, n.labels.len()),
+                taints: span(taints, n.taints.len()),
+                unschedulable: n.record.unschedulable,
+                object,
+            });
+        }
+        Some(batch)
     }
 }
 
@@ -302,6 +372,12 @@ impl SchedulerPlugin {
         self.inner.points
     }
 
+    /// `nodes` packed for this plugin (with objects when it claims them).
+    fn pack(&self, nodes: &[Arc<SchedulerNode>]) -> Result<wit::Nodes, PluginError> {
+        SchedulerNode::pack(nodes, self.inner.points.node_objects)
+            .ok_or_else(|| self.invalid("the nodes exceed 4 GiB of text".to_owned()))
+    }
+
     fn invalid(&self, message: String) -> PluginError {
         PluginError::InvalidOutput {
             plugin: self.name().to_owned(),
@@ -322,11 +398,12 @@ impl SchedulerPlugin {
         let inner = &self.inner;
         let points = inner.points;
         let pod = &pod.to_owned();
-        let records = points
-            .filter
-            .then(|| SchedulerNode::records(nodes, points.node_objects))
-            .unwrap_or_default();
-        let nodes = &records;
+        let batch = match points.filter {
+            true => Some(self.pack(nodes)?),
+            false => None,
+        };
+        let nodes = nodes.len();
+        let batch = &batch;
         inner.filter_metrics.call();
         let start = Instant::now();
         let result = inner
@@ -354,14 +431,16 @@ impl SchedulerPlugin {
                         verdicts: Vec::new(),
                     }));
                 }
+                let Some(batch) = batch else {
+                    unreachable!("packed when the plugin filters")
+                };
                 let verdicts = export
-                    .call_filter(&mut *store, config, &state, pod, nodes)
+                    .call_filter(&mut *store, config, &state, pod, batch)
                     .await?;
-                if verdicts.len() != nodes.len() {
+                if verdicts.len() != nodes {
                     return Ok(Err(format!(
-                        "filter answered {} verdicts for {} nodes",
+                        "filter answered {} verdicts for {nodes} nodes",
                         verdicts.len(),
-                        nodes.len()
                     )));
                 }
                 Ok(Ok(Filtered::Nodes {
@@ -403,8 +482,8 @@ impl SchedulerPlugin {
             return Ok(Scored::Skip);
         }
         let pod = &pod.to_owned();
-        let records = SchedulerNode::records(nodes, points.node_objects);
-        let nodes = &records;
+        let batch = &self.pack(nodes)?;
+        let nodes = nodes.len();
         inner.score_metrics.call();
         let start = Instant::now();
         let result = inner
@@ -414,7 +493,7 @@ impl SchedulerPlugin {
                 let mut state = state.to_owned();
                 if points.pre_score {
                     match export
-                        .call_pre_score(&mut *store, config, &state, pod, nodes)
+                        .call_pre_score(&mut *store, config, &state, pod, batch)
                         .await?
                     {
                         wit::Prepared::Proceed(s) => state = s,
@@ -425,17 +504,16 @@ impl SchedulerPlugin {
                     }
                 }
                 let mut scores = match export
-                    .call_score(&mut *store, config, &state, pod, nodes)
+                    .call_score(&mut *store, config, &state, pod, batch)
                     .await?
                 {
                     Ok(s) => s,
                     Err(r) => return Ok(Ok(Scored::Refused(Refusal::from_wit(r)))),
                 };
-                if scores.len() != nodes.len() {
+                if scores.len() != nodes {
                     return Ok(Err(format!(
-                        "score answered {} scores for {} nodes",
+                        "score answered {} scores for {nodes} nodes",
                         scores.len(),
-                        nodes.len()
                     )));
                 }
                 if points.normalize_score {
@@ -446,11 +524,10 @@ impl SchedulerPlugin {
                         Ok(s) => s,
                         Err(r) => return Ok(Ok(Scored::Refused(Refusal::from_wit(r)))),
                     };
-                    if scores.len() != nodes.len() {
+                    if scores.len() != nodes {
                         return Ok(Err(format!(
-                            "normalize-score answered {} scores for {} nodes",
+                            "normalize-score answered {} scores for {nodes} nodes",
                             scores.len(),
-                            nodes.len()
                         )));
                     }
                 }
@@ -481,36 +558,62 @@ impl SchedulerPlugin {
 mod tests {
     use super::*;
 
+    /// The text of `span` in `batch`.
+    fn text(batch: &wit::Nodes, span: wit::Span) -> &str {
+        let (start, len) = (span.start as usize, span.len as usize);
+        std::str::from_utf8(&batch.text[start..start + len]).unwrap()
+    }
+
     #[test]
-    fn a_node_record_has_what_plugins_read_most_and_its_object_only_when_claimed() {
+    fn nodes_are_packed_with_what_plugins_read_most_and_objects_only_when_claimed() {
         let node = serde_json::json!({"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "n1", "labels": {"zone": "b", "score": "7", "n": 1},
+            "metadata": {"name": "n1", "labels": {"zone": "zürich", "score": "7", "n": 1},
                 "managedFields": [{"manager": "kubelet"}]},
             "spec": {"unschedulable": true,
                 "taints": [{"key": "gpu", "effect": "NoSchedule"},
                     {"key": "k", "value": "v", "effect": "NoExecute"}]}});
+        let other = serde_json::json!({"metadata": {"name": "n2", "labels": {"a": "b"}}});
         let n = Arc::new(SchedulerNode::new(&node));
         assert_eq!(n.name(), "n1");
         assert!(!n.object().contains("managedFields"), "{}", n.object());
-        assert!(n.object().contains("\"zone\":\"b\""), "{}", n.object());
-        let nodes = [n.clone()];
-        let [bare] = &SchedulerNode::records(&nodes, false)[..] else {
-            panic!("one record")
+        assert!(n.object().contains("zürich"), "{}", n.object());
+        let nodes = [Arc::new(SchedulerNode::new(&other)), n.clone()];
+        let batch = SchedulerNode::pack(&nodes, false).unwrap();
+        assert_eq!(batch.items.len(), 2);
+        let [first, second] = &batch.items[..] else {
+            unreachable!()
         };
         assert_eq!(
-            bare.labels,
-            [("score".into(), "7".into()), ("zone".into(), "b".into())]
+            (text(&batch, first.name), text(&batch, second.name)),
+            ("n2", "n1")
         );
-        assert!(bare.unschedulable);
-        assert_eq!(
-            bare.taints
+        let labels = |node: &wit::Node| {
+            let (start, len) = (node.labels.start as usize, node.labels.len as usize);
+            batch.labels[start..start + len]
                 .iter()
-                .map(|t| (t.key.as_str(), t.value.as_str(), t.effect.as_str()))
-                .collect::<Vec<_>>(),
-            [("gpu", "", "NoSchedule"), ("k", "v", "NoExecute")]
-        );
-        assert_eq!(bare.object, None);
-        let full = &SchedulerNode::records(&nodes, true)[0];
-        assert_eq!(full.object.as_deref(), Some(n.object()));
+                .map(|l| (text(&batch, l.key), text(&batch, l.value)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(labels(first), [("a", "b")]);
+        assert_eq!(labels(second), [("score", "7"), ("zone", "zürich")]);
+        assert!(second.unschedulable && !first.unschedulable);
+        assert_eq!(first.taints.len, 0);
+        let (start, len) = (second.taints.start as usize, second.taints.len as usize);
+        let taints: Vec<_> = batch.taints[start..start + len]
+            .iter()
+            .map(|t| {
+                (
+                    text(&batch, t.key),
+                    text(&batch, t.value),
+                    text(&batch, t.effect),
+                )
+            })
+            .collect();
+        assert_eq!(taints, [("gpu", "", "NoSchedule"), ("k", "v", "NoExecute")]);
+        assert!(batch.items.iter().all(|i| i.object.is_none()));
+        let full = SchedulerNode::pack(&nodes, true).unwrap();
+        let object = full.items[1].object.expect("claimed");
+        assert_eq!(text(&full, object), n.object());
+        assert_eq!(text(&full, full.items[1].name), "n1");
     }
 }

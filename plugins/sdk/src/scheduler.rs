@@ -47,6 +47,7 @@
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
+use std::rc::Rc;
 
 use crate::parse_config;
 
@@ -226,130 +227,306 @@ pub struct Object {
 pub type Pod = Object;
 
 /// A taint of a node (`spec.taints[]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Taint {
-    pub key: String,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taint<'a> {
+    pub key: &'a str,
     /// Empty when the taint has none.
-    pub value: String,
+    pub value: &'a str,
     /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
-    pub effect: String,
+    pub effect: &'a str,
 }
 
-/// A candidate node: its name, labels, taints and `spec.unschedulable` as
-/// the host's record, and the whole object when the plugin lists
-/// [`Point::NodeObjects`].
-#[derive(Debug, Clone, PartialEq)]
+/// A call's nodes as the host packed them (the WIT `nodes` record), checked
+/// once, shared by the call's [`Node`]s.
+#[derive(Debug)]
+struct Batch {
+    text: String,
+    labels: Vec<raw::Label>,
+    taints: Vec<raw::Taint>,
+    items: Vec<raw::Node>,
+    objects: Vec<Option<Object>>,
+}
+
+impl Batch {
+    fn str(&self, s: raw::Span) -> &str {
+        // Checked by `unpack`.
+        &self.text[s.start as usize..(s.start + s.len) as usize]
+    }
+}
+
+/// Whether `s` is a range of `len` items (bytes on character boundaries
+/// when `text` is given).
+fn span_ok(s: raw::Span, len: usize, text: Option<&str>) -> bool {
+    let (start, end) = (s.start as usize, s.start as usize + s.len as usize);
+    match text {
+        Some(t) => t.get(start..end).is_some(),
+        None => end <= len,
+    }
+}
+
+/// The nodes of a `nodes` batch, every span checked and claimed objects
+/// parsed; an error for a batch that does not hold together.
+pub fn unpack(nodes: raw::Nodes) -> Result<Vec<Node>, String> {
+    let raw::Nodes {
+        text,
+        labels,
+        taints,
+        items,
+    } = nodes;
+    let text = String::from_utf8(text).map_err(|e| format!("nodes' text is not UTF-8: {e}"))?;
+    let t = Some(text.as_str());
+    let bad = |what: &str, i: usize| Err(format!("node #{i}: {what} is outside the batch"));
+    for (i, n) in items.iter().enumerate() {
+        if !span_ok(n.name, 0, t) {
+            return bad("name", i);
+        }
+        if !span_ok(n.labels, labels.len(), None) {
+            return bad("labels", i);
+        }
+        if !span_ok(n.taints, taints.len(), None) {
+            return bad("taints", i);
+        }
+        if n.object.is_some_and(|o| !span_ok(o, 0, t)) {
+            return bad("object", i);
+        }
+    }
+    if let Some(i) = labels
+        .iter()
+        .position(|l| !span_ok(l.key, 0, t) || !span_ok(l.value, 0, t))
+    {
+        return bad("a label", i);
+    }
+    if let Some(i) = taints
+        .iter()
+        .position(|x| !span_ok(x.key, 0, t) || !span_ok(x.value, 0, t) || !span_ok(x.effect, 0, t))
+    {
+        return bad("a taint", i);
+    }
+    let mut batch = Batch {
+        text,
+        labels,
+        taints,
+        items,
+        objects: Vec::new(),
+    };
+    let mut objects = Vec::with_capacity(batch.items.len());
+    for n in &batch.items {
+        objects.push(match n.object {
+            Some(o) => Some(
+                Object::parse(batch.str(o))
+                    .map_err(|e| format!("node {} object is {e}", batch.str(n.name)))?,
+            ),
+            None => None,
+        });
+    }
+    batch.objects = objects;
+    let batch = Rc::new(batch);
+    Ok((0..batch.items.len())
+        .map(|index| Node {
+            batch: batch.clone(),
+            index,
+        })
+        .collect())
+}
+
+/// Packs nodes as the host does: one `nodes` batch of `nodes`, with their
+/// objects when `objects` (a node without one gets none). What the native
+/// harness hands a plugin, through [`unpack`], as the component gets it.
+pub fn pack<'a>(nodes: impl IntoIterator<Item = &'a Node>, objects: bool) -> raw::Nodes {
+    let mut batch = raw::Nodes {
+        text: Vec::new(),
+        labels: Vec::new(),
+        taints: Vec::new(),
+        items: Vec::new(),
+    };
+    fn put(text: &mut Vec<u8>, s: &str) -> raw::Span {
+        let start = text.len() as u32;
+        text.extend_from_slice(s.as_bytes());
+        raw::Span {
+            start,
+            len: s.len() as u32,
+        }
+    }
+    for n in nodes {
+        let name = put(&mut batch.text, n.name());
+        let first = batch.labels.len() as u32;
+        for (k, v) in n.labels() {
+            let label = raw::Label {
+                key: put(&mut batch.text, k),
+                value: put(&mut batch.text, v),
+            };
+            batch.labels.push(label);
+        }
+        let first_taint = batch.taints.len() as u32;
+        for t in n.taints() {
+            let taint = raw::Taint {
+                key: put(&mut batch.text, t.key),
+                value: put(&mut batch.text, t.value),
+                effect: put(&mut batch.text, t.effect),
+            };
+            batch.taints.push(taint);
+        }
+        let object = match (objects, n.object()) {
+            (true, Some(o)) => Some(put(&mut batch.text, &o.json().to_string())),
+            _ => None,
+        };
+        batch.items.push(raw::Node {
+            name,
+            labels: raw::Span {
+                start: first,
+                len: batch.labels.len() as u32 - first,
+            },
+            taints: raw::Span {
+                start: first_taint,
+                len: batch.taints.len() as u32 - first_taint,
+            },
+            unschedulable: n.unschedulable(),
+            object,
+        });
+    }
+    batch
+}
+
+/// A candidate node: its name, labels, taints and `spec.unschedulable`
+/// read from the host's packed batch without parsing, and the whole object
+/// when the plugin lists [`Point::NodeObjects`]. Cheap to clone.
+#[derive(Debug, Clone)]
 pub struct Node {
-    name: String,
-    /// Sorted by key.
-    labels: Vec<(String, String)>,
-    taints: Vec<Taint>,
-    unschedulable: bool,
-    object: Option<Object>,
+    batch: Rc<Batch>,
+    index: usize,
 }
 
 impl Node {
-    /// The record of a whole node object (what the host would send), with
+    fn item(&self) -> &raw::Node {
+        &self.batch.items[self.index]
+    }
+
+    /// The node of a whole node object (what the host would send), with
     /// the object kept: labels that are not strings are left out, as
     /// [`Object::labels`] does.
     pub fn from_object(object: Object) -> Self {
-        let mut labels: Vec<(String, String)> = object
-            .labels()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
+        let mut labels: Vec<(&str, &str)> = object.labels().collect();
         labels.sort();
-        let taints = object
+        let mut text = Vec::new();
+        let mut put = |s: &str| {
+            let start = text.len() as u32;
+            text.extend_from_slice(s.as_bytes());
+            raw::Span {
+                start,
+                len: s.len() as u32,
+            }
+        };
+        let name = put(object.name());
+        let labels: Vec<raw::Label> = labels
+            .into_iter()
+            .map(|(k, v)| raw::Label {
+                key: put(k),
+                value: put(v),
+            })
+            .collect();
+        let taints: Vec<raw::Taint> = object
             .pointer("/spec/taints")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
             .map(|t| {
-                let field = |f: &str| t.get(f).and_then(Value::as_str).unwrap_or("").to_owned();
-                Taint {
-                    key: field("key"),
-                    value: field("value"),
-                    effect: field("effect"),
+                let field = |f: &str| t.get(f).and_then(Value::as_str).unwrap_or("");
+                raw::Taint {
+                    key: put(field("key")),
+                    value: put(field("value")),
+                    effect: put(field("effect")),
                 }
             })
             .collect();
+        let unschedulable = object
+            .pointer("/spec/unschedulable")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let item = raw::Node {
+            name,
+            labels: raw::Span {
+                start: 0,
+                len: labels.len() as u32,
+            },
+            taints: raw::Span {
+                start: 0,
+                len: taints.len() as u32,
+            },
+            unschedulable,
+            object: None,
+        };
+        let text = String::from_utf8(text).expect("joined from strings");
         Node {
-            name: object.name().to_owned(),
-            labels,
-            taints,
-            unschedulable: object
-                .pointer("/spec/unschedulable")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
-            object: Some(object),
+            batch: Rc::new(Batch {
+                text,
+                labels,
+                taints,
+                items: vec![item],
+                objects: vec![Some(object)],
+            }),
+            index: 0,
         }
     }
 
     /// The same node without its object (what a plugin that does not
     /// list [`Point::NodeObjects`] receives).
-    pub fn without_object(mut self) -> Self {
-        self.object = None;
-        self
-    }
-
-    /// A node of the host's record; its object, when sent, is parsed.
-    pub fn from_wit(node: raw::Node) -> Result<Self, String> {
-        let object = match node.object {
-            Some(text) => Some(Object::parse(&text).map_err(|e| format!("node object is {e}"))?),
-            None => None,
-        };
-        Ok(Node {
-            name: node.name,
-            labels: node.labels,
-            taints: node
-                .taints
-                .into_iter()
-                .map(|t| Taint {
-                    key: t.key,
-                    value: t.value,
-                    effect: t.effect,
-                })
-                .collect(),
-            unschedulable: node.unschedulable,
-            object,
-        })
+    pub fn without_object(self) -> Self {
+        match self.object() {
+            None => self,
+            Some(_) => unpack(pack([&self], false)).expect("packed").remove(0),
+        }
     }
 
     /// `metadata.name`.
     pub fn name(&self) -> &str {
-        &self.name
+        self.batch.str(self.item().name)
+    }
+
+    fn label_records(&self) -> &[raw::Label] {
+        let s = self.item().labels;
+        &self.batch.labels[s.start as usize..(s.start + s.len) as usize]
     }
 
     /// `metadata.labels`, sorted by key.
     pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.labels.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+        self.label_records()
+            .iter()
+            .map(|l| (self.batch.str(l.key), self.batch.str(l.value)))
     }
 
     /// One label's value.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels
+        self.label_records()
             .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+            .find(|l| self.batch.str(l.key) == key)
+            .map(|l| self.batch.str(l.value))
     }
 
     /// `spec.taints`, in order.
-    pub fn taints(&self) -> &[Taint] {
-        &self.taints
+    pub fn taints(&self) -> impl Iterator<Item = Taint<'_>> {
+        let s = self.item().taints;
+        self.batch.taints[s.start as usize..(s.start + s.len) as usize]
+            .iter()
+            .map(|t| Taint {
+                key: self.batch.str(t.key),
+                value: self.batch.str(t.value),
+                effect: self.batch.str(t.effect),
+            })
     }
 
     /// `spec.unschedulable` (cordoned).
     pub fn unschedulable(&self) -> bool {
-        self.unschedulable
+        self.item().unschedulable
     }
 
     /// The whole object, when the plugin lists [`Point::NodeObjects`].
     pub fn object(&self) -> Option<&Object> {
-        self.object.as_ref()
+        self.batch.objects[self.index].as_ref()
     }
 
     /// One annotation's value (from [`Node::object`]: `None` without it).
     pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.object.as_ref()?.annotation(key)
+        self.object()?.annotation(key)
     }
 }
 
@@ -502,11 +679,8 @@ fn prepare<P: SchedulerPlugin>(config: &str, pod: &str) -> Result<(P::Config, Po
     Ok((config, pod))
 }
 
-fn nodes_from_wit(nodes: Vec<raw::Node>) -> Result<Vec<Node>, Refusal> {
-    nodes
-        .into_iter()
-        .map(|n| Node::from_wit(n).map_err(Refusal::error))
-        .collect()
+fn nodes_from_wit(nodes: raw::Nodes) -> Result<Vec<Node>, Refusal> {
+    unpack(nodes).map_err(Refusal::error)
 }
 
 /// `pre-filter`, as the SDK answers it for `P`.
@@ -585,9 +759,9 @@ pub fn guest_filter<P: SchedulerPlugin>(
     config: String,
     state: String,
     pod: String,
-    nodes: Vec<raw::Node>,
+    nodes: raw::Nodes,
 ) -> Vec<Option<raw::Refusal>> {
-    let count = nodes.len();
+    let count = nodes.items.len();
     match nodes_from_wit(nodes) {
         Ok(nodes) => run_filter::<P>(&config, &state, &pod, &nodes)
             .into_iter()
@@ -602,7 +776,7 @@ pub fn guest_pre_score<P: SchedulerPlugin>(
     config: String,
     state: String,
     pod: String,
-    nodes: Vec<raw::Node>,
+    nodes: raw::Nodes,
 ) -> raw::Prepared {
     match nodes_from_wit(nodes) {
         Ok(nodes) => run_pre_score::<P>(&config, &state, &pod, &nodes).into_wit(),
@@ -615,7 +789,7 @@ pub fn guest_score<P: SchedulerPlugin>(
     config: String,
     state: String,
     pod: String,
-    nodes: Vec<raw::Node>,
+    nodes: raw::Nodes,
 ) -> Result<Vec<i64>, raw::Refusal> {
     let nodes = nodes_from_wit(nodes).map_err(Refusal::into_wit)?;
     run_score::<P>(&config, &state, &pod, &nodes).map_err(Refusal::into_wit)
@@ -660,7 +834,7 @@ macro_rules! export_scheduler_plugin {
                 config: ::std::string::String,
                 state: ::std::string::String,
                 pod: ::std::string::String,
-                nodes: ::std::vec::Vec<$crate::scheduler::raw::Node>,
+                nodes: $crate::scheduler::raw::Nodes,
             ) -> ::std::vec::Vec<::std::option::Option<$crate::scheduler::raw::Refusal>> {
                 $crate::scheduler::guest_filter::<$plugin>(config, state, pod, nodes)
             }
@@ -668,7 +842,7 @@ macro_rules! export_scheduler_plugin {
                 config: ::std::string::String,
                 state: ::std::string::String,
                 pod: ::std::string::String,
-                nodes: ::std::vec::Vec<$crate::scheduler::raw::Node>,
+                nodes: $crate::scheduler::raw::Nodes,
             ) -> $crate::scheduler::raw::Prepared {
                 $crate::scheduler::guest_pre_score::<$plugin>(config, state, pod, nodes)
             }
@@ -676,7 +850,7 @@ macro_rules! export_scheduler_plugin {
                 config: ::std::string::String,
                 state: ::std::string::String,
                 pod: ::std::string::String,
-                nodes: ::std::vec::Vec<$crate::scheduler::raw::Node>,
+                nodes: $crate::scheduler::raw::Nodes,
             ) -> ::std::result::Result<::std::vec::Vec<i64>, $crate::scheduler::raw::Refusal> {
                 $crate::scheduler::guest_score::<$plugin>(config, state, pod, nodes)
             }
@@ -752,20 +926,6 @@ mod tests {
         .without_object()
     }
 
-    /// The record the host would send for `node`, with `object` as given.
-    fn wit(node: &Node, object: Option<&str>) -> raw::Node {
-        raw::Node {
-            name: node.name().to_owned(),
-            labels: node
-                .labels()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
-            taints: Vec::new(),
-            unschedulable: node.unschedulable(),
-            object: object.map(str::to_owned),
-        }
-    }
-
     const POD: &str = r#"{"kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}"#;
 
     #[test]
@@ -788,40 +948,59 @@ mod tests {
     }
 
     #[test]
-    fn node_records_and_their_objects() {
+    fn nodes_unpack_from_the_hosts_batch_and_objects_come_only_when_sent() {
         let object = serde_json::json!({"kind": "Node",
-            "metadata": {"name": "a", "labels": {"z": "1", "b": "2", "n": 3},
+            "metadata": {"name": "a", "labels": {"z": "zürich", "b": "2", "n": 3},
                 "annotations": {"note": "x"}},
             "spec": {"unschedulable": true, "taints": [
                 {"key": "k", "effect": "NoSchedule"},
                 {"key": "gpu", "value": "a100", "effect": "NoExecute"}]}});
         let n = Node::from_object(Object::new(object.clone()));
-        assert_eq!(n.name(), "a");
-        assert_eq!(n.labels().collect::<Vec<_>>(), [("b", "2"), ("z", "1")]);
-        assert_eq!((n.label("z"), n.label("n")), (Some("1"), None));
-        assert!(n.unschedulable());
-        assert_eq!(n.taints()[1].value, "a100");
-        assert_eq!(
-            (n.taints()[0].value.as_str(), n.taints()[0].effect.as_str()),
-            ("", "NoSchedule")
-        );
+        let check = |n: &Node| {
+            assert_eq!(n.name(), "a");
+            assert_eq!(
+                n.labels().collect::<Vec<_>>(),
+                [("b", "2"), ("z", "zürich")]
+            );
+            assert_eq!((n.label("z"), n.label("n")), (Some("zürich"), None));
+            assert!(n.unschedulable());
+            let taints: Vec<_> = n.taints().collect();
+            assert_eq!((taints[0].value, taints[0].effect), ("", "NoSchedule"));
+            assert_eq!((taints[1].key, taints[1].value), ("gpu", "a100"));
+        };
+        check(&n);
         assert_eq!(n.annotation("note"), Some("x"));
         assert_eq!(n.object().map(Object::json), Some(&object));
         let bare = n.clone().without_object();
-        assert_eq!((bare.object(), bare.annotation("note")), (None, None));
-        // From the host's record: the object parsed when sent, an error
-        // (never a trap) when it is not JSON.
-        let sent = Node::from_wit(wit(&n, Some(&object.to_string()))).unwrap();
-        assert_eq!(sent.object().map(Object::json), Some(&object));
-        assert_eq!(Node::from_wit(wit(&n, None)).unwrap().object(), None);
-        let e = Node::from_wit(wit(&n, Some("{"))).unwrap_err();
-        assert!(e.starts_with("node object is not valid JSON"), "{e}");
-        let out = guest_filter::<Sample>(
-            r#"{"avoid": "x"}"#.into(),
-            "".into(),
-            POD.into(),
-            vec![wit(&n, Some("{")), wit(&n, None)],
+        check(&bare);
+        assert_eq!(
+            (bare.object().is_none(), bare.annotation("note")),
+            (true, None)
         );
+        // Through the host's packing: the objects parsed when sent.
+        let b = node("b", serde_json::json!({"x": "1"}));
+        let both = unpack(pack([&b, &n], true)).unwrap();
+        check(&both[1]);
+        assert_eq!(both[0].label("x"), Some("1"));
+        assert_eq!(both[1].object().map(Object::json), Some(&object));
+        assert!(unpack(pack([&n], false)).unwrap()[0].object().is_none());
+        // A batch that does not hold together is an error (never a trap).
+        let mut broken = pack([&n], true);
+        broken.items[0].name.len = 1000;
+        let e = unpack(broken).unwrap_err();
+        assert!(e.contains("name is outside the batch"), "{e}");
+        let mut split = pack([&n], false);
+        split.labels[1].value.len = 2; // "z" and half of "ü"
+        assert!(unpack(split).is_err());
+        let mut bad_json = pack([&n], true);
+        let o = bad_json.items[0].object.unwrap();
+        bad_json.text[o.start as usize] = b'[';
+        let e = unpack(bad_json).unwrap_err();
+        assert!(e.starts_with("node a object is not valid JSON"), "{e}");
+        let mut broken = pack([&n, &b], false);
+        broken.labels[0].key.start = 10_000;
+        let out = guest_filter::<Sample>(r#"{"avoid": "x"}"#.into(), "".into(), POD.into(), broken);
+        assert_eq!(out.len(), 2);
         assert!(
             out.iter()
                 .all(|r| r.as_ref().is_some_and(|r| r.code == Code::Error))

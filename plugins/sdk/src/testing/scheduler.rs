@@ -22,8 +22,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::scheduler::{
-    Node, Object, Point, Prepared, Refusal, SchedulerPlugin, configure, run_filter,
-    run_normalize_score, run_pre_filter, run_pre_score, run_score,
+    Node, Object, Point, Prepared, Refusal, SchedulerPlugin, configure, pack, run_filter,
+    run_normalize_score, run_pre_filter, run_pre_score, run_score, unpack,
 };
 
 /// The pod of a case that names none.
@@ -57,17 +57,14 @@ pub fn cycle<P: SchedulerPlugin>(
     configure::<P>(config).map_err(|e| format!("check-config: {e}"))?;
     let claims = |p: Point| P::POINTS.contains(&p);
     let pod = pod.to_string();
-    // The records the host would send: the objects only when claimed.
-    let records: Vec<Node> = nodes
+    // Packed and unpacked as the host and the component do: the objects
+    // only when claimed.
+    let objects: Vec<Node> = nodes
         .iter()
-        .map(|n| {
-            let node = Node::from_object(Object::new(n.clone()));
-            match claims(Point::NodeObjects) {
-                true => node,
-                false => node.without_object(),
-            }
-        })
+        .map(|n| Node::from_object(Object::new(n.clone())))
         .collect();
+    let records = unpack(pack(&objects, claims(Point::NodeObjects)))
+        .map_err(|e| format!("the nodes do not pack: {e}"))?;
     let names: Vec<String> = records.iter().map(|n| n.name().to_owned()).collect();
     let mut out = Cycle::default();
 
