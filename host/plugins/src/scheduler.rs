@@ -398,12 +398,9 @@ impl SchedulerPlugin {
         let inner = &self.inner;
         let points = inner.points;
         let pod = &pod.to_owned();
-        let batch = match points.filter {
-            true => Some(self.pack(nodes)?),
-            false => None,
-        };
+        // Nothing to pack for a plugin without `filter` (it is not called).
+        let batch = &self.pack(if points.filter { nodes } else { &[] })?;
         let nodes = nodes.len();
-        let batch = &batch;
         inner.filter_metrics.call();
         let start = Instant::now();
         let result = inner
@@ -431,9 +428,6 @@ impl SchedulerPlugin {
                         verdicts: Vec::new(),
                     }));
                 }
-                let Some(batch) = batch else {
-                    unreachable!("packed when the plugin filters")
-                };
                 let verdicts = export
                     .call_filter(&mut *store, config, &state, pod, batch)
                     .await?;
