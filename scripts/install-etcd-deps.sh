@@ -9,6 +9,8 @@
 #                      tests push components to and the server pulls from
 #   apache2-utils      `htpasswd`: the bcrypt password file of the registry
 #                      that the registry-credentials tests start
+#   prometheus         the Prometheus server and `promtool` that the
+#                      observability tests scrape `/metrics` with
 # Idempotent: installs only what is missing, and runs `apt-get update` once,
 # only when something is. Run as root (no sudo).
 set -euo pipefail
@@ -20,6 +22,7 @@ command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || missing+=(apache2-utils)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0
@@ -36,5 +39,6 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 command -v protoc >/dev/null && command -v etcd >/dev/null && command -v openssl >/dev/null \
     && command -v docker-registry >/dev/null && command -v htpasswd >/dev/null \
+    && command -v prometheus >/dev/null && command -v promtool >/dev/null \
     && [ -f /usr/include/google/protobuf/descriptor.proto ]
 

@@ -399,6 +399,55 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
+/// A client certificate for `subject` (`/O=group/CN=user`), signed with
+/// the server's CA key as the cluster's signer signs a CSR, in
+/// `<data-dir>/<dir>`: the certificate's and the key's paths.
+pub fn client_certificate(server: &Server, subject: &str, dir: &str) -> (PathBuf, PathBuf) {
+    let pki = server.data_dir().join("pki");
+    let dir = server.data_dir().join(dir);
+    std::fs::create_dir_all(&dir).expect("create the certificate's dir");
+    let (key, csr, cert, ext) = (
+        dir.join("client.key"),
+        dir.join("client.csr"),
+        dir.join("client.crt"),
+        dir.join("ext.cnf"),
+    );
+    let run = |cmd: &mut Command| {
+        let out = cmd.output().expect("run openssl");
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(Command::new("openssl")
+        .args(["req", "-new", "-nodes", "-newkey", "ec"])
+        .args(["-pkeyopt", "ec_paramgen_curve:prime256v1"])
+        .args(["-subj", subject])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&csr));
+    std::fs::write(
+        &ext,
+        "keyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
+    )
+    .expect("write the extensions");
+    run(Command::new("openssl")
+        .args(["x509", "-req", "-days", "1", "-in"])
+        .arg(&csr)
+        .arg("-CA")
+        .arg(pki.join("ca.crt"))
+        .arg("-CAkey")
+        .arg(pki.join("ca.key"))
+        .arg("-CAcreateserial")
+        .arg("-extfile")
+        .arg(&ext)
+        .arg("-out")
+        .arg(&cert));
+    (cert, key)
+}
+
 /// Path of the server binary: `WASM_APISERVER_BIN`, or the real
 /// `wasm-apiserver` binary of `host/server` in the target dir and profile the
 /// tests were built in. `cargo test --workspace` (and so `scripts/test`)

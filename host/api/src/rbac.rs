@@ -1584,6 +1584,25 @@ pub fn bootstrap_policy() -> Vec<Value> {
                 &["/healthz", "/livez", "/readyz", "/version", "/version/"],
             )],
         ),
+        // Upstream's `system:monitoring`: metrics and every health
+        // check, for the group of the same name (a Prometheus scraper).
+        cluster_role(
+            "system:monitoring",
+            &[],
+            vec![PolicyRule::urls(
+                &["get"],
+                &[
+                    "/metrics",
+                    "/metrics/slis",
+                    "/livez",
+                    "/readyz",
+                    "/healthz",
+                    "/livez/*",
+                    "/readyz/*",
+                    "/healthz/*",
+                ],
+            )],
+        ),
         cluster_role(
             "system:basic-user",
             &[],
@@ -1701,6 +1720,11 @@ pub fn bootstrap_policy() -> Vec<Value> {
             "system:basic-user",
             "system:basic-user",
             &["system:authenticated"],
+        ),
+        cluster_role_binding(
+            "system:monitoring",
+            "system:monitoring",
+            &["system:monitoring"],
         ),
     ]);
     out
@@ -2413,6 +2437,18 @@ mod tests {
             ("authn apis", url(&authn, "/apis"), true),
             ("authn openapi", url(&authn, "/openapi/v3"), true),
             ("authn metrics", url(&authn, "/metrics"), false),
+            (
+                "monitoring metrics",
+                url(&["system:monitoring"], "/metrics"),
+                true,
+            ),
+            (
+                "monitoring readyz/etcd",
+                url(&["system:monitoring"], "/readyz/etcd"),
+                true,
+            ),
+            ("authn readyz/etcd", url(&authn, "/readyz/etcd"), false),
+            ("monitoring api", url(&["system:monitoring"], "/api"), false),
         ];
         for (name, got, want) in cases {
             assert_eq!(got, want, "{name}");

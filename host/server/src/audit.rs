@@ -134,6 +134,8 @@ impl Sink {
 pub struct AuditLog {
     policy: Policy,
     sink: Mutex<Sink>,
+    /// `apiserver_audit_event_total` ([`AuditLog::count_into`]).
+    events: std::sync::OnceLock<prometheus::IntCounter>,
 }
 
 impl AuditLog {
@@ -147,6 +149,7 @@ impl AuditLog {
         Ok(AuditLog {
             policy,
             sink: Mutex::new(Sink::open(path, max_mb, max_backups)?),
+            events: Default::default(),
         })
     }
 
@@ -172,6 +175,14 @@ impl AuditLog {
         if let Err(e) = self.sink.lock().expect("audit sink").write(&line) {
             tracing::error!(error = %e, "writing the audit log failed");
         }
+        if let Some(c) = self.events.get() {
+            c.inc();
+        }
+    }
+
+    /// Counts each event written into `counter`.
+    pub fn count_into(&self, counter: prometheus::IntCounter) {
+        let _ = self.events.set(counter);
     }
 }
 

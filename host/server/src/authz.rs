@@ -128,6 +128,16 @@ impl Authorizer {
 
     /// Decides one request with every mode, wasm plugins included.
     pub async fn authorize_request(&self, attrs: &Attributes) -> Decision {
+        self.authorize_request_by(attrs).await.0
+    }
+
+    /// [`Authorizer::authorize_request`], and the authorizer whose decision
+    /// was terminal as (type, name) (`None`: every one had no opinion),
+    /// for `apiserver_authorization_decisions_total`.
+    pub async fn authorize_request_by(
+        &self,
+        attrs: &Attributes,
+    ) -> (Decision, Option<(&'static str, &'static str)>) {
         let modes = self.modes.read().expect("modes lock").clone();
         let mut reasons = Vec::new();
         for mode in &modes {
@@ -135,23 +145,31 @@ impl Authorizer {
                 Mode::Wasm => {
                     let plugins = self.plugins.read().expect("plugins lock").clone();
                     if let Some(d) = plugins.authorize(attrs).await {
-                        return d;
+                        return (d, Some(("Wasm", "wasm")));
                     }
                 }
-                Mode::AlwaysAllow => return Decision::Allow(String::new()),
-                Mode::AlwaysDeny => return Decision::NoOpinion("Everything is forbidden.".into()),
+                Mode::AlwaysAllow => {
+                    return (
+                        Decision::Allow(String::new()),
+                        Some(("AlwaysAllow", "alwaysallow")),
+                    );
+                }
+                // Upstream's AlwaysDeny has no opinion (nothing allows).
+                Mode::AlwaysDeny => {
+                    return (Decision::NoOpinion("Everything is forbidden.".into()), None);
+                }
                 Mode::Node => {
                     if let Some(d) = self.node(attrs, &mut reasons) {
-                        return d;
+                        return (d, Some(("Node", "node")));
                     }
                 }
                 Mode::Rbac => match rbac::authorize(&self.snapshot(), attrs) {
-                    d @ Decision::Allow(_) => return d,
+                    d @ Decision::Allow(_) => return (d, Some(("RBAC", "rbac"))),
                     Decision::NoOpinion(r) => reasons.push(r),
                 },
             }
         }
-        Decision::NoOpinion(reasons.join("; "))
+        (Decision::NoOpinion(reasons.join("; ")), None)
     }
 
     /// Decides one request with the built-in modes only (RBAC escalation

@@ -439,6 +439,23 @@ pub struct ServeArgs {
     /// Maximum request body size in bytes (kube-apiserver's `--max-request-bytes`).
     #[arg(long, default_value_t = 3 * 1024 * 1024)]
     pub max_request_bytes: usize,
+
+    /// Record the request metric families (`apiserver_request_*`); off
+    /// only to measure what they cost.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, hide = true)]
+    pub enable_request_metrics: bool,
+
+    /// Log format: `text` (colour only on a terminal) or `json`
+    /// (component-base's shape: `ts` in epoch milliseconds, `caller`,
+    /// `msg`, `v`, key/value pairs, `err`).
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub logging_format: String,
+
+    /// Log verbosity, as klog's `-v`: 0 logs info, warnings and errors;
+    /// 2 and 3 add debug lines; 4 and above add trace lines.
+    /// `RUST_LOG`, when set, overrides it.
+    #[arg(short = 'v', long = "v", default_value_t = 0)]
+    pub verbosity: u8,
 }
 
 impl ServeArgs {
@@ -460,6 +477,9 @@ impl ServeArgs {
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
             enable_priority_and_fairness: true,
+            enable_request_metrics: true,
+            logging_format: "text".into(),
+            verbosity: 0,
             plugin_dir: None,
             insecure_plugin_registries: Vec::new(),
             plugin_registry_ca_file: None,

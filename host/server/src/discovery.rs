@@ -222,23 +222,6 @@ pub async fn version() -> Response {
     )
 }
 
-/// `GET /healthz`, `/livez`: the process serves.
-pub async fn healthz() -> &'static str {
-    "ok"
-}
-
-/// `GET /readyz`: storage answers.
-pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
-    match state.objects.storage.current_revision().await {
-        Ok(_) => (StatusCode::OK, "ok").into_response(),
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("[-]storage failed: {e}\nreadyz check failed"),
-        )
-            .into_response(),
-    }
-}
-
 /// `GET /openapi/v2`: JSON, or gnostic protobuf for a client that asks
 /// for it (kubectl 1.27 and 1.28 ask for nothing else).
 pub async fn openapi_v2(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
@@ -316,12 +299,15 @@ pub async fn openapi_v3_doc(
 
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let mut text = state
-        .objects
-        .admission
-        .as_ref()
-        .map(|a| a.metrics_text())
-        .unwrap_or_default();
+    let mut text = state.metrics.text();
+    text.push_str(
+        &state
+            .objects
+            .admission
+            .as_ref()
+            .map(|a| a.metrics_text())
+            .unwrap_or_default(),
+    );
     text.push_str(&state.controllers.text());
     text.push_str(&state.flowcontrol.metrics_text());
     text.push_str(&state.aggregator.metrics_text());

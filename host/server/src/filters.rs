@@ -29,6 +29,79 @@ pub async fn with_request_info(mut req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
+/// Request metrics ([`crate::metrics`]): upstream's request families, by
+/// the labels of the request info; a long-running request's latency is
+/// observed when its stream ends.
+pub async fn instrument(
+    State(state): State<Arc<AppState>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let Some(info) = req.extensions().get::<RequestInfo>() else {
+        return next.run(req).await;
+    };
+    let metrics = &state.metrics;
+    let content_type = req
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let rec = metrics.start(
+        info,
+        req.method().as_str(),
+        req.uri().query(),
+        content_type,
+        |i| {
+            state
+                .resources
+                .get(&i.api_group, &i.api_version, &i.resource)
+                .is_some()
+        },
+    );
+    let excluded = crate::metrics::Excluded::default();
+    req.extensions_mut().insert(excluded.clone());
+    // The audit ID (the client's `Audit-ID`, else a new one), on the
+    // response, the audit events and the request's log lines.
+    let audit_id = req
+        .headers()
+        .get("audit-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128)
+        .map(String::from)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let header = axum::http::HeaderValue::from_str(&audit_id).ok();
+    let log = Arc::new(crate::logging::RequestLog {
+        audit_id,
+        user: Default::default(),
+    });
+    req.extensions_mut().insert(log.clone());
+    let mut resp = crate::logging::REQUEST.scope(log, next.run(req)).await;
+    if let Some(h) = header {
+        resp.headers_mut().insert("audit-id", h);
+    }
+    let size = axum::body::HttpBody::size_hint(resp.body()).exact();
+    if !metrics.respond(&rec, resp.status().as_u16(), size, &excluded) {
+        return resp;
+    }
+    // Long-running: the latency is the stream's, observed when it closes.
+    struct Finish(
+        Arc<AppState>,
+        crate::metrics::Recorder,
+        crate::metrics::Excluded,
+    );
+    impl Drop for Finish {
+        fn drop(&mut self) {
+            self.0.metrics.finish(&self.1, &self.2);
+        }
+    }
+    let finish = Finish(state.clone(), rec, excluded);
+    let (parts, body) = resp.into_parts();
+    let stream = futures::StreamExt::map(body.into_data_stream(), move |chunk| {
+        let _ = &finish;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(stream))
+}
+
 /// Counts the request as in flight while it is served (until its response
 /// head is ready: a watch's stream is not counted).
 pub async fn count_in_flight(
@@ -57,16 +130,30 @@ pub async fn authenticate(
     next: Next,
 ) -> Response {
     let conn = req.extensions().get::<ConnectionInfo>().cloned();
-    match state
+    let started = std::time::Instant::now();
+    let result = state
         .authn
         .authenticate(&state.objects, conn.as_ref(), req.headers())
-        .await
-    {
+        .await;
+    match result {
         Ok(user) => {
+            state
+                .metrics
+                .authenticated("success", started.elapsed(), Some(&user.username));
+            if let Some(log) = req.extensions().get::<Arc<crate::logging::RequestLog>>() {
+                let _ = log.user.set(user.username.clone());
+            }
             req.extensions_mut().insert(user);
             next.run(req).await
         }
-        Err(e) => ErrorResponse(e).into_response(),
+        Err(e) => {
+            let result = match e {
+                wasm_apiserver_api::ApiError::Unauthorized(_) => "failure",
+                _ => "error",
+            };
+            state.metrics.authenticated(result, started.elapsed(), None);
+            ErrorResponse(e).into_response()
+        }
     }
 }
 
@@ -82,7 +169,14 @@ pub async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: N
         .into_response();
     };
     let attrs = crate::authz::attributes(info, user);
-    let decision = state.authz.authorize_request(&attrs).await;
+    let started = std::time::Instant::now();
+    let (decision, decider) = state.authz.authorize_request_by(&attrs).await;
+    let result = match (&decision, decider) {
+        (wasm_apiserver_api::rbac::Decision::Allow(_), _) => "allowed",
+        (_, Some(_)) => "denied",
+        (_, None) => "no-opinion",
+    };
+    state.metrics.authorized(result, started.elapsed(), decider);
     if let Some(a) = req.extensions().get::<Annotations>() {
         a.add([
             (
@@ -240,8 +334,13 @@ pub async fn audit(State(state): State<Arc<AppState>>, mut req: Request, next: N
     req.extensions_mut().insert(annotations.clone());
     let impersonated = ImpersonatedUser::default();
     req.extensions_mut().insert(impersonated.clone());
+    let audit_id = req
+        .extensions()
+        .get::<Arc<crate::logging::RequestLog>>()
+        .map(|l| l.audit_id.clone())
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let mut record = Record {
-        audit_id: uuid::Uuid::new_v4().to_string(),
+        audit_id,
         request_uri: req.uri().to_string(),
         verb: info.verb.clone(),
         user: api_user(&user),

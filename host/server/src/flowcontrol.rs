@@ -515,7 +515,13 @@ pub async fn filter(fc: &FlowControl, req: Request, next: Next) -> Response {
                     return too_many_requests();
                 }
                 Admit::Wait(level, flow, q, id, rx) => {
-                    match level.wait(flow, q, id, rx, MAX_WAIT).await {
+                    // The SLI latency leaves out the turn in the queue.
+                    let queued = std::time::Instant::now();
+                    let waited = level.wait(flow, q, id, rx, MAX_WAIT).await;
+                    if let Some(e) = req.extensions().get::<crate::metrics::Excluded>() {
+                        e.add(queued.elapsed());
+                    }
+                    match waited {
                         Some(seat) => Some(seat),
                         None => {
                             fc.count_rejected(

@@ -7,7 +7,7 @@
 use crate::cli::{Cli, Command};
 use crate::config::ServeArgs;
 pub use crate::state::AppState;
-use crate::{authn, authz, discovery, filters, handlers};
+use crate::{authn, authz, discovery, filters, handlers, health};
 use axum::Router;
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::routing::{any, get};
@@ -74,6 +74,8 @@ impl AppState {
             ),
             request_timeout: std::time::Duration::from_secs(60),
             kubelets: None,
+            metrics: Default::default(),
+            health: Default::default(),
         }
     }
 }
@@ -85,6 +87,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let pipeline = ServiceBuilder::new()
         .layer(from_fn_with_state(state.clone(), filters::count_in_flight))
         .layer(from_fn(filters::with_request_info))
+        .layer(from_fn_with_state(state.clone(), filters::instrument))
         .layer(from_fn_with_state(state.clone(), filters::authenticate))
         .layer(from_fn_with_state(state.clone(), filters::audit))
         .layer(from_fn_with_state(state.clone(), filters::impersonate))
@@ -100,9 +103,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/apis/{*rest}", any(handlers::dispatch))
         .route("/version", get(discovery::version))
         .route("/version/", get(discovery::version))
-        .route("/healthz", get(discovery::healthz))
-        .route("/livez", get(discovery::healthz))
-        .route("/readyz", get(discovery::readyz))
+        .route("/healthz", get(health::healthz))
+        .route("/healthz/{*check}", get(health::healthz_check))
+        .route("/livez", get(health::livez))
+        .route("/livez/{*check}", get(health::livez_check))
+        .route("/readyz", get(health::readyz))
+        .route("/readyz/{*check}", get(health::readyz_check))
         .route("/metrics", get(discovery::metrics))
         .route("/snapshot", get(crate::snapshot::serve_snapshot))
         .route("/openapi/v2", get(discovery::openapi_v2))
@@ -292,13 +298,11 @@ async fn open_storage(
 /// The command line's entry point: parses the arguments, sets up logging
 /// and runs the command.
 pub fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    match &cli.command {
+        Command::Serve(args) => crate::logging::init(&args.logging_format, args.verbosity),
+        _ => crate::logging::init("text", 0),
+    }
     match cli.command {
         Command::Serve(args) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -321,6 +325,11 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     args.data_dir = std::path::absolute(&args.data_dir)?;
     let _ = std::fs::remove_file(args.data_dir.join("admin.kubeconfig"));
     let (storage, embedded) = open_storage(&args).await?;
+    let metrics = Arc::new(crate::metrics::Metrics::new(args.enable_request_metrics));
+    let storage: Arc<dyn Storage> = Arc::new(crate::metrics::MeteredStorage::new(
+        storage,
+        metrics.clone(),
+    ));
     let listener = tokio::net::TcpListener::bind((args.bind_address, args.secure_port)).await?;
     let address = listener.local_addr()?;
     let runtime = wasm_apiserver_plugins::Runtime::new(wasm_apiserver_plugins::RuntimeConfig {
@@ -353,6 +362,13 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         Some(admission),
     );
     state.data_dir = args.data_dir.clone();
+    state.metrics = metrics.clone();
+    crate::metrics::spawn_object_counter(
+        metrics,
+        storage.clone(),
+        state.resources.clone(),
+        std::time::Duration::from_secs(60),
+    );
     state.flowcontrol = Arc::new(crate::flowcontrol::FlowControl::new(
         args.enable_priority_and_fairness,
         args.max_requests_inflight,
@@ -422,12 +438,14 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
             .as_ref()
             .ok_or_else(|| anyhow::anyhow!("--audit-log-path needs --audit-policy-file"))?;
         let text = std::fs::read_to_string(policy_file)?;
-        state.audit = Some(Arc::new(crate::audit::AuditLog::open(
+        let log = crate::audit::AuditLog::open(
             path.clone(),
             &text,
             args.audit_log_maxsize,
             args.audit_log_maxbackup,
-        )?));
+        )?;
+        log.count_into(state.metrics.audit_events());
+        state.audit = Some(Arc::new(log));
     }
     state
         .authz
@@ -546,6 +564,11 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         );
     }
 
+    let health = state.health.clone();
+    tokio::spawn(async move {
+        shutdown().await;
+        health.shutting_down();
+    });
     write_kubeconfig(&args.data_dir, address, &pki)?;
     tracing::info!(%address, kubeconfig = %args.data_dir.join("admin.kubeconfig").display(), "serving HTTPS");
     serve_tls(

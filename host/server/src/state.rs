@@ -41,4 +41,8 @@ pub struct AppState {
     /// The kubelet connection (logs, exec, attach, port-forward and the
     /// proxy subresources); `None`: those answer 503.
     pub kubelets: Option<Arc<wasm_apiserver_registry::kubelet::Kubelets>>,
+    /// The server's own metric families ([`crate::metrics`]).
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// What `/livez` and `/readyz` check beyond storage.
+    pub health: Arc<crate::health::Health>,
 }

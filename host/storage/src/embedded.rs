@@ -930,6 +930,22 @@ impl Storage for EmbeddedStore {
         })
     }
 
+    async fn count(&self, prefix: &str) -> Result<u64> {
+        let txn = self.inner.db.begin_read()?;
+        let kv = txn.open_table(KV).map_err(internal)?;
+        let range = match prefix_end(prefix) {
+            Some(end) => kv.range::<&str>(prefix..end.as_str()),
+            None => kv.range::<&str>(prefix..),
+        }
+        .map_err(internal)?;
+        let mut n = 0;
+        for entry in range {
+            entry.map_err(internal)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
     async fn watch(&self, prefix: &str, after: u64) -> Result<WatchStream> {
         // Subscribe before reading the log so no commit falls in between.
         let mut rx = self.inner.events.subscribe();

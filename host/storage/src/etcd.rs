@@ -1291,6 +1291,20 @@ impl Storage for EtcdStore {
         })
     }
 
+    async fn count(&self, prefix: &str) -> Result<u64> {
+        let get = GetOptions::new()
+            .with_range(range_end(&self.raw(prefix)))
+            .with_count_only();
+        let r = self
+            .call_raw(|mut kv| {
+                let (k, g) = (self.full(prefix), get.clone());
+                async move { kv.get(k, Some(g)).await }
+            })
+            .await?
+            .map_err(map_err)?;
+        Ok(u64::try_from(r.count()).unwrap_or(0))
+    }
+
     async fn watch(&self, prefix: &str, after: u64) -> Result<WatchStream> {
         let current = self.check_retained(&self.full(prefix), after).await?;
         let cache = self.cache(prefix, current);

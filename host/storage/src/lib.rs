@@ -183,6 +183,13 @@ pub trait Storage: Send + Sync + 'static {
     async fn watch(&self, prefix: &str, after: u64) -> Result<WatchStream>;
     /// The latest revision.
     async fn current_revision(&self) -> Result<u64>;
+    /// The number of keys under `prefix` at the latest revision (upstream's
+    /// `Count`, for `apiserver_storage_objects`). This default lists them;
+    /// stores that can count without reading values do.
+    async fn count(&self, prefix: &str) -> Result<u64> {
+        let items = self.list(prefix, ListOptions::default()).await?.items;
+        Ok(items.len() as u64)
+    }
     /// The keys under `prefix` created or updated after revision `after`,
     /// at their latest values, in key order, and the revision read at: what
     /// a cache that has seen every change up to `after` is missing (keys

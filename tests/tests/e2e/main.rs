@@ -28,6 +28,7 @@ mod kubewarden;
 mod many_crds;
 mod node_bootstrap;
 mod nodes;
+mod observability;
 mod oci_modules;
 mod plugin_cli;
 mod pod_lifecycle;

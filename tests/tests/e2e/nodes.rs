@@ -16,7 +16,8 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 use wasm_apiserver_e2e::{
-    Server, kubectl_binary, kubectl_ok, kubectl_stdin, poll_until, server_binary,
+    Server, client_certificate, kubectl_binary, kubectl_ok, kubectl_stdin, poll_until,
+    server_binary,
 };
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -26,52 +27,14 @@ struct Node {
     key: PathBuf,
 }
 
-fn run(cmd: &mut Command) {
-    let out = cmd.output().expect("run");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A client certificate for `system:node:<name>`, signed with the
 /// server's CA key, as the cluster's signer would sign a kubelet's CSR.
 fn node_identity(server: &Server, name: &str) -> Node {
-    let pki = server.data_dir().join("pki");
-    let dir = server.data_dir().join(format!("node-{name}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (key, csr, cert, ext) = (
-        dir.join("node.key"),
-        dir.join("node.csr"),
-        dir.join("node.crt"),
-        dir.join("ext.cnf"),
+    let (cert, key) = client_certificate(
+        server,
+        &format!("/O=system:nodes/CN=system:node:{name}"),
+        &format!("node-{name}"),
     );
-    run(Command::new("openssl")
-        .args(["req", "-new", "-nodes", "-newkey", "ec"])
-        .args(["-pkeyopt", "ec_paramgen_curve:prime256v1"])
-        .args(["-subj", &format!("/O=system:nodes/CN=system:node:{name}")])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&csr));
-    std::fs::write(
-        &ext,
-        "keyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
-    )
-    .unwrap();
-    run(Command::new("openssl")
-        .args(["x509", "-req", "-days", "1", "-in"])
-        .arg(&csr)
-        .arg("-CA")
-        .arg(pki.join("ca.crt"))
-        .arg("-CAkey")
-        .arg(pki.join("ca.key"))
-        .arg("-CAcreateserial")
-        .arg("-extfile")
-        .arg(&ext)
-        .arg("-out")
-        .arg(&cert));
     Node { cert, key }
 }
 

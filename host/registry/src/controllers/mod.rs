@@ -200,20 +200,79 @@ impl<K: Clone + Eq + Hash + Send + 'static> RenderMetrics for Queue<K> {
     }
 }
 
-/// The metric families queues render, with their types.
-const FAMILIES: [(&str, &str); 12] = [
-    ("workqueue_depth", "gauge"),
-    ("workqueue_adds_total", "counter"),
-    ("workqueue_retries_total", "counter"),
-    ("workqueue_unfinished_work_seconds", "gauge"),
-    ("workqueue_longest_running_processor_seconds", "gauge"),
-    ("workqueue_queue_duration_seconds", "histogram"),
-    ("workqueue_work_duration_seconds", "histogram"),
-    ("controller_runtime_reconcile_total", "counter"),
-    ("controller_runtime_reconcile_errors_total", "counter"),
-    ("controller_runtime_reconcile_time_seconds", "histogram"),
-    ("controller_runtime_active_workers", "gauge"),
-    ("controller_runtime_max_concurrent_reconciles", "gauge"),
+/// The metric families queues render, with their types and (upstream's)
+/// help texts.
+const FAMILIES: [(&str, &str, &str); 14] = [
+    (
+        "workqueue_depth",
+        "gauge",
+        "[ALPHA] Current depth of workqueue",
+    ),
+    (
+        "workqueue_adds_total",
+        "counter",
+        "[ALPHA] Total number of adds handled by workqueue",
+    ),
+    (
+        "workqueue_retries_total",
+        "counter",
+        "[ALPHA] Total number of retries handled by workqueue",
+    ),
+    (
+        "workqueue_unfinished_work_seconds",
+        "gauge",
+        "[ALPHA] How many seconds of work has done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
+    ),
+    (
+        "workqueue_longest_running_processor_seconds",
+        "gauge",
+        "[ALPHA] How many seconds has the longest running processor for workqueue been running.",
+    ),
+    (
+        "workqueue_queue_duration_seconds",
+        "histogram",
+        "[ALPHA] How long in seconds an item stays in workqueue before being requested.",
+    ),
+    (
+        "workqueue_work_duration_seconds",
+        "histogram",
+        "[ALPHA] How long in seconds processing an item from workqueue takes.",
+    ),
+    (
+        "controller_runtime_reconcile_total",
+        "counter",
+        "Total number of reconciliations per controller",
+    ),
+    (
+        "controller_runtime_reconcile_errors_total",
+        "counter",
+        "Total number of reconciliation errors per controller",
+    ),
+    (
+        "controller_runtime_reconcile_time_seconds",
+        "histogram",
+        "Length of time per reconciliation per controller",
+    ),
+    (
+        "controller_runtime_active_workers",
+        "gauge",
+        "Number of currently used workers per controller",
+    ),
+    (
+        "controller_runtime_max_concurrent_reconciles",
+        "gauge",
+        "Maximum number of concurrent reconciles per controller",
+    ),
+    (
+        "scheduler_schedule_attempts_total",
+        "counter",
+        "[STABLE] Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could not be scheduled, while 'error' means an internal scheduler problem.",
+    ),
+    (
+        "scheduler_pending_pods",
+        "gauge",
+        "[STABLE] Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed.",
+    ),
 ];
 
 impl Metrics {
@@ -244,7 +303,7 @@ impl Metrics {
         }
         let family = |line: &str| {
             let name = line.split(['{', ' ']).next().unwrap_or_default();
-            FAMILIES.iter().position(|(f, kind)| {
+            FAMILIES.iter().position(|(f, kind, _)| {
                 name == *f
                     || (*kind == "histogram"
                         && name
@@ -261,8 +320,8 @@ impl Metrics {
         let mut last = None;
         for (f, line) in lines {
             if last != Some(f) {
-                if let Some((name, kind)) = FAMILIES.get(f) {
-                    out.push_str(&format!("# TYPE {name} {kind}\n"));
+                if let Some((name, kind, help)) = FAMILIES.get(f) {
+                    out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
                 }
                 last = Some(f);
             }
