@@ -17,8 +17,12 @@ import threading
 import time
 
 TOKEN = "bench-token-0123456789"
-SCENARIOS = ["create", "get", "list-100", "admission", "watch"]
+SCENARIOS = ["create", "get", "list-100", "admission", "watch", "scrape"]
+# `scrape` (GET /metrics with 1,000 CRDs served) runs only when named.
+DEFAULT_SCENARIOS = ["create", "get", "list-100", "admission", "watch"]
 TARGET = 0.97
+SCRAPE_CRDS = 1000
+SCRAPE_TARGET_MS = 50
 WATCHERS = 32
 WATCH_WRITES = 300
 
@@ -269,6 +273,50 @@ def watch_fanout(server, round_no):
     return {"rate": WATCHERS * WATCH_WRITES / elapsed, "p50_ms": elapsed * 1000, "cpu_per_req_us": 0.0}
 
 
+def serve_crds(server, n):
+    """`n` CRDs (one kind each), then waits until the last one is served."""
+    c = server.conn()
+    for i in range(n):
+        crd = {
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"things{i}.scrape.bench.io"},
+            "spec": {"group": "scrape.bench.io", "scope": "Namespaced",
+                     "names": {"plural": f"things{i}", "singular": f"thing{i}",
+                               "kind": f"Thing{i}", "listKind": f"Thing{i}List"},
+                     "versions": [{"name": "v1", "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": {
+                                       "type": "object",
+                                       "x-kubernetes-preserve-unknown-fields": True}}}]}}
+        status, data = server.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                                      crd, conn=c)
+        if status not in (201, 409):
+            sys.exit(f"{server.name}: CRD {i}: {status} {data[:200]!r}")
+    c.close()
+    deadline = time.time() + 300
+    while server.request("GET", f"/apis/scrape.bench.io/v1/things{n - 1}")[0] != 200:
+        if time.time() > deadline:
+            sys.exit(f"{server.name}: the CRDs are not served after 300 s")
+        time.sleep(0.5)
+
+
+def scrape(server, times=15):
+    """GET /metrics `times` times: the median time and the size."""
+    c = server.conn()
+    elapsed, size = [], 0
+    cpu = server.cpu_seconds()
+    for _ in range(times):
+        t = time.perf_counter()
+        status, data = server.request("GET", "/metrics", conn=c)
+        elapsed.append((time.perf_counter() - t) * 1000)
+        if status != 200:
+            sys.exit(f"{server.name}: GET /metrics: {status}")
+        size = len(data)
+    cpu = server.cpu_seconds() - cpu
+    c.close()
+    med = statistics.median(elapsed)
+    return {"rate": 1000 / med, "p50_ms": med, "cpu_per_req_us": cpu / times * 1e6, "bytes": size}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--previous", required=True)
@@ -283,7 +331,8 @@ def main():
     p.add_argument("--connections", type=int, default=64)
     p.add_argument("scenarios", nargs="*")
     a = p.parse_args()
-    wanted = [s for s in SCENARIOS if not a.scenarios or any(f in s for f in a.scenarios)]
+    wanted = [s for s in SCENARIOS
+              if (s in DEFAULT_SCENARIOS if not a.scenarios else any(f in s for f in a.scenarios))]
     work = tempfile.mkdtemp(prefix="bench-releases-")
     print(f"release against release: previous {a.previous_name} vs {a.head_name}; "
           f"wrk -t2 -c{a.connections}, {a.seconds} s per window, {a.rounds} rounds, interleaved "
@@ -297,6 +346,8 @@ def main():
                 ("head", a.head_name, a.head, a.head_flags.split())]:
             servers[key] = Server(name, binary, a.plugin_dir, work, flags)
             setup(servers[key])
+            if "scrape" in wanted:
+                serve_crds(servers[key], SCRAPE_CRDS)
         # Both run throughout (every controller on); only one is loaded at a time.
         time.sleep(2)
         results = {s: {"previous": [], "head": []} for s in wanted}
@@ -317,6 +368,8 @@ def main():
                     elif scenario == "admission":
                         m = wrk(srv, "/api/v1/namespaces/adm/configmaps", a.seconds, a.connections,
                                 work, LUA_CREATE, f"a{r}")
+                    elif scenario == "scrape":
+                        m = scrape(srv)
                     else:
                         m = watch_fanout(srv, r)
                     results[scenario][key].append(m)
@@ -334,6 +387,14 @@ def main():
             verdict = "met" if med >= TARGET else "MISSED"
             print(f"| {scenario} | {statistics.median(prev):.0f} | {statistics.median(head):.0f} | "
                   f"{', '.join(f'{x:.3f}' for x in ratios)} | {med:.3f}x | {verdict} |")
+        if "scrape" in wanted:
+            print()
+            print(f"GET /metrics with {SCRAPE_CRDS} CRDs served (median of 15 per round, target <= {SCRAPE_TARGET_MS} ms):")
+            for key in ["previous", "head"]:
+                ms = statistics.median(m["p50_ms"] for m in results["scrape"][key])
+                size = results["scrape"][key][-1]["bytes"]
+                verdict = "met" if ms <= SCRAPE_TARGET_MS else "MISSED"
+                print(f"  {servers[key].name}: {ms:.1f} ms, {size} bytes: {verdict}")
     finally:
         for s in servers.values():
             s.stop()

@@ -6,6 +6,7 @@
 //! special about a resource comes from its [`Strategy`](crate::strategy::Strategy).
 
 use crate::admission::chain::{Admission, Attributes};
+use crate::admission::metrics::Phase as AdmissionPhase;
 use crate::admission::plugins;
 use crate::codec::{decode, encode};
 use crate::error::storage_error;
@@ -51,6 +52,9 @@ pub struct Objects {
     /// Which namespaces have ResourceQuotas (for the `ResourceQuota`
     /// admission plugin).
     pub quota_namespaces: Arc<crate::admission::resourcequota::QuotaNamespaces>,
+    /// Upstream's admission latency families (the chain's, when there is
+    /// one).
+    pub admission_metrics: Arc<crate::admission::metrics::AdmissionMetrics>,
 }
 
 #[async_trait::async_trait]
@@ -223,6 +227,10 @@ impl Objects {
             storage,
             resources,
             namespace_deleted: Arc::new(Notify::new()),
+            admission_metrics: admission
+                .as_ref()
+                .map(|a| a.metrics.clone())
+                .unwrap_or_default(),
             admission,
             namespace_cache: Default::default(),
             handlers: Default::default(),
@@ -346,7 +354,52 @@ impl Objects {
         })
     }
 
+    /// The mutating phase of admission, timed.
     async fn admit_mutating(
+        &self,
+        res: &Resource,
+        a: &Attributes<'_>,
+        obj: &mut Value,
+        old: Option<&Value>,
+        opts: &WriteOptions,
+    ) -> Result<()> {
+        let started = std::time::Instant::now();
+        let r = self.mutating_phase(res, a, obj, old, opts).await;
+        self.admission_metrics
+            .step(AdmissionPhase::Admit, a.op_str(), started, r.is_err());
+        r
+    }
+
+    /// The validating phase of admission, timed.
+    async fn admit_validating(
+        &self,
+        a: &Attributes<'_>,
+        obj: Option<&Value>,
+        old: Option<&Value>,
+        opts: &WriteOptions,
+    ) -> Result<()> {
+        let started = std::time::Instant::now();
+        let r = self.validating_phase(a, obj, old, opts).await;
+        self.admission_metrics
+            .step(AdmissionPhase::Validate, a.op_str(), started, r.is_err());
+        r
+    }
+
+    /// Times a compiled-in admission plugin's call under its name.
+    fn timed<T>(
+        &self,
+        name: &str,
+        phase: AdmissionPhase,
+        a: &Attributes<'_>,
+        started: std::time::Instant,
+        r: Result<T>,
+    ) -> Result<T> {
+        self.admission_metrics
+            .controller(name, phase, a.op_str(), started, r.is_err());
+        r
+    }
+
+    async fn mutating_phase(
         &self,
         res: &Resource,
         a: &Attributes<'_>,
@@ -391,7 +444,8 @@ impl Objects {
                 // Upstream's order: mutating admission policies, then the
                 // mutating plugins and webhooks.
                 let by_policy = if self.admission_plugin_on(plugins::MUTATING_ADMISSION_POLICY) {
-                    crate::admission::policy::mutate(
+                    let t = std::time::Instant::now();
+                    let r = crate::admission::policy::mutate(
                         self,
                         &adm.policies,
                         a,
@@ -400,7 +454,14 @@ impl Objects {
                         old,
                         opts,
                     )
-                    .await?
+                    .await;
+                    self.timed(
+                        plugins::MUTATING_ADMISSION_POLICY,
+                        AdmissionPhase::Admit,
+                        a,
+                        t,
+                        r,
+                    )?
                 } else {
                     false
                 };
@@ -416,7 +477,7 @@ impl Objects {
         Ok(())
     }
 
-    async fn admit_validating(
+    async fn validating_phase(
         &self,
         a: &Attributes<'_>,
         obj: Option<&Value>,
@@ -428,23 +489,30 @@ impl Objects {
             .as_ref()
             .and_then(|a| a.policies.authorizer());
         let on = |name: &str| self.admission_plugin_on(name);
+        let validate = AdmissionPhase::Validate;
+        let now = std::time::Instant::now;
         if on(plugins::NODE_RESTRICTION) {
-            crate::admission::noderestriction::validate(a, obj, old, &opts.user)?;
+            let t = now();
+            let r = crate::admission::noderestriction::validate(a, obj, old, &opts.user);
+            self.timed(plugins::NODE_RESTRICTION, validate, a, t, r)?;
         }
         crate::admission::certificates::validate(authorizer, &on, a, obj, old, &opts.user)?;
         if on(plugins::OWNER_REFERENCES) {
-            crate::admission::ownerrefs::validate(
+            let t = now();
+            let r = crate::admission::ownerrefs::validate(
                 authorizer,
                 &self.resources,
                 a,
                 obj,
                 old,
                 &opts.user,
-            )?;
+            );
+            self.timed(plugins::OWNER_REFERENCES, validate, a, t, r)?;
         }
         if let Some(adm) = &self.admission {
             if self.admission_plugin_on(plugins::VALIDATING_ADMISSION_POLICY) {
-                crate::admission::policy::validate(
+                let t = now();
+                let r = crate::admission::policy::validate(
                     self,
                     &adm.policies,
                     a,
@@ -453,13 +521,15 @@ impl Objects {
                     old,
                     opts,
                 )
-                .await?;
+                .await;
+                self.timed(plugins::VALIDATING_ADMISSION_POLICY, validate, a, t, r)?;
             }
             adm.validate(a, obj, old, opts).await?;
         }
         // Last, as upstream: what the others refuse charges no quota.
         if on(plugins::RESOURCE_QUOTA) {
-            crate::admission::resourcequota::validate(
+            let t = now();
+            let r = crate::admission::resourcequota::validate(
                 self.storage.as_ref(),
                 &self.resources,
                 &self.quota_namespaces,
@@ -468,7 +538,8 @@ impl Objects {
                 old,
                 opts,
             )
-            .await?;
+            .await;
+            self.timed(plugins::RESOURCE_QUOTA, validate, a, t, r)?;
         }
         Ok(())
     }

@@ -32,10 +32,26 @@ fn curl(
     path: &str,
     headers: &[&str],
 ) -> (u16, String, String) {
+    curl_method(server, identity, "GET", path, headers, None)
+}
+
+/// [`curl`] with any method and a JSON body.
+fn curl_method(
+    server: &Server,
+    identity: Option<(&Path, &Path)>,
+    method: &str,
+    path: &str,
+    headers: &[&str],
+    body: Option<&str>,
+) -> (u16, String, String) {
     let mut cmd = Command::new("curl");
-    cmd.args(["-sS", "-D", "-", "-w", "\n%{http_code}"])
+    cmd.args(["-sS", "-X", method, "-D", "-", "-w", "\n%{http_code}"])
+        .args(["--max-time", "30"])
         .arg("--cacert")
         .arg(server.data_dir().join("pki/ca.crt"));
+    if let Some(body) = body {
+        cmd.args(["-H", "Content-Type: application/json", "--data", body]);
+    }
     if let Some((cert, key)) = identity {
         cmd.arg("--cert").arg(cert).arg("--key").arg(key);
     }
@@ -121,15 +137,12 @@ impl Prometheus {
         Prometheus { child, port, dir }
     }
 
-    /// `GET path` on the Prometheus API, parsed.
+    /// `GET path` on the Prometheus API, parsed (HTTP/1.0: the body is
+    /// never chunked).
     fn get(&self, path: &str) -> Option<serde_json::Value> {
         let mut tcp = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         tcp.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-        write!(
-            tcp,
-            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
+        write!(tcp, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
         let mut response = String::new();
         tcp.read_to_string(&mut response).ok()?;
         let (_, body) = response.split_once("\r\n\r\n")?;
@@ -147,7 +160,12 @@ impl Prometheus {
 
 #[test]
 fn prometheus_scrapes_over_tls_and_the_mixin_rules_have_data() {
-    let server = Server::start();
+    // On etcd, so that a storage outage gives real 5xx answers: the
+    // mixin's burn rates add the 5xx rate, and have no data until some
+    // request failed.
+    let mut etcd = EtcdCluster::start(1);
+    let servers = etcd.servers_flag();
+    let server = Server::start_with_args(&["--etcd-servers", &servers]);
     let (cert, key) =
         client_certificate(&server, "/O=system:monitoring/CN=prometheus", "prometheus");
     let (other_cert, other_key) = client_certificate(&server, "/O=team-a/CN=someone", "someone");
@@ -183,8 +201,44 @@ fn prometheus_scrapes_over_tls_and_the_mixin_rules_have_data() {
     );
     assert_eq!(code, 200);
 
+    // Storage down: a read and a write fail with 5xx; then it is back.
+    etcd.kill_all();
+    let (read, _, _) = curl(
+        &server,
+        admin,
+        "/api/v1/namespaces/default/configmaps/seen",
+        &[],
+    );
+    let (write, _, _) = curl_method(
+        &server,
+        admin,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        &[],
+        Some(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"lost"}}"#),
+    );
+    assert!(
+        read >= 500 && write >= 500,
+        "with etcd down: GET {read}, POST {write}"
+    );
+    etcd.restart_all();
+    poll_until(WAIT, "storage back", || {
+        (curl(&server, None, "/readyz", &[]).0 == 200).then_some(())
+    });
+
     let (code, _, metrics) = curl(&server, monitoring, "/metrics", &[]);
     assert_eq!(code, 200);
+    let failed = |verb: &str| {
+        metrics.lines().any(|l| {
+            l.starts_with("apiserver_request_total{code=\"5")
+                && l.contains("resource=\"configmaps\"")
+                && l.contains(&format!("verb=\"{verb}\""))
+        })
+    };
+    assert!(
+        failed("GET") && failed("POST"),
+        "the 5xx answers are not counted"
+    );
     for line in [
         "apiserver_request_total{code=\"201\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"configmaps\",scope=\"resource\",subresource=\"\",verb=\"POST\",version=\"v1\"} 1",
         "apiserver_request_total{code=\"404\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"configmaps\",scope=\"resource\",subresource=\"\",verb=\"GET\",version=\"v1\"} 1",
@@ -270,8 +324,9 @@ fn prometheus_scrapes_over_tls_and_the_mixin_rules_have_data() {
             (!prometheus.query(record).is_empty()).then_some(())
         });
     }
-    // Availability is a ratio of good requests: everything here succeeded
-    // fast, so it is 1 (a 404 is not an error to the SLO).
+    // Availability counts errors by their increase while Prometheus
+    // watched: the outage was before, everything since succeeded fast, so
+    // it is 1 (a 404 is not an error to the SLO).
     let availability = prometheus.query("apiserver_request:availability30d{verb=\"all\"}");
     let value: f64 = availability[0]["value"][1]
         .as_str()
@@ -412,10 +467,14 @@ fn json_logs_parse_and_carry_the_audit_id_and_text_logs_have_no_escapes() {
         "ts in epoch milliseconds: {line}"
     );
     assert!(v["caller"].as_str().unwrap().contains(".rs:"), "{line}");
-    // Every line the server wrote parses.
+    // Every line the server wrote parses (the harness marks each start
+    // with a `===` line of its own).
     let log = server.log();
     assert!(log.lines().count() > 3);
-    for l in log.lines().filter(|l| !l.is_empty()) {
+    for l in log
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with("=== "))
+    {
         let parsed: serde_json::Value =
             serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
         assert!(parsed["msg"].is_string(), "{l}");

@@ -219,6 +219,8 @@ pub struct Admission {
     registries: RwLock<Arc<crate::oci::Registries>>,
     /// Shadow counts by plugin name.
     shadow_stats: std::sync::Mutex<BTreeMap<String, Arc<super::shadow::Stats>>>,
+    /// Upstream's admission latency families (shared with the store).
+    pub metrics: Arc<super::metrics::AdmissionMetrics>,
 }
 
 /// A plugin's field causes as API causes (`FieldValueInvalid` when it gave no reason).
@@ -264,6 +266,7 @@ impl Admission {
             shadow_stats: Default::default(),
             cluster: Default::default(),
             registries: Default::default(),
+            metrics: Default::default(),
         }
     }
 
@@ -902,6 +905,29 @@ impl Admission {
         }
     }
 
+    /// Times one plugin's or webhook's call under its name; a denial or a
+    /// failure is `rejected` (as upstream counts a webhook's error).
+    fn observe<E>(
+        &self,
+        p: &Active,
+        phase: super::metrics::Phase,
+        a: &Attributes<'_>,
+        started: std::time::Instant,
+        result: &Result<AdmissionResponse, E>,
+    ) {
+        let rejected = !matches!(result, Ok(r) if r.allowed);
+        match &p.backend {
+            Backend::Wasm(_) => {
+                self.metrics
+                    .controller(&p.name, phase, a.op_str(), started, rejected)
+            }
+            Backend::Webhook(_) => {
+                self.metrics
+                    .webhook(&p.name, phase, a.op_str(), started, rejected)
+            }
+        }
+    }
+
     /// Runs the mutating plugins; applies their patches to `obj`. Returns
     /// whether any patch was applied.
     pub async fn mutate(
@@ -914,7 +940,9 @@ impl Admission {
         let mut patched_any = false;
         for p in self.matching(Phase::Mutating, a, Some(obj), old).await {
             let req = Self::request(a, Some(obj), old, ctx);
+            let started = std::time::Instant::now();
             let result = p.mutate(&req).await;
+            self.observe(&p, super::metrics::Phase::Admit, a, started, &result);
             if let Some(shadow) = &p.shadow {
                 shadow.observe(Phase::Mutating, &req, &result);
             }
@@ -952,7 +980,9 @@ impl Admission {
         let req = Self::request(a, obj, old, ctx);
         let encoded = req.encode();
         for p in plugins {
+            let started = std::time::Instant::now();
             let result = p.validate(&encoded).await;
+            self.observe(&p, super::metrics::Phase::Validate, a, started, &result);
             if let Some(shadow) = &p.shadow {
                 shadow.observe(Phase::Validating, encoded.request(), &result);
             }

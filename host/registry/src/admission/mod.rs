@@ -27,6 +27,7 @@
 pub mod certificates;
 pub mod chain;
 pub mod controller;
+pub mod metrics;
 pub mod noderestriction;
 pub mod ownerrefs;
 pub mod plugins;
