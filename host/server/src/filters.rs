@@ -45,17 +45,25 @@ pub async fn instrument(
         .headers()
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
+    let resource = info
+        .is_resource_request
+        .then(|| {
+            state
+                .resources
+                .get(&info.api_group, &info.api_version, &info.resource)
+        })
+        .flatten();
+    // A watch's events are counted by the kind it streams.
+    let watched = (info.verb == "watch")
+        .then(|| resource.as_ref())
+        .flatten()
+        .map(|r| metrics.watch_events(&info.api_group, &info.api_version, &r.kind));
     let rec = metrics.start(
         info,
         req.method().as_str(),
         req.uri().query(),
         content_type,
-        |i| {
-            state
-                .resources
-                .get(&i.api_group, &i.api_version, &i.resource)
-                .is_some()
-        },
+        |_| resource.is_some(),
     );
     let excluded = crate::metrics::Excluded::default();
     req.extensions_mut().insert(excluded.clone());
@@ -82,6 +90,12 @@ pub async fn instrument(
     if !metrics.respond(&rec, resp.status().as_u16(), size, &excluded) {
         return resp;
     }
+    // An upgraded connection (exec, attach, port-forward) is spliced
+    // outside this body: its latency is the handshake's.
+    if resp.status() == axum::http::StatusCode::SWITCHING_PROTOCOLS {
+        metrics.finish(&rec, &excluded);
+        return resp;
+    }
     // Long-running: the latency is the stream's, observed when it closes.
     struct Finish(
         Arc<AppState>,
@@ -97,6 +111,11 @@ pub async fn instrument(
     let (parts, body) = resp.into_parts();
     let stream = futures::StreamExt::map(body.into_data_stream(), move |chunk| {
         let _ = &finish;
+        // One frame is one watch event.
+        if let (Some((events, sizes)), Ok(bytes)) = (&watched, &chunk) {
+            events.inc();
+            sizes.observe(bytes.len() as f64);
+        }
         chunk
     });
     Response::from_parts(parts, Body::from_stream(stream))

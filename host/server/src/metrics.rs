@@ -116,6 +116,8 @@ pub struct Metrics {
     storage_requests: IntCounterVec,
     storage_errors: IntCounterVec,
     storage_objects: IntGaugeVec,
+    watch_events: IntCounterVec,
+    watch_sizes: HistogramVec,
     /// Off (`--enable-request-metrics=false`, for the benchmark's
     /// comparison): the request filter records nothing.
     pub requests_enabled: bool,
@@ -292,6 +294,17 @@ impl Metrics {
             alpha("Etcd failed request counts for each operation and object type."),
             &["operation", "type"],
         );
+        let watch_events = counter(
+            "apiserver_watch_events_total",
+            alpha("Number of events sent in watch clients"),
+            &["group", "version", "kind"],
+        );
+        let watch_sizes = histogram(
+            "apiserver_watch_events_sizes",
+            alpha("Watch event size distribution in bytes"),
+            &["group", "version", "kind"],
+            exp(1024.0, 2.0, 8),
+        );
         let storage_objects = gauge(
             "apiserver_storage_objects",
             stable(
@@ -344,7 +357,18 @@ impl Metrics {
             storage_requests,
             storage_errors,
             storage_objects,
+            watch_events,
+            watch_sizes,
             requests_enabled,
+        }
+    }
+
+    /// Adds families another layer keeps (the admission chain's).
+    pub fn register(&self, families: Vec<Box<dyn Collector>>) {
+        for f in families {
+            if let Err(e) = self.registry.register(f) {
+                tracing::warn!(error = %e, "a metric family is registered twice");
+            }
         }
     }
 
@@ -512,6 +536,16 @@ impl Metrics {
         s.duration.observe(elapsed.as_secs_f64());
         s.sli
             .observe(elapsed.saturating_sub(excluded.get()).as_secs_f64());
+    }
+
+    /// The counter and size histogram of watch events of one kind
+    /// (upstream's `group`, `version`, `kind` labels).
+    pub fn watch_events(&self, group: &str, version: &str, kind: &str) -> (IntCounter, Histogram) {
+        let labels = [group, version, kind];
+        (
+            self.watch_events.with_label_values(&labels),
+            self.watch_sizes.with_label_values(&labels),
+        )
     }
 
     /// One authentication: `success`, `failure` or `error`, and the user

@@ -54,6 +54,9 @@ impl AppState {
         }
         let authn = authn::Authenticator::default();
         authn::install_token_reviews(&objects, &authn);
+        let metrics = crate::metrics::Metrics::default();
+        metrics.register(objects.admission_metrics.collectors());
+        let metrics = Arc::new(metrics);
         AppState {
             objects,
             resources,
@@ -74,7 +77,7 @@ impl AppState {
             ),
             request_timeout: std::time::Duration::from_secs(60),
             kubelets: None,
-            metrics: Default::default(),
+            metrics,
             health: Default::default(),
         }
     }
@@ -362,6 +365,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         Some(admission),
     );
     state.data_dir = args.data_dir.clone();
+    metrics.register(state.objects.admission_metrics.collectors());
     state.metrics = metrics.clone();
     crate::metrics::spawn_object_counter(
         metrics,

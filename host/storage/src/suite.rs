@@ -31,6 +31,7 @@ macro_rules! storage_suite {
             watch_sees_every_concurrent_write_in_order,
             compaction_expires_old_revisions,
             modified_since_reads_what_changed,
+            count_counts_the_live_keys_under_a_prefix,
             restart_keeps_data_and_revision);
     };
     (@cases $harness:expr; $($case:ident),*) => {
@@ -310,6 +311,24 @@ pub async fn compaction_expires_old_revisions(h: &mut dyn Harness) {
             .collect::<Vec<_>>(),
         vec![v("1"), v("1")]
     );
+}
+
+pub async fn count_counts_the_live_keys_under_a_prefix(h: &mut dyn Harness) {
+    let s = h.open().await;
+    assert_eq!(s.count("/k/").await.unwrap(), 0);
+    for i in 0..5 {
+        s.create(&format!("/k/{i}"), v("x")).await.unwrap();
+    }
+    s.create("/k2/other", v("x")).await.unwrap();
+    s.create("/j/before", v("x")).await.unwrap();
+    s.delete("/k/3", None).await.unwrap();
+    assert_eq!(
+        s.count("/k/").await.unwrap(),
+        4,
+        "deleted keys do not count"
+    );
+    assert_eq!(s.count("/k").await.unwrap(), 5, "a prefix is a prefix");
+    assert_eq!(s.count("/").await.unwrap(), 6);
 }
 
 pub async fn modified_since_reads_what_changed(h: &mut dyn Harness) {
