@@ -41,6 +41,7 @@ pub mod apply;
 pub mod autoscaling;
 pub mod builtin;
 pub mod certificates;
+pub mod client_metrics;
 pub mod cluster;
 pub mod codec;
 pub mod componentstatuses;

@@ -55,6 +55,8 @@ pub struct Objects {
     /// Upstream's admission latency families (the chain's, when there is
     /// one).
     pub admission_metrics: Arc<crate::admission::metrics::AdmissionMetrics>,
+    /// `rest_client_*` of the controllers' calls.
+    pub client_metrics: Arc<crate::client_metrics::ClientMetrics>,
 }
 
 #[async_trait::async_trait]
@@ -231,6 +233,7 @@ impl Objects {
                 .as_ref()
                 .map(|a| a.metrics.clone())
                 .unwrap_or_default(),
+            client_metrics: Default::default(),
             admission,
             namespace_cache: Default::default(),
             handlers: Default::default(),

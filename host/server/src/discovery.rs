@@ -4,6 +4,7 @@
 //! resource registry.
 
 use crate::error::ErrorResponse;
+use crate::health;
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -340,3 +341,39 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     )
         .into_response()
 }
+
+macro_rules! health_handlers {
+    ($root:ident, $single:ident, $endpoint:expr) => {
+        /// The health path's checks ([`health::root`]).
+        pub async fn $root(
+            State(state): State<Arc<AppState>>,
+            axum::extract::RawQuery(q): axum::extract::RawQuery,
+        ) -> Response {
+            health::root(
+                &state.health,
+                state.objects.storage.as_ref(),
+                $endpoint,
+                q.as_deref(),
+            )
+            .await
+        }
+
+        /// One check of the health path ([`health::single`]).
+        pub async fn $single(
+            State(state): State<Arc<AppState>>,
+            axum::extract::Path(name): axum::extract::Path<String>,
+        ) -> Response {
+            health::single(
+                &state.health,
+                state.objects.storage.as_ref(),
+                $endpoint,
+                &name,
+            )
+            .await
+        }
+    };
+}
+
+health_handlers!(livez, livez_check, health::Endpoint::Livez);
+health_handlers!(readyz, readyz_check, health::Endpoint::Readyz);
+health_handlers!(healthz, healthz_check, health::Endpoint::Healthz);

@@ -54,9 +54,9 @@ pub async fn instrument(
         })
         .flatten();
     // A watch's events are counted by the kind it streams.
-    let watched = (info.verb == "watch")
-        .then(|| resource.as_ref())
-        .flatten()
+    let watched = resource
+        .as_ref()
+        .filter(|_| info.verb == "watch")
         .map(|r| metrics.watch_events(&info.api_group, &info.api_version, &r.kind));
     let rec = metrics.start(
         info,
@@ -82,7 +82,9 @@ pub async fn instrument(
         user: Default::default(),
     });
     req.extensions_mut().insert(log.clone());
-    let mut resp = crate::logging::REQUEST.scope(log, next.run(req)).await;
+    let webhooks = wasm_apiserver_registry::admission::metrics::WEBHOOK_NANOS
+        .scope(excluded.nanos(), next.run(req));
+    let mut resp = crate::logging::REQUEST.scope(log, webhooks).await;
     if let Some(h) = header {
         resp.headers_mut().insert("audit-id", h);
     }

@@ -5,13 +5,11 @@
 //! `<path> check passed|failed`; `?exclude=name` skips a check;
 //! `/<path>/<check>` runs one check and says why it failed.
 
-use crate::state::AppState;
-use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use wasm_apiserver_storage::Storage;
 
 /// How long the storage check waits for an answer.
 const STORAGE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -57,13 +55,11 @@ impl Endpoint {
 }
 
 /// Runs one check: `Err` says why it failed.
-async fn check(state: &AppState, name: &str) -> Result<(), String> {
+async fn check(health: &Health, storage: &dyn Storage, name: &str) -> Result<(), String> {
     match name {
         "ping" => Ok(()),
         "etcd" | "etcd-readiness" => {
-            match tokio::time::timeout(STORAGE_TIMEOUT, state.objects.storage.current_revision())
-                .await
-            {
+            match tokio::time::timeout(STORAGE_TIMEOUT, storage.current_revision()).await {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err(e)) => Err(format!("storage: {e}")),
                 Err(_) => Err(format!(
@@ -73,7 +69,7 @@ async fn check(state: &AppState, name: &str) -> Result<(), String> {
             }
         }
         "shutdown" => {
-            if state.health.shutting_down.load(Ordering::Relaxed) {
+            if health.shutting_down.load(Ordering::Relaxed) {
                 Err("process is shutting down".into())
             } else {
                 Ok(())
@@ -96,7 +92,12 @@ fn text(status: StatusCode, body: String) -> Response {
 }
 
 /// `GET /livez`, `/readyz`, `/healthz`.
-pub async fn root(state: &AppState, endpoint: Endpoint, query: Option<&str>) -> Response {
+pub async fn root(
+    health: &Health,
+    storage: &dyn Storage,
+    endpoint: Endpoint,
+    query: Option<&str>,
+) -> Response {
     let mut verbose = false;
     let mut excluded: Vec<String> = Vec::new();
     let pairs = wasm_apiserver_api::request::query_pairs(query.unwrap_or("")).unwrap_or_default();
@@ -115,7 +116,7 @@ pub async fn root(state: &AppState, endpoint: Endpoint, query: Option<&str>) -> 
             lines.push_str(&format!("[+]{name} excluded: ok\n"));
             continue;
         }
-        match check(state, name).await {
+        match check(health, storage, name).await {
             Ok(()) => lines.push_str(&format!("[+]{name} ok\n")),
             Err(reason) => {
                 failed = true;
@@ -147,11 +148,16 @@ pub async fn root(state: &AppState, endpoint: Endpoint, query: Option<&str>) -> 
 }
 
 /// `GET /<path>/<check>`: one check, with its reason when it fails.
-pub async fn single(state: &AppState, endpoint: Endpoint, name: &str) -> Response {
+pub async fn single(
+    health: &Health,
+    storage: &dyn Storage,
+    endpoint: Endpoint,
+    name: &str,
+) -> Response {
     if !endpoint.checks().contains(&name) {
         return text(StatusCode::NOT_FOUND, "404 page not found\n".into());
     }
-    match check(state, name).await {
+    match check(health, storage, name).await {
         Ok(()) => text(StatusCode::OK, "ok".into()),
         Err(reason) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -159,21 +165,3 @@ pub async fn single(state: &AppState, endpoint: Endpoint, name: &str) -> Respons
         ),
     }
 }
-
-macro_rules! endpoint_handlers {
-    ($root:ident, $single:ident, $endpoint:expr) => {
-        pub async fn $root(State(state): State<Arc<AppState>>, RawQuery(q): RawQuery) -> Response {
-            root(&state, $endpoint, q.as_deref()).await
-        }
-        pub async fn $single(
-            State(state): State<Arc<AppState>>,
-            Path(name): Path<String>,
-        ) -> Response {
-            single(&state, $endpoint, &name).await
-        }
-    };
-}
-
-endpoint_handlers!(livez, livez_check, Endpoint::Livez);
-endpoint_handlers!(readyz, readyz_check, Endpoint::Readyz);
-endpoint_handlers!(healthz, healthz_check, Endpoint::Healthz);

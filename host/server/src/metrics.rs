@@ -5,7 +5,7 @@
 //! authentication, authorization, audit, storage latency and object counts,
 //! and `process_*`. The families that other layers keep (plugins, admission
 //! policies, flow control, work queues, the aggregator) are rendered by
-//! their owners and appended by [`crate::discovery::metrics`].
+//! their owners and appended by the `/metrics` handler.
 //!
 //! The request path looks up one cached [`Series`] per (verb, dry run,
 //! group, version, resource, subresource, scope, component) and bumps its
@@ -43,22 +43,67 @@ const VALID_VERBS: &[&str] = &[
 /// Subresources whose requests are `CONNECT`.
 const CONNECT_SUBRESOURCES: &[&str] = &["log", "exec", "portforward", "attach", "proxy"];
 
-/// The labels of one request series (all but `code`).
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct Key {
+/// `authentication_attempts` results.
+const AUTHN_RESULTS: [&str; 3] = ["success", "failure", "error"];
+/// `authenticated_user_requests` buckets: upstream keeps these user names,
+/// folds any with `@` into `email_id` and every other into `other` (last).
+const USER_BUCKETS: [&str; 7] = [
+    "admin",
+    "client",
+    "kube_proxy",
+    "kubelet",
+    "system:serviceaccount:kube-system:default",
+    "email_id",
+    "other",
+];
+/// `authorization_attempts_total` results.
+const AUTHZ_RESULTS: [&str; 3] = ["allowed", "denied", "no-opinion"];
+/// `apiserver_authorization_decisions_total` series: the authorizers that
+/// can decide, and the two terminal decisions.
+const DECIDERS: [(&str, &str, &str); 6] = [
+    ("Node", "node", "allowed"),
+    ("RBAC", "rbac", "allowed"),
+    ("AlwaysAllow", "alwaysallow", "allowed"),
+    ("Wasm", "wasm", "allowed"),
+    ("Wasm", "wasm", "denied"),
+    ("Node", "node", "denied"),
+];
+
+/// The labels of one request series (all but `code`), borrowed from the
+/// request.
+struct Key<'a> {
     verb: &'static str,
-    dry_run: String,
-    group: String,
-    version: String,
-    resource: String,
-    subresource: String,
+    dry_run: &'a str,
+    group: &'a str,
+    version: &'a str,
+    resource: &'a str,
+    subresource: &'a str,
     scope: &'static str,
     component: &'static str,
 }
 
+impl<'a> Key<'a> {
+    /// The values in `apiserver_request_duration_seconds`'s label order.
+    fn parts(&self) -> impl Iterator<Item = &'a str> {
+        [
+            self.verb,
+            self.dry_run,
+            self.group,
+            self.version,
+            self.resource,
+            self.subresource,
+            self.scope,
+            self.component,
+        ]
+        .into_iter()
+    }
+}
+
 /// The handles of one request series, created on its first request.
 pub struct Series {
-    key: Key,
+    /// The label values, in [`Key::parts`] order.
+    labels: Vec<String>,
+    verb: &'static str,
     duration: Histogram,
     sli: Histogram,
     sizes: Histogram,
@@ -83,6 +128,12 @@ pub struct Recorder {
 pub struct Excluded(Arc<AtomicU64>);
 
 impl Excluded {
+    /// The counter itself, for the admission chain's webhook time
+    /// (`WEBHOOK_NANOS`).
+    pub fn nanos(&self) -> Arc<AtomicU64> {
+        self.0.clone()
+    }
+
     pub fn add(&self, d: Duration) {
         self.0
             .fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Relaxed);
@@ -104,18 +155,20 @@ pub struct Metrics {
     /// Requests in flight now and the most since the last scrape, read-only
     /// and mutating (upstream reports a watermark).
     in_flight: [(AtomicI64, AtomicI64); 2],
-    series: RwLock<HashMap<Key, Arc<Series>>>,
-    authn_attempts: IntCounterVec,
-    authn_duration: HistogramVec,
-    authn_users: IntCounterVec,
-    authz_attempts: IntCounterVec,
-    authz_duration: HistogramVec,
-    authz_decisions: IntCounterVec,
+    series: RwLock<HashMap<Box<str>, Arc<Series>>>,
     audit_events: IntCounter,
     storage_duration: HistogramVec,
     storage_requests: IntCounterVec,
     storage_errors: IntCounterVec,
     storage_objects: IntGaugeVec,
+    /// Handles of the fixed label values, resolved once (a label lookup
+    /// hashes every value under a lock): by result, user bucket, decider.
+    authn: [(IntCounter, Histogram); 3],
+    authn_user: [IntCounter; 7],
+    authz: [(IntCounter, Histogram); 3],
+    decisions: [IntCounter; 6],
+    /// Storage handles by operation and key prefix (`/registry/core/pods`).
+    storage: [RwLock<HashMap<Box<str>, StorageHandles>>; STORAGE_OPS.len()],
     watch_events: IntCounterVec,
     watch_sizes: HistogramVec,
     /// Off (`--enable-request-metrics=false`, for the benchmark's
@@ -123,19 +176,14 @@ pub struct Metrics {
     pub requests_enabled: bool,
 }
 
-fn labels<'a>(k: &'a Key, out: &mut Vec<&'a str>, dry_run: bool) {
-    out.push(k.verb);
-    if dry_run {
-        out.push(&k.dry_run);
+/// The label values of `k` in a family's order: with `dry_run` (after the
+/// verb) or without it.
+fn labels<'a>(k: &Key<'a>, out: &mut Vec<&'a str>, dry_run: bool) {
+    for (i, part) in k.parts().enumerate() {
+        if i != 1 || dry_run {
+            out.push(part);
+        }
     }
-    out.extend([
-        k.group.as_str(),
-        k.version.as_str(),
-        k.resource.as_str(),
-        k.subresource.as_str(),
-        k.scope,
-        k.component,
-    ]);
 }
 
 fn stable(help: &str) -> String {
@@ -336,7 +384,28 @@ impl Metrics {
             ])
             .set(1);
         registry.register(Box::new(build)).expect("register");
+        let authn = AUTHN_RESULTS.map(|r| {
+            (
+                authn_attempts.with_label_values(&[r]),
+                authn_duration.with_label_values(&[r]),
+            )
+        });
+        let authn_user = USER_BUCKETS.map(|u| authn_users.with_label_values(&[u]));
+        let authz = AUTHZ_RESULTS.map(|r| {
+            (
+                authz_attempts.with_label_values(&[r]),
+                authz_duration.with_label_values(&[r]),
+            )
+        });
+        let decisions = DECIDERS.map(|(kind, name, decision)| {
+            authz_decisions.with_label_values(&[kind, name, decision])
+        });
         Metrics {
+            authn,
+            authn_user,
+            authz,
+            decisions,
+            storage: Default::default(),
             registry,
             requests,
             duration,
@@ -346,12 +415,6 @@ impl Metrics {
             inflight,
             in_flight: Default::default(),
             series: Default::default(),
-            authn_attempts,
-            authn_duration,
-            authn_users,
-            authz_attempts,
-            authz_duration,
-            authz_decisions,
             audit_events,
             storage_duration,
             storage_requests,
@@ -403,7 +466,7 @@ impl Metrics {
         if !self.requests_enabled {
             return rec;
         }
-        let key = if info.is_resource_request {
+        let (verb, scope, component, subresource) = if info.is_resource_request {
             if !registered(info) {
                 return rec;
             }
@@ -414,16 +477,12 @@ impl Metrics {
             } else {
                 "cluster"
             };
-            Key {
-                verb: verb(info, method, scope, content_type),
-                dry_run: dry_run(query),
-                group: info.api_group.clone(),
-                version: info.api_version.clone(),
-                resource: info.resource.clone(),
-                subresource: info.subresource.clone().unwrap_or_default(),
+            (
+                verb(info, method, scope, content_type),
                 scope,
-                component: "apiserver",
-            }
+                "apiserver",
+                info.subresource.as_deref().unwrap_or(""),
+            )
         } else {
             let path = info.path.trim_end_matches('/');
             let component = match path {
@@ -431,18 +490,21 @@ impl Metrics {
                 "/api" | "/apis" => "apiserver",
                 _ => return rec,
             };
-            Key {
-                verb: verb(info, method, "", content_type),
-                dry_run: String::new(),
-                group: String::new(),
-                version: String::new(),
-                resource: String::new(),
-                subresource: path.to_string(),
-                scope: "",
-                component,
-            }
+            (verb(info, method, "", content_type), "", component, path)
         };
-        rec.series = Some(self.series(key));
+        let dry_run = dry_run(query);
+        let resource = info.is_resource_request;
+        let key = Key {
+            verb,
+            dry_run: &dry_run,
+            group: if resource { &info.api_group } else { "" },
+            version: if resource { &info.api_version } else { "" },
+            resource: if resource { &info.resource } else { "" },
+            subresource,
+            scope,
+            component,
+        };
+        rec.series = Some(self.series(&key));
         if rec.long_running
             && let Some(s) = &rec.series
         {
@@ -451,20 +513,32 @@ impl Metrics {
         rec
     }
 
-    fn series(&self, key: Key) -> Arc<Series> {
-        if let Some(s) = self.series.read().expect("series lock").get(&key) {
+    /// The cached series of `key`: one lookup by one composed string.
+    fn series(&self, key: &Key<'_>) -> Arc<Series> {
+        let mut lookup = String::with_capacity(96);
+        for part in key.parts() {
+            lookup.push_str(part);
+            lookup.push('\u{1}');
+        }
+        if let Some(s) = self
+            .series
+            .read()
+            .expect("series lock")
+            .get(lookup.as_str())
+        {
             return s.clone();
         }
         let mut l = Vec::with_capacity(8);
-        labels(&key, &mut l, true);
+        labels(key, &mut l, true);
         let duration = self.duration.with_label_values(&l);
         l.clear();
-        labels(&key, &mut l, false);
+        labels(key, &mut l, false);
         let sli = self.sli.with_label_values(&l);
         let sizes = self.sizes.with_label_values(&l);
         let longrunning = self.longrunning.with_label_values(&l);
         let series = Arc::new(Series {
-            key: key.clone(),
+            labels: key.parts().map(String::from).collect(),
+            verb: key.verb,
             duration,
             sli,
             sizes,
@@ -474,7 +548,7 @@ impl Metrics {
         self.series
             .write()
             .expect("series lock")
-            .entry(key)
+            .entry(lookup.into_boxed_str())
             .or_insert(series)
             .clone()
     }
@@ -502,8 +576,7 @@ impl Metrics {
             .find(|(c, _)| *c == code)
             .map(|(_, n)| n.clone());
         let counter = counter.unwrap_or_else(|| {
-            let mut l = Vec::with_capacity(9);
-            labels(&s.key, &mut l, true);
+            let mut l: Vec<&str> = s.labels.iter().map(String::as_str).collect();
             let code_text = code.to_string();
             l.push(&code_text);
             let n = self.requests.with_label_values(&l);
@@ -511,7 +584,7 @@ impl Metrics {
             n
         });
         counter.inc();
-        if matches!(s.key.verb, "GET" | "LIST")
+        if matches!(s.verb, "GET" | "LIST")
             && let Some(size) = size
         {
             s.sizes.observe(size as f64);
@@ -551,40 +624,39 @@ impl Metrics {
     /// One authentication: `success`, `failure` or `error`, and the user
     /// of a success (folded as upstream folds user names).
     pub fn authenticated(&self, result: &str, elapsed: Duration, user: Option<&str>) {
-        self.authn_attempts.with_label_values(&[result]).inc();
-        self.authn_duration
-            .with_label_values(&[result])
-            .observe(elapsed.as_secs_f64());
+        let i = AUTHN_RESULTS.iter().position(|r| *r == result).unwrap_or(2);
+        let (attempts, duration) = &self.authn[i];
+        attempts.inc();
+        duration.observe(elapsed.as_secs_f64());
         if let Some(user) = user {
-            let folded = match user {
-                "admin"
-                | "client"
-                | "kube_proxy"
-                | "kubelet"
-                | "system:serviceaccount:kube-system:default" => user,
-                u if u.contains('@') => "email_id",
-                _ => "other",
-            };
-            self.authn_users.with_label_values(&[folded]).inc();
+            let folded = if user.contains('@') { "email_id" } else { user };
+            let bucket = USER_BUCKETS
+                .iter()
+                .position(|b| *b == folded)
+                .unwrap_or(USER_BUCKETS.len() - 1);
+            self.authn_user[bucket].inc();
         }
     }
 
-    /// One authorization: `allowed`, `denied`, `no-opinion` or `error`;
-    /// `decider`: the authorizer (type, name) whose decision was terminal.
+    /// One authorization: `allowed`, `denied` or `no-opinion`; `decider`:
+    /// the authorizer (type, name) whose decision was terminal.
     pub fn authorized(&self, result: &str, elapsed: Duration, decider: Option<(&str, &str)>) {
-        self.authz_attempts.with_label_values(&[result]).inc();
-        self.authz_duration
-            .with_label_values(&[result])
-            .observe(elapsed.as_secs_f64());
+        let i = AUTHZ_RESULTS.iter().position(|r| *r == result).unwrap_or(2);
+        let (attempts, duration) = &self.authz[i];
+        attempts.inc();
+        duration.observe(elapsed.as_secs_f64());
         if let Some((kind, name)) = decider {
             let decision = if result == "allowed" {
                 "allowed"
             } else {
                 "denied"
             };
-            self.authz_decisions
-                .with_label_values(&[kind, name, decision])
-                .inc();
+            if let Some(i) = DECIDERS
+                .iter()
+                .position(|d| (d.0, d.1, d.2) == (kind, name, decision))
+            {
+                self.decisions[i].inc();
+            }
         }
     }
 
@@ -727,7 +799,7 @@ fn verb(info: &RequestInfo, method: &str, scope: &str, content_type: Option<&str
     {
         return "CONNECT";
     }
-    let v = match method {
+    match method {
         "GET" | "HEAD" if !matches!(scope, "resource" | "") => "LIST",
         "GET" | "HEAD" => "GET",
         "PATCH" if content_type.is_some_and(|c| c.starts_with("application/apply-patch")) => {
@@ -738,8 +810,7 @@ fn verb(info: &RequestInfo, method: &str, scope: &str, content_type: Option<&str
             .find(|v| **v == m)
             .copied()
             .unwrap_or("other"),
-    };
-    v
+    }
 }
 
 /// Upstream's `cleanDryRun`: the `dryRun` values, deduplicated and sorted,
@@ -762,21 +833,68 @@ fn dry_run(query: Option<&str>) -> String {
     values.join(",")
 }
 
+/// Storage operations, upstream's names.
+const STORAGE_OPS: [&str; 6] = ["get", "list", "create", "update", "delete", "listWithCount"];
+
+/// The series of one (operation, group-resource).
+#[derive(Clone)]
+struct StorageHandles {
+    duration: Histogram,
+    requests: IntCounter,
+    errors: IntCounter,
+}
+
 /// Storage metrics of one operation.
 pub struct StorageOp<'a> {
     metrics: &'a Metrics,
-    operation: &'static str,
-    kind: String,
+    handles: StorageHandles,
     started: Instant,
 }
 
+/// The part of a key that names its resource: `/registry/<group>/<plural>`.
+fn resource_prefix(key: &str) -> &str {
+    let Some(rest) = key.strip_prefix("/registry/") else {
+        return "";
+    };
+    let mut slashes = rest.match_indices('/');
+    match (slashes.next(), slashes.next()) {
+        (Some(_), Some((i, _))) => &key[.."/registry/".len() + i],
+        (Some(_), None) => key,
+        _ => "",
+    }
+}
+
 impl Metrics {
-    /// Starts timing a storage operation on `key` (or prefix).
+    /// Starts timing a storage operation (one of [`STORAGE_OPS`]) on `key`
+    /// (or prefix).
     pub fn storage_op(&self, operation: &'static str, key: &str) -> StorageOp<'_> {
+        let op = STORAGE_OPS
+            .iter()
+            .position(|o| *o == operation)
+            .unwrap_or(0);
+        let prefix = resource_prefix(key);
+        let cached = self.storage[op]
+            .read()
+            .expect("storage metrics lock")
+            .get(prefix)
+            .cloned();
+        let handles = cached.unwrap_or_else(|| {
+            let kind = group_resource(key);
+            let labels = [STORAGE_OPS[op], kind.as_str()];
+            let h = StorageHandles {
+                duration: self.storage_duration.with_label_values(&labels),
+                requests: self.storage_requests.with_label_values(&labels),
+                errors: self.storage_errors.with_label_values(&labels),
+            };
+            self.storage[op]
+                .write()
+                .expect("storage metrics lock")
+                .insert(prefix.into(), h.clone());
+            h
+        });
         StorageOp {
             metrics: self,
-            operation,
-            kind: group_resource(key),
+            handles,
             started: Instant::now(),
         }
     }
@@ -784,17 +902,13 @@ impl Metrics {
 
 impl StorageOp<'_> {
     pub fn done(self, ok: bool) {
-        let labels = [self.operation, self.kind.as_str()];
-        self.metrics
-            .storage_duration
-            .with_label_values(&labels)
+        let _ = self.metrics;
+        self.handles
+            .duration
             .observe(self.started.elapsed().as_secs_f64());
-        self.metrics
-            .storage_requests
-            .with_label_values(&labels)
-            .inc();
+        self.handles.requests.inc();
         if !ok {
-            self.metrics.storage_errors.with_label_values(&labels).inc();
+            self.handles.errors.inc();
         }
     }
 }
@@ -944,13 +1058,9 @@ mod tests {
         let m = Metrics::new(true);
         let info = request::parse(method, path, query);
         let rec = m.start(&info, method, query, ct, |_| true);
-        rec.series.as_ref().map(|s| {
-            (
-                s.key.verb.to_string(),
-                s.key.scope.to_string(),
-                s.key.dry_run.clone(),
-            )
-        })
+        rec.series
+            .as_ref()
+            .map(|s| (s.verb.to_string(), s.labels[6].clone(), s.labels[1].clone()))
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use crate::cli::{Cli, Command};
 use crate::config::ServeArgs;
 pub use crate::state::AppState;
-use crate::{authn, authz, discovery, filters, handlers, health};
+use crate::{authn, authz, discovery, filters, handlers};
 use axum::Router;
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::routing::{any, get};
@@ -56,6 +56,7 @@ impl AppState {
         authn::install_token_reviews(&objects, &authn);
         let metrics = crate::metrics::Metrics::default();
         metrics.register(objects.admission_metrics.collectors());
+        metrics.register(objects.client_metrics.collectors());
         let metrics = Arc::new(metrics);
         AppState {
             objects,
@@ -106,12 +107,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/apis/{*rest}", any(handlers::dispatch))
         .route("/version", get(discovery::version))
         .route("/version/", get(discovery::version))
-        .route("/healthz", get(health::healthz))
-        .route("/healthz/{*check}", get(health::healthz_check))
-        .route("/livez", get(health::livez))
-        .route("/livez/{*check}", get(health::livez_check))
-        .route("/readyz", get(health::readyz))
-        .route("/readyz/{*check}", get(health::readyz_check))
+        .route("/healthz", get(discovery::healthz))
+        .route("/healthz/{*check}", get(discovery::healthz_check))
+        .route("/livez", get(discovery::livez))
+        .route("/livez/{*check}", get(discovery::livez_check))
+        .route("/readyz", get(discovery::readyz))
+        .route("/readyz/{*check}", get(discovery::readyz_check))
         .route("/metrics", get(discovery::metrics))
         .route("/snapshot", get(crate::snapshot::serve_snapshot))
         .route("/openapi/v2", get(discovery::openapi_v2))
@@ -366,6 +367,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     );
     state.data_dir = args.data_dir.clone();
     metrics.register(state.objects.admission_metrics.collectors());
+    metrics.register(state.objects.client_metrics.collectors());
     state.metrics = metrics.clone();
     crate::metrics::spawn_object_counter(
         metrics,

@@ -258,6 +258,8 @@ fn prometheus_scrapes_over_tls_and_the_mixin_rules_have_data() {
         "authorization_attempts_total{result=\"allowed\"}",
         "apiserver_authorization_decisions_total{decision=\"allowed\",name=\"rbac\",type=\"RBAC\"}",
         "workqueue_depth{",
+        "rest_client_requests_total{code=\"201\",host=\"loopback\",method=\"POST\"}",
+        "rest_client_request_duration_seconds_bucket{host=\"loopback\",verb=\"POST\",",
         "apiserver_watch_events_total{group=\"\",kind=\"ConfigMap\",version=\"v1\"}",
         "apiserver_watch_events_sizes_bucket{group=\"\",kind=\"ConfigMap\",",
         "apiserver_admission_step_admission_duration_seconds_bucket{operation=\"CREATE\",rejected=\"false\",type=\"validate\",",
@@ -323,6 +325,7 @@ fn prometheus_scrapes_over_tls_and_the_mixin_rules_have_data() {
         // The alerts' left-hand sides.
         "sum by(cluster) (apiserver_request:burnrate1h)",
         "sum by(cluster) (rate(apiserver_request_total{job=\"apiserver\"}[10m]))",
+        "sum(rate(rest_client_requests_total{job=\"apiserver\"}[5m])) by (cluster, instance, job, namespace)",
     ] {
         poll_until(WAIT, &format!("{record} to have data"), || {
             (!prometheus.query(record).is_empty()).then_some(())

@@ -456,6 +456,13 @@ impl Client {
         outcome: Result<T>,
         object: for<'v> fn(&'v T) -> Option<&'v Value>,
     ) -> Result<T> {
+        let code = match &outcome {
+            Ok(_) if verb == "create" => 201,
+            Ok(_) => 200,
+            Err(e) => e.code(),
+        };
+        let elapsed = (chrono::Utc::now() - received).to_std().unwrap_or_default();
+        self.objects.client_metrics.call(verb, code, elapsed);
         if let Some(audit) = &self.audit {
             audit.record(&Call {
                 controller: &self.name,
