@@ -1,6 +1,6 @@
 //! Upstream's `rest_client_*` families (client-go `rest/request.go`, as
 //! component-base registers them) for the calls the server's controllers
-//! make through their [`crate::controllers::Client`]: kube-controller-manager
+//! make through their `Client` (`controllers`): kube-controller-manager
 //! exposes them for its calls to kube-apiserver, and kubernetes-mixin's
 //! `KubeClientErrors` alert reads them. The controllers call the registry
 //! in-process, so `host` is `loopback` (kube-apiserver's name for its own
