@@ -845,8 +845,7 @@ struct StorageHandles {
 }
 
 /// Storage metrics of one operation.
-pub struct StorageOp<'a> {
-    metrics: &'a Metrics,
+pub struct StorageOp {
     handles: StorageHandles,
     started: Instant,
 }
@@ -867,7 +866,7 @@ fn resource_prefix(key: &str) -> &str {
 impl Metrics {
     /// Starts timing a storage operation (one of [`STORAGE_OPS`]) on `key`
     /// (or prefix).
-    pub fn storage_op(&self, operation: &'static str, key: &str) -> StorageOp<'_> {
+    pub fn storage_op(&self, operation: &'static str, key: &str) -> StorageOp {
         let op = STORAGE_OPS
             .iter()
             .position(|o| *o == operation)
@@ -893,16 +892,14 @@ impl Metrics {
             h
         });
         StorageOp {
-            metrics: self,
             handles,
             started: Instant::now(),
         }
     }
 }
 
-impl StorageOp<'_> {
+impl StorageOp {
     pub fn done(self, ok: bool) {
-        let _ = self.metrics;
         self.handles
             .duration
             .observe(self.started.elapsed().as_secs_f64());

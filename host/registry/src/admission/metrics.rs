@@ -28,6 +28,18 @@ pub enum Phase {
     Validate,
 }
 
+impl Phase {
+    /// The `type` label: `admit` or `validate` (a validating webhook's is
+    /// `validating`, as upstream labels it).
+    fn label(self, webhook: bool) -> &'static str {
+        match (self, webhook) {
+            (Phase::Admit, _) => "admit",
+            (Phase::Validate, false) => "validate",
+            (Phase::Validate, true) => "validating",
+        }
+    }
+}
+
 /// The three histograms.
 pub struct AdmissionMetrics {
     step: HistogramVec,
@@ -84,10 +96,7 @@ impl AdmissionMetrics {
 
     /// One phase of one write, started at `started`.
     pub fn step(&self, phase: Phase, operation: &str, started: Instant, rejected: bool) {
-        let kind = match phase {
-            Phase::Admit => "admit",
-            Phase::Validate => "validate",
-        };
+        let kind = phase.label(false);
         self.step
             .with_label_values(&[kind, operation, bool_str(rejected)])
             .observe(started.elapsed().as_secs_f64());
@@ -102,10 +111,7 @@ impl AdmissionMetrics {
         started: Instant,
         rejected: bool,
     ) {
-        let kind = match phase {
-            Phase::Admit => "admit",
-            Phase::Validate => "validate",
-        };
+        let kind = phase.label(false);
         self.controller
             .with_label_values(&[name, kind, operation, bool_str(rejected)])
             .observe(started.elapsed().as_secs_f64());
@@ -120,10 +126,7 @@ impl AdmissionMetrics {
         started: Instant,
         rejected: bool,
     ) {
-        let kind = match phase {
-            Phase::Admit => "admit",
-            Phase::Validate => "validating",
-        };
+        let kind = phase.label(true);
         let elapsed = started.elapsed();
         let _ = WEBHOOK_NANOS.try_with(|n| {
             n.fetch_add(
